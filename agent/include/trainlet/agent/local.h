@@ -1,0 +1,30 @@
+// trainlet/agent/local.h — `trainlet local`: a whole gang on one machine.
+//
+// Starts `nnodes` trainlet agents as child processes (this same binary), with
+// indices 0..nnodes-1, the leader on 127.0.0.1 and free ports, so the pods'
+// code paths (rendezvous over TCP, supervision, exit codes) run unchanged. It
+// supervises the agents like workers: the first agent to fail stops the others,
+// SIGTERM is forwarded, and its exit code is the first failing agent's.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainlet::agent {
+
+struct LocalOptions {
+  std::uint32_t nnodes = 1;
+  std::uint32_t nproc_per_node = 1;
+  std::vector<std::string> command;
+  std::chrono::milliseconds grace{25'000};
+  std::chrono::milliseconds rdzv_timeout{60'000};
+  std::string log_level = "info";
+  std::string self_exe;  // path of the trainlet binary (/proc/self/exe)
+};
+
+// Blocks until every agent is gone; returns the exit code.
+int RunLocal(const LocalOptions& options);
+
+}  // namespace trainlet::agent

@@ -1,0 +1,57 @@
+// trainlet/agent/pod.h — the life of one pod: rendezvous, run workers, exit.
+//
+//   identify -> resolve leader -> join gang -> run workers -> stop -> exit
+//
+// RunPod drives all of it on one Asio event loop in the calling thread and
+// returns the process exit code (see exitcodes/exit_code.h). Blocking: it
+// returns when the pod is done. Call once, from main, with the handled signals
+// already blocked (BlockHandledSignals).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "trainlet/agent/identity.h"
+
+namespace trainlet::agent {
+
+struct PodOptions {
+  PodIdentity identity;
+  std::vector<std::string> command;  // the trainer: argv of every worker
+  std::uint16_t rdzv_port = 29400;   // leader's rendezvous port
+  std::uint16_t master_port = 29500;  // MASTER_PORT for the trainers' own store
+  std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
+  std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
+  std::map<std::string, std::string> env;  // the agent's environment, passed on to workers
+};
+
+// The environment torchrun gives a worker, so an unmodified
+// init_process_group("env://") trainer works (torch/distributed/run.py,
+// torch/distributed/elastic/agent/server/local_elastic_agent.py).
+// `base` is the agent's environment; the variables below replace any there:
+// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
+// ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+// TORCHELASTIC_ERROR_FILE (`error_file`), TORCHELASTIC_USE_AGENT_STORE=False,
+// and OMP_NUM_THREADS=1 when unset and the pod runs more than one worker.
+struct WorkerPlacement {
+  std::uint32_t local_rank = 0;
+  std::uint32_t nproc_per_node = 1;
+  std::uint32_t group_rank = 0;  // the pod's index
+  std::uint32_t nnodes = 1;
+  std::uint32_t rank_base = 0;  // global rank of local rank 0
+  std::uint32_t world_size = 1;
+  std::string master_addr;
+  std::uint16_t master_port = 0;
+  std::string run_id;
+  std::string error_file;
+};
+std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
+                                           const WorkerPlacement& p);
+
+int RunPod(const PodOptions& options);
+
+}  // namespace trainlet::agent

@@ -1,0 +1,86 @@
+// trainlet/agent/supervisor.h — starts the local workers and sees them through
+// to the end: output with rank prefixes, signal forwarding, reaping every child
+// (adopted orphans included), grace period then SIGKILL, and the exit code.
+//
+// The decisions come from SupervisionPolicy; this class performs them with
+// syscalls. Every method must be called on the single thread that runs the
+// executor; callbacks run there too. The caller owns signal delivery: signals
+// are blocked in main() and handed in through OnSignal(), and SIGCHLD turns into
+// a call to Reap().
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include "trainlet/agent/supervision_policy.h"
+#include "trainlet/exitcodes/status.h"
+
+namespace trainlet::agent {
+
+struct WorkerSpec {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
+  std::vector<std::string> env;   // complete environment, "NAME=value"
+  std::string prefix;             // prepended to each output line, e.g. "[rank3]: "
+};
+
+struct SupervisorOptions {
+  // TERM -> KILL delay, for stops and for leftovers after the workers finished.
+  std::chrono::milliseconds grace{25'000};
+  // Pipe worker stdout/stderr through the agent with prefixes; when false the
+  // workers inherit the agent's stdout and stderr.
+  bool capture_output = true;
+};
+
+struct SupervisorResult {
+  int exit_code = 0;
+  std::optional<FirstFailure> first_failure;
+  std::optional<int> stop_signal;
+  int collateral = 0;
+};
+
+class Supervisor {
+ public:
+  using Done = std::function<void(SupervisorResult)>;
+  Supervisor(boost::asio::any_io_executor executor, SupervisorOptions options, Done done);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Spawns every worker with posix_spawn: its own process group, a default
+  // signal mask and default dispositions. Errors (class config): the command
+  // cannot be executed (ENOENT, EACCES, ...); workers already started are then
+  // killed and reaped before this returns. `done` runs once, on the executor,
+  // after the last child is gone.
+  [[nodiscard]] exitcodes::Status Start(std::vector<WorkerSpec> workers);
+
+  // A signal the agent received. Forwarded signals go to every worker's group.
+  void OnSignal(int signo);
+
+  // Reaps every exited child (waitpid(-1, WNOHANG) until none), recording the
+  // status of workers; call on SIGCHLD.
+  void Reap();
+
+  // Process ids of the workers (for tests and logs).
+  std::vector<pid_t> worker_pids() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// Reaps exited children without a Supervisor (before workers start, or after):
+// returns true when the caller has no children left (ECHILD).
+bool ReapOrphans();
+
+// Every live descendant of `root` (children, grandchildren, ...), from /proc;
+// only its direct children when `children_only`.
+std::vector<pid_t> ListDescendants(pid_t root, bool children_only = false);
+
+}  // namespace trainlet::agent

@@ -1,0 +1,269 @@
+#include "trainlet/agent/cli.h"
+
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "trainlet/agent/identity.h"
+#include "trainlet/agent/local.h"
+#include "trainlet/agent/pod.h"
+#include "trainlet/exitcodes/exit_code.h"
+
+extern char** environ;
+
+namespace trainlet::agent {
+namespace {
+
+using exitcodes::kExitConfig;
+
+std::map<std::string, std::string> Environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Every flag of the pod agent, as strings until validated.
+struct Flags {
+  std::string node_rank, nnodes, nproc_per_node, master_addr, job_id;
+  std::string podinfo_file = "/etc/podinfo/annotations";
+  std::string rdzv_port = "29400", master_port = "29500";
+  std::string rdzv_timeout = "600", grace_period = "25";
+  std::string log_level;
+  std::vector<std::string> command;
+  std::map<std::string, CLI::Option*> opts;
+};
+
+// Adds --<name> with TRAINLET_<NAME> as its environment variable.
+CLI::Option* AddFlag(CLI::App& app, Flags& f, const std::string& name, std::string* target,
+                     const std::string& help) {
+  std::string env = "TRAINLET_";
+  for (char c : name) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  CLI::Option* o = app.add_option("--" + name, *target, help)->envname(env);
+  f.opts[name] = o;
+  return o;
+}
+
+void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
+  AddFlag(app, f, "nnodes", &f.nnodes,
+          "number of pods in the gang (the Job's completions); also PET_NNODES");
+  AddFlag(app, f, "nproc-per-node", &f.nproc_per_node,
+          "workers per pod; also PET_NPROC_PER_NODE (default 1)");
+  AddFlag(app, f, "grace-period", &f.grace_period,
+          "seconds between forwarding SIGTERM and SIGKILL; set it a few seconds below the "
+          "pod's terminationGracePeriodSeconds (default 25, for Kubernetes' default 30)");
+  AddFlag(app, f, "rdzv-timeout", &f.rdzv_timeout,
+          "seconds to find the leader and form the gang before exiting 75 (default 600)");
+  AddFlag(app, f, "log-level", &f.log_level,
+          "trace|debug|info|warn|error|off (default info, or SPDLOG_LEVEL)");
+  if (local) return;
+  AddFlag(app, f, "node-rank", &f.node_rank,
+          "this pod's completion index; else JOB_COMPLETION_INDEX, PET_NODE_RANK, or the "
+          "--podinfo-file annotation");
+  AddFlag(app, f, "master-addr", &f.master_addr,
+          "the leader's (index 0) host name; also PET_MASTER_ADDR, MASTER_ADDR; default: "
+          "derived from this pod's FQDN (<prefix>-0.<subdomain>...)");
+  AddFlag(app, f, "rdzv-port", &f.rdzv_port, "the leader's rendezvous port (default 29400)");
+  AddFlag(app, f, "master-port", &f.master_port,
+          "MASTER_PORT for the trainers' own store; also PET_MASTER_PORT (default 29500)");
+  AddFlag(app, f, "job-id", &f.job_id,
+          "the job's identity; pods of other jobs are refused (default: the leader's host "
+          "label)");
+  AddFlag(app, f, "podinfo-file", &f.podinfo_file,
+          "downward-API annotations file (default /etc/podinfo/annotations)");
+}
+
+// --flag, else TRAINLET_FLAG (both through CLI11), else PET_FLAG.
+std::optional<std::string> Given(const Flags& f, const std::string& name,
+                                 const std::map<std::string, std::string>& env,
+                                 const std::string* value, const char* pet = nullptr) {
+  if (f.opts.at(name)->count() > 0) return *value;
+  if (pet != nullptr) {
+    if (auto it = env.find(pet); it != env.end()) return it->second;
+  }
+  return std::nullopt;
+}
+
+exitcodes::Result<std::uint16_t> ParsePort(const std::string& what, const std::string& v) {
+  auto n = ParseCount(what, v, 65535);
+  if (!n.ok()) return n.status();
+  return static_cast<std::uint16_t>(*n);
+}
+
+exitcodes::Result<std::chrono::milliseconds> ParseSeconds(const std::string& what,
+                                                          const std::string& v) {
+  char* end = nullptr;
+  double s = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(s) || s < 0 || s > 1e7) {
+    return exitcodes::Status::Config(what + "='" + v + "' is not a number of seconds");
+  }
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000)));
+}
+
+void ConfigureLogging(const std::string& level_flag) {
+  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  auto logger = std::make_shared<spdlog::logger>("trainlet", sink);
+  logger->set_pattern("[trainlet %Y-%m-%dT%H:%M:%S.%e %l] %v");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::info);
+  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL
+  if (!level_flag.empty()) spdlog::set_level(spdlog::level::from_str(level_flag));
+}
+
+int ConfigError(const std::string& message) {
+  std::fprintf(stderr, "trainlet: %s (exit %d; see trainlet --help)\n", message.c_str(),
+               kExitConfig);
+  return kExitConfig;
+}
+
+void PrintExitCodes() {
+  std::printf("%-12s %-5s %s\n", "class", "code", "meaning");
+  for (const auto& row : exitcodes::ContractTable()) {
+    std::string code = row.code < 0 ? "*" : std::to_string(row.code);
+    std::printf("%-12s %-5s %s\n", std::string(exitcodes::ClassName(row.failure_class)).c_str(),
+                code.c_str(), std::string(row.meaning).c_str());
+  }
+}
+
+std::string SelfExe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "trainlet";
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{
+      "trainlet: the in-pod launcher for distributed training on Kubernetes.\n"
+      "Runs as the container entrypoint (PID 1): finds the gang's leader, forms the gang,\n"
+      "starts the trainer with torchrun's environment, supervises it, and exits with a code\n"
+      "the Job's podFailurePolicy understands (`trainlet exit-codes`).",
+      "trainlet"};
+  app.set_version_flag("--version", std::string("trainlet ") + TRAINLET_VERSION);
+  app.footer(
+      "Every flag is also TRAINLET_<FLAG> in the environment (e.g. TRAINLET_NNODES).\n"
+      "Examples:\n"
+      "  trainlet --nnodes 4 --nproc-per-node 8 -- python3 train.py\n"
+      "  trainlet local --nnodes 2 --nproc-per-node 2 -- python3 train.py\n"
+      "  trainlet exit-codes");
+  Flags flags, local_flags;
+  AddAgentFlags(app, flags, false);
+  app.add_option("command", flags.command, "the trainer command, after --");
+
+  CLI::App* local = app.add_subcommand(
+      "local", "run a whole gang on this machine: N agents over loopback, same code paths");
+  AddAgentFlags(*local, local_flags, true);
+  local->add_option("command", local_flags.command, "the trainer command, after --");
+  CLI::App* exit_codes = app.add_subcommand("exit-codes", "print the exit-code contract");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --version
+  } catch (const CLI::ParseError& e) {
+    return ConfigError(e.what());
+  }
+
+  if (exit_codes->parsed()) {
+    PrintExitCodes();
+    return 0;
+  }
+  const auto env = Environment();
+  const bool is_local = local->parsed();
+  Flags& f = is_local ? local_flags : flags;
+  ConfigureLogging(f.log_level);
+  if (!f.log_level.empty() && spdlog::level::from_str(f.log_level) == spdlog::level::off &&
+      f.log_level != "off") {
+    return ConfigError("--log-level='" + f.log_level + "' is not one of trace, debug, info, "
+                       "warn, error, off");
+  }
+  if (f.command.empty()) {
+    return ConfigError("no trainer command: give it after --, e.g. trainlet -- python3 train.py");
+  }
+  auto grace = ParseSeconds("--grace-period", f.grace_period);
+  if (!grace.ok()) return ConfigError(grace.status().message());
+  auto rdzv_timeout = ParseSeconds("--rdzv-timeout", f.rdzv_timeout);
+  if (!rdzv_timeout.ok()) return ConfigError(rdzv_timeout.status().message());
+
+  if (is_local) {
+    LocalOptions lo;
+    auto nnodes = ParseCount("--nnodes", f.nnodes.empty() ? "1" : f.nnodes, 4096);
+    if (!nnodes.ok()) return ConfigError(nnodes.status().message());
+    auto nproc = ParseCount("--nproc-per-node", f.nproc_per_node.empty() ? "1" : f.nproc_per_node,
+                            1024);
+    if (!nproc.ok()) return ConfigError(nproc.status().message());
+    if (*nnodes == 0 || *nproc == 0) return ConfigError("--nnodes and --nproc-per-node must be >= 1");
+    lo.nnodes = *nnodes;
+    lo.nproc_per_node = *nproc;
+    lo.command = f.command;
+    lo.grace = *grace;
+    lo.rdzv_timeout = f.opts.at("rdzv-timeout")->count() > 0 ? *rdzv_timeout
+                                                             : std::chrono::milliseconds(60'000);
+    lo.log_level = f.log_level.empty() ? spdlog::level::to_string_view(spdlog::get_level()).data()
+                                       : f.log_level;
+    lo.self_exe = SelfExe();
+    return RunLocal(lo);
+  }
+
+  IdentityInputs in;
+  in.node_rank = Given(f, "node-rank", env, &f.node_rank);
+  in.nnodes = Given(f, "nnodes", env, &f.nnodes);
+  in.nproc_per_node = Given(f, "nproc-per-node", env, &f.nproc_per_node);
+  in.master_addr = Given(f, "master-addr", env, &f.master_addr);
+  in.job_id = Given(f, "job-id", env, &f.job_id);
+  in.podinfo_file = f.podinfo_file;
+  in.env = env;
+  utsname u{};
+  ::uname(&u);
+  in.hostname = u.nodename;
+  in.etc_hosts = ReadFile("/etc/hosts").value_or("");
+  in.read_file = ReadFile;
+  auto identity = ResolveIdentity(in);
+  if (!identity.ok()) return ConfigError(identity.status().message());
+
+  PodOptions po;
+  po.identity = *identity;
+  po.command = f.command;
+  auto rdzv_port = ParsePort("--rdzv-port", f.rdzv_port);
+  if (!rdzv_port.ok()) return ConfigError(rdzv_port.status().message());
+  auto master_port = ParsePort(
+      "--master-port", Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT")
+                           .value_or(f.master_port));
+  if (!master_port.ok()) return ConfigError(master_port.status().message());
+  po.rdzv_port = *rdzv_port;
+  po.master_port = *master_port;
+  po.rdzv_timeout = *rdzv_timeout;
+  po.grace = *grace;
+  po.env = env;
+  return RunPod(po);
+}
+
+}  // namespace trainlet::agent

@@ -1,0 +1,113 @@
+#include "trainlet/agent/local.h"
+
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+
+#include <boost/asio/io_context.hpp>
+#include <spdlog/spdlog.h>
+
+#include "trainlet/agent/signals.h"
+#include "trainlet/agent/supervisor.h"
+#include "trainlet/exitcodes/exit_code.h"
+
+extern char** environ;
+
+namespace trainlet::agent {
+
+namespace {
+
+// A currently free TCP port on the loopback interface (the kernel's choice).
+// There is a window before the agent binds it; acceptable for local runs only.
+std::uint16_t FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  std::uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+}  // namespace
+
+int RunLocal(const LocalOptions& o) {
+  if (::getpid() != 1) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  const std::uint16_t rdzv_port = FreeLoopbackPort();
+  const std::uint16_t master_port = FreeLoopbackPort();
+  if (rdzv_port == 0 || master_port == 0) {
+    spdlog::error("exit {}: no free loopback port", exitcodes::kExitInfra);
+    return exitcodes::kExitInfra;
+  }
+  // The agents' environment: ours, without the per-pod inputs that would
+  // contradict the flags below.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    std::string name = kv.substr(0, kv.find('='));
+    if (name == "JOB_COMPLETION_INDEX" || name == "MASTER_ADDR" || name.starts_with("PET_") ||
+        name.starts_with("TRAINLET_")) {
+      continue;
+    }
+    env.push_back(kv);
+  }
+  const std::string job_id = "local-" + std::to_string(::getpid());
+  std::vector<WorkerSpec> agents;
+  for (std::uint32_t i = 0; i < o.nnodes; ++i) {
+    std::vector<std::string> argv = {
+        o.self_exe,          "--nnodes",       std::to_string(o.nnodes),
+        "--nproc-per-node",  std::to_string(o.nproc_per_node),
+        "--node-rank",       std::to_string(i),
+        "--master-addr",     "127.0.0.1",
+        "--rdzv-port",       std::to_string(rdzv_port),
+        "--master-port",     std::to_string(master_port),
+        "--job-id",          job_id,
+        "--grace-period",    std::to_string(o.grace.count() / 1000.0),
+        "--rdzv-timeout",    std::to_string(o.rdzv_timeout.count() / 1000.0),
+        "--log-level",       o.log_level,
+        "--"};
+    argv.insert(argv.end(), o.command.begin(), o.command.end());
+    agents.push_back({argv, env, ""});
+  }
+  spdlog::info("local: {} pod(s) x {} worker(s), rendezvous on 127.0.0.1:{}", o.nnodes,
+               o.nproc_per_node, rdzv_port);
+
+  boost::asio::io_context io;
+  int exit_code = 0;
+  SupervisorOptions so;
+  so.capture_output = false;  // the agents prefix their workers' lines already
+  // The agents need their own grace period to stop their workers first.
+  so.grace = o.grace + std::chrono::seconds(2);
+  Supervisor supervisor(io.get_executor(), so, [&](SupervisorResult r) {
+    exit_code = r.exit_code;
+    io.stop();
+  });
+  auto signals = SignalSource::Create(io.get_executor(), [&](int signo) {
+    if (signo == SIGCHLD) {
+      supervisor.Reap();
+    } else {
+      supervisor.OnSignal(signo);
+    }
+  });
+  if (!signals.ok()) {
+    spdlog::error("exit {}: {}", exitcodes::kExitInfra, signals.status().ToString());
+    return exitcodes::kExitInfra;
+  }
+  if (auto s = supervisor.Start(std::move(agents)); !s.ok()) {
+    spdlog::error("exit {}: {}", exitcodes::DefaultExitCode(s.failure_class()), s.ToString());
+    return exitcodes::DefaultExitCode(s.failure_class());
+  }
+  io.run();
+  spdlog::info("local: exit {}", exit_code);
+  return exit_code;
+}
+
+}  // namespace trainlet::agent

@@ -1,0 +1,274 @@
+#include "trainlet/agent/pod.h"
+
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "trainlet/agent/signals.h"
+#include "trainlet/agent/supervisor.h"
+#include "trainlet/exitcodes/exit_code.h"
+#include "trainlet/rendezvous/leader.h"
+#include "trainlet/rendezvous/member.h"
+
+namespace trainlet::agent {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using exitcodes::Result;
+using exitcodes::Status;
+
+std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
+                                           const WorkerPlacement& p) {
+  std::map<std::string, std::string> env = base;
+  const std::uint32_t rank = p.rank_base + p.local_rank;
+  auto set = [&env](const std::string& k, const std::string& v) { env[k] = v; };
+  set("RANK", std::to_string(rank));
+  set("LOCAL_RANK", std::to_string(p.local_rank));
+  set("WORLD_SIZE", std::to_string(p.world_size));
+  set("LOCAL_WORLD_SIZE", std::to_string(p.nproc_per_node));
+  set("GROUP_RANK", std::to_string(p.group_rank));
+  set("GROUP_WORLD_SIZE", std::to_string(p.nnodes));
+  set("ROLE_NAME", "default");
+  set("ROLE_RANK", std::to_string(rank));
+  set("ROLE_WORLD_SIZE", std::to_string(p.world_size));
+  set("MASTER_ADDR", p.master_addr);
+  set("MASTER_PORT", std::to_string(p.master_port));
+  set("TORCHELASTIC_RUN_ID", p.run_id);
+  set("TORCHELASTIC_RESTART_COUNT", "0");
+  set("TORCHELASTIC_MAX_RESTARTS", "0");
+  // The trainers' rank 0 hosts the store itself (init_process_group env://).
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);
+  // torchrun's default: several workers per pod would otherwise oversubscribe.
+  if (p.nproc_per_node > 1 && !env.contains("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+namespace {
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// One pod's run. Lives on the stack of RunPod; every callback runs on `io`.
+class Pod {
+ public:
+  explicit Pod(const PodOptions& o) : options_(o), deadline_timer_(io_) {}
+
+  int Run() {
+    started_ = Clock::now();
+    const PodIdentity& id = options_.identity;
+    if (::getpid() != 1) {
+      // Orphaned grandchildren are re-parented to us instead of to the real
+      // init, so we can reap them (prctl(2), PR_SET_CHILD_SUBREAPER).
+      ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    }
+    spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}', {}", id.index,
+                 id.nnodes, id.index_source, id.nproc_per_node, id.job_id,
+                 ::getpid() == 1 ? "PID 1" : "child subreaper");
+    auto signals = SignalSource::Create(io_.get_executor(), [this](int s) { OnSignal(s); });
+    if (!signals.ok()) return Fail(signals.status());
+    signals_ = std::move(signals).value();
+
+    if (Status s = StartRendezvous(); !s.ok()) return Fail(s);
+    io_.run();
+    return exit_code_;
+  }
+
+ private:
+  Status StartRendezvous() {
+    const PodIdentity& id = options_.identity;
+    rendezvous::wire::Hello hello;
+    hello.job_id = id.job_id;
+    hello.index = id.index;
+    hello.nproc_per_node = id.nproc_per_node;
+    hello.config = {{"nnodes", std::to_string(id.nnodes)},
+                    {"nproc_per_node", std::to_string(id.nproc_per_node)},
+                    {"master_port", std::to_string(options_.master_port)}};
+    hello.fingerprint = rendezvous::wire::Fingerprint(hello.config);
+    auto on_assignment = [this](Result<rendezvous::wire::Assignment> a) { OnAssignment(a); };
+
+    deadline_timer_.expires_after(options_.rdzv_timeout);
+    deadline_timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec || supervisor_) return;
+      std::string missing;
+      if (leader_) {
+        for (auto i : leader_->missing()) missing += (missing.empty() ? "" : ",") + std::to_string(i);
+        Finish(Status::Infra("rendezvous timed out after " +
+                             std::to_string(options_.rdzv_timeout.count() / 1000) + " s: " +
+                             std::to_string(leader_->admitted()) + " of " +
+                             std::to_string(options_.identity.nnodes) +
+                             " pods joined; missing indices " + missing));
+      }
+      // Members time out through their own deadline (same instant) with details.
+    });
+
+    if (id.is_leader()) {
+      rendezvous::LeaderOptions lo;
+      lo.nnodes = id.nnodes;
+      lo.master_port = options_.master_port;
+      lo.run_id = id.job_id;
+      auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
+      if (!leader.ok()) return leader.status();
+      leader_ = std::move(leader).value();
+      leader_->Start(hello, on_assignment);
+      return Status::Ok();
+    }
+    rendezvous::MemberOptions mo;
+    mo.leader_host = id.leader_host;
+    mo.port = options_.rdzv_port;
+    mo.hello = hello;
+    mo.deadline = started_ + options_.rdzv_timeout;
+    mo.seed = static_cast<std::uint64_t>(::getpid()) ^
+              static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+    spdlog::info("joining leader {} port {} ({})", id.leader_host, options_.rdzv_port,
+                 id.leader_source);
+    auto member = rendezvous::Member::Create(io_.get_executor(), mo);
+    if (!member.ok()) return member.status();
+    member_ = std::move(member).value();
+    member_->Start(on_assignment);
+    return Status::Ok();
+  }
+
+  void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
+    deadline_timer_.cancel();
+    if (!result.ok()) {
+      Finish(result.status());
+      return;
+    }
+    const auto& a = *result;
+    const PodIdentity& id = options_.identity;
+    spdlog::info("rendezvous {:.1f} ms: generation {}, world size {}, ranks {}..{}, "
+                 "MASTER_ADDR={} MASTER_PORT={}",
+                 Ms(Clock::now() - started_), a.generation, a.world_size, a.rank_base,
+                 a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port);
+
+    std::string error_dir = MakeErrorDir();
+    std::vector<WorkerSpec> specs;
+    for (std::uint32_t lr = 0; lr < id.nproc_per_node; ++lr) {
+      WorkerPlacement p{.local_rank = lr,
+                        .nproc_per_node = id.nproc_per_node,
+                        .group_rank = id.index,
+                        .nnodes = a.nnodes,
+                        .rank_base = a.rank_base,
+                        .world_size = a.world_size,
+                        .master_addr = a.master_addr,
+                        .master_port = a.master_port,
+                        .run_id = a.run_id,
+                        .error_file = error_dir.empty()
+                                          ? ""
+                                          : error_dir + "/error-" + std::to_string(lr) + ".json"};
+      specs.push_back({options_.command, WorkerEnvironment(options_.env, p),
+                       "[rank" + std::to_string(a.rank_base + lr) + "]: "});
+    }
+    SupervisorOptions so;
+    so.grace = options_.grace;
+    supervisor_ = std::make_unique<Supervisor>(
+        io_.get_executor(), so, [this](SupervisorResult r) { OnWorkersDone(r); });
+    if (Status s = supervisor_->Start(std::move(specs)); !s.ok()) {
+      supervisor_.reset();
+      Finish(s);
+      return;
+    }
+    spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
+                 Ms(Clock::now() - started_));
+  }
+
+  std::string MakeErrorDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "trainlet-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) return "";
+    error_dir_ = tmpl;
+    return tmpl;
+  }
+
+  void OnWorkersDone(const SupervisorResult& r) {
+    if (r.first_failure) {
+      spdlog::error("exit {}: local rank {} failed first ({}){}", r.exit_code,
+                    r.first_failure->local_rank, r.first_failure->exit.Describe(),
+                    r.collateral > 0
+                        ? "; " + std::to_string(r.collateral) + " worker(s) stopped by trainlet"
+                        : "");
+    } else if (r.stop_signal) {
+      spdlog::warn("exit {}: stopped by {}", r.exit_code, exitcodes::SignalName(*r.stop_signal));
+    } else {
+      spdlog::info("exit 0: every worker finished ({:.1f} s)",
+                   Ms(Clock::now() - started_) / 1000);
+    }
+    exit_code_ = r.exit_code;
+    Stop();
+  }
+
+  void OnSignal(int signo) {
+    if (supervisor_) {
+      if (signo == SIGCHLD) {
+        supervisor_->Reap();
+      } else {
+        supervisor_->OnSignal(signo);
+      }
+      return;
+    }
+    if (signo == SIGCHLD) {
+      (void)ReapOrphans();
+    } else if (signo == SIGTERM || signo == SIGINT) {
+      // No worker runs yet: nothing to forward, nothing to wait for.
+      Finish(Status(exitcodes::FailureClass::kTerminated,
+                    "received " + exitcodes::SignalName(signo) + " before the workers started"),
+             128 + signo);
+    } else {
+      spdlog::debug("ignoring {} before the workers started", exitcodes::SignalName(signo));
+    }
+  }
+
+  void Finish(const Status& s, std::optional<int> code = std::nullopt) {
+    exit_code_ = code.value_or(exitcodes::DefaultExitCode(s.failure_class()));
+    spdlog::error("exit {}: {}", exit_code_, s.ToString());
+    Stop();
+  }
+
+  void Stop() {
+    if (member_) member_->Close();
+    if (leader_) leader_->Close();
+    deadline_timer_.cancel();
+    if (signals_) signals_->Close();
+    if (!error_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(error_dir_, ec);
+    }
+    io_.stop();
+  }
+
+  int Fail(const Status& s) {
+    Finish(s);
+    return exit_code_;
+  }
+
+  const PodOptions& options_;
+  asio::io_context io_;
+  asio::steady_timer deadline_timer_;
+  Clock::time_point started_;
+  std::unique_ptr<SignalSource> signals_;
+  std::shared_ptr<rendezvous::Leader> leader_;
+  std::shared_ptr<rendezvous::Member> member_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::string error_dir_;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+int RunPod(const PodOptions& options) {
+  Pod pod(options);
+  return pod.Run();
+}
+
+}  // namespace trainlet::agent

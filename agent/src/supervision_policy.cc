@@ -1,0 +1,90 @@
+#include "trainlet/agent/supervision_policy.h"
+
+#include <csignal>
+
+namespace trainlet::agent {
+
+SupervisionPolicy::SupervisionPolicy(int workers) : alive_(workers), exited_(workers, false) {}
+
+bool SupervisionPolicy::IsStopSignal(int signo) { return signo == SIGTERM || signo == SIGINT; }
+
+bool SupervisionPolicy::IsForwarded(int signo) {
+  switch (signo) {
+    case SIGTERM: case SIGINT: case SIGHUP: case SIGQUIT:
+    case SIGUSR1: case SIGUSR2: case SIGWINCH:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Actions SupervisionPolicy::BeginStop(std::string why) {
+  phase_ = Phase::kStopping;
+  Actions a;
+  a.terminate_all = true;
+  a.start_grace_timer = true;
+  a.log = std::move(why);
+  return a;
+}
+
+int SupervisionPolicy::ExitCode() const {
+  if (first_failure_) return first_failure_->exit.code();
+  if (stop_signal_) return 128 + *stop_signal_;
+  return 0;
+}
+
+Actions SupervisionPolicy::On(const Event& e) {
+  if (phase_ == Phase::kDone) return {};
+  if (const auto* w = std::get_if<event::WorkerExited>(&e)) {
+    if (w->local_rank < 0 || w->local_rank >= static_cast<int>(exited_.size()) ||
+        exited_[w->local_rank]) {
+      return {};
+    }
+    exited_[w->local_rank] = true;
+    --alive_;
+    if (phase_ == Phase::kRunning) {
+      if (!w->exit.success()) {
+        first_failure_ = FirstFailure{w->local_rank, w->exit};
+        return BeginStop("local rank " + std::to_string(w->local_rank) + " failed (" +
+                         w->exit.Describe() + "); stopping the other workers");
+      }
+      if (alive_ == 0) {
+        // Every worker finished: leftovers (background helpers, orphans) get
+        // TERM and the grace period before KILL.
+        return BeginStop("");
+      }
+      return {};
+    }
+    if (!w->exit.success()) ++collateral_;
+    return {};
+  }
+  if (const auto* s = std::get_if<event::Signal>(&e)) {
+    if (!IsForwarded(s->signo)) return {};
+    Actions a;
+    if (IsStopSignal(s->signo) && !stop_signal_ && !first_failure_ && alive_ > 0) {
+      stop_signal_ = s->signo;
+      a = BeginStop("received " + exitcodes::SignalName(s->signo) +
+                    "; stopping the workers (grace period running)");
+    }
+    a.forward_signal = s->signo;
+    return a;
+  }
+  if (std::holds_alternative<event::GraceExpired>(e)) {
+    if (phase_ != Phase::kStopping) return {};
+    phase_ = Phase::kKilling;
+    Actions a;
+    a.kill_all = true;
+    a.log = "grace period over; killing what remains";
+    return a;
+  }
+  if (std::holds_alternative<event::NoChildrenLeft>(e)) {
+    if (alive_ > 0 || phase_ == Phase::kRunning) return {};
+    phase_ = Phase::kDone;
+    Actions a;
+    a.exit_code = ExitCode();
+    return a;
+  }
+  return {};
+}
+
+}  // namespace trainlet::agent

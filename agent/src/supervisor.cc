@@ -1,0 +1,447 @@
+#include "trainlet/agent/supervisor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include "trainlet/exitcodes/exit_code.h"
+
+namespace trainlet::agent {
+
+namespace asio = boost::asio;
+using exitcodes::Status;
+
+namespace {
+
+constexpr std::size_t kMaxLine = 64 * 1024;  // longer lines are split, never dropped
+
+// Writes all of `data` to `fd`, waiting out EAGAIN (a non-blocking stdout shared
+// with another process) and EINTR. Output is best effort: EPIPE drops it.
+void WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n > 0) {
+      data.remove_prefix(static_cast<std::size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 1000);
+    } else {
+      return;
+    }
+  }
+}
+
+std::string Comm(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (char& c : cmd) {
+    if (c == '\0') c = ' ';
+  }
+  while (!cmd.empty() && cmd.back() == ' ') cmd.pop_back();
+  return cmd.empty() ? "?" : cmd.substr(0, 120);
+}
+
+}  // namespace
+
+std::vector<pid_t> ListDescendants(pid_t root, bool children_only) {
+  std::multimap<pid_t, pid_t> children;  // ppid -> pid
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (pid <= 0 || *end != '\0') continue;
+      std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      // Fields after the command (which may contain spaces and parentheses).
+      auto close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(stat.substr(close + 1));
+      char state;
+      long ppid;
+      if (!(rest >> state >> ppid)) continue;
+      children.emplace(static_cast<pid_t>(ppid), static_cast<pid_t>(pid));
+    }
+    ::closedir(d);
+  }
+  std::vector<pid_t> out;
+  std::vector<pid_t> frontier{root};
+  while (!frontier.empty()) {
+    pid_t p = frontier.back();
+    frontier.pop_back();
+    auto [lo, hi] = children.equal_range(p);
+    for (auto it = lo; it != hi; ++it) {
+      out.push_back(it->second);
+      if (!children_only) frontier.push_back(it->second);
+    }
+  }
+  return out;
+}
+
+bool ReapOrphans() {
+  for (;;) {
+    int status;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      spdlog::debug("reaped orphan pid {} ({})",
+                    pid, exitcodes::WorkerExit::FromWaitStatus(status).Describe());
+      continue;
+    }
+    if (pid < 0 && errno == EINTR) continue;
+    return pid < 0 && errno == ECHILD;
+  }
+}
+
+// Copies one worker stream to one of the agent's fds, line by line, with a prefix.
+struct OutputPump : std::enable_shared_from_this<OutputPump> {
+  OutputPump(asio::any_io_executor ex, int read_fd, int out_fd, std::string prefix)
+      : stream(ex, read_fd), out_fd(out_fd), prefix(std::move(prefix)) {}
+  asio::posix::stream_descriptor stream;
+  int out_fd;
+  std::string prefix;
+  std::string partial;
+  std::array<char, 64 * 1024> buf{};
+  bool open = true;
+  std::function<void()> on_close;
+
+  void Read() {
+    stream.async_read_some(asio::buffer(buf), [self = shared_from_this()](
+                                                  boost::system::error_code ec, std::size_t n) {
+      if (ec || n == 0) {
+        self->Flush();
+        return;
+      }
+      self->Consume(std::string_view(self->buf.data(), n));
+      self->Read();
+    });
+  }
+
+  void Consume(std::string_view data) {
+    std::string out;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i < data.size(); ++i) {
+      if (data[i] != '\n') continue;
+      out += prefix;
+      out += partial;
+      out.append(data.substr(start, i - start));
+      out += '\n';
+      partial.clear();
+      start = i + 1;
+    }
+    partial.append(data.substr(start));
+    if (partial.size() >= kMaxLine) {
+      out += prefix + partial + '\n';
+      partial.clear();
+    }
+    if (!out.empty()) WriteAll(out_fd, out);
+  }
+
+  void Flush() {
+    if (!open) return;
+    open = false;
+    if (!partial.empty()) WriteAll(out_fd, prefix + partial + '\n');
+    partial.clear();
+    boost::system::error_code ignored;
+    stream.close(ignored);
+    if (on_close) asio::post(stream.get_executor(), on_close);
+  }
+};
+
+struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
+  Impl(asio::any_io_executor ex, SupervisorOptions opts, Done d)
+      : executor(ex), options(opts), done(std::move(d)), grace_timer(ex), sweep_timer(ex),
+        drain_timer(ex) {}
+
+  struct Worker {
+    pid_t pid;
+    int local_rank;
+    bool exited = false;
+  };
+
+  asio::any_io_executor executor;
+  SupervisorOptions options;
+  Done done;
+  std::optional<SupervisionPolicy> policy;
+  std::vector<Worker> workers;
+  std::vector<std::shared_ptr<OutputPump>> pumps;
+  int open_pumps = 0;
+  asio::steady_timer grace_timer;
+  asio::steady_timer sweep_timer;
+  asio::steady_timer drain_timer;
+  bool grace_armed = false;
+  bool no_children = false;
+  bool drain_gave_up = false;
+  bool finished = false;
+
+  void Apply(const Actions& a);
+  void SignalGroups(int signo);
+  void SignalAll(int signo, bool log_leftovers);
+  void Sweep();
+  void CheckDone();
+  void Reap();
+};
+
+void Supervisor::Impl::SignalGroups(int signo) {
+  for (const Worker& w : workers) {
+    // Each worker leads its own process group (POSIX_SPAWN_SETPGROUP), so this
+    // reaches the processes it started too. ESRCH: the group is gone already.
+    ::kill(-w.pid, signo);
+  }
+}
+
+void Supervisor::Impl::SignalAll(int signo, bool log_leftovers) {
+  SignalGroups(signo);
+  // Beyond the workers' groups: for SIGTERM, our other children (orphans this
+  // PID 1 / child subreaper adopted, daemons that left their group), each told
+  // once, leaving deeper processes to their own parents; SIGKILL reaches every
+  // descendant.
+  const bool everything = signo == SIGKILL;
+  for (pid_t pid : ListDescendants(::getpid(), /*children_only=*/!everything)) {
+    if (!everything) {
+      pid_t group = ::getpgid(pid);
+      bool in_worker_group = false;
+      for (const Worker& w : workers) in_worker_group |= group == w.pid;
+      if (in_worker_group) continue;
+    }
+    if (log_leftovers) {
+      spdlog::info("leftover process pid {} ({}): sending {}", pid, Comm(pid),
+                   exitcodes::SignalName(signo));
+    }
+    ::kill(pid, signo);
+  }
+}
+
+// After KILL, keep sweeping: a process may have forked between the scan and
+// the signal.
+void Supervisor::Impl::Sweep() {
+  sweep_timer.expires_after(std::chrono::milliseconds(100));
+  sweep_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->finished) return;
+    self->SignalAll(SIGKILL, false);
+    self->Sweep();
+  });
+}
+
+void Supervisor::Impl::Apply(const Actions& a) {
+  if (!a.log.empty()) spdlog::info("{}", a.log);
+  if (a.forward_signal) {
+    spdlog::debug("forwarding {} to {} worker group(s)", exitcodes::SignalName(*a.forward_signal),
+                  workers.size());
+    SignalGroups(*a.forward_signal);
+  }
+  if (a.terminate_all) {
+    bool all_exited = policy->workers_alive() == 0;
+    SignalAll(SIGTERM, all_exited);
+  }
+  if (a.start_grace_timer && !grace_armed) {
+    grace_armed = true;
+    grace_timer.expires_after(options.grace);
+    grace_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->finished) return;
+      self->Apply(self->policy->On(event::GraceExpired{}));
+    });
+  }
+  if (a.kill_all) {
+    SignalAll(SIGKILL, true);
+    Sweep();
+  }
+  if (a.exit_code) {
+    finished = true;
+    grace_timer.cancel();
+    sweep_timer.cancel();
+    drain_timer.cancel();
+    SupervisorResult r;
+    r.exit_code = *a.exit_code;
+    r.first_failure = policy->first_failure();
+    r.stop_signal = policy->stop_signal();
+    r.collateral = policy->collateral();
+    asio::post(executor, [d = done, r] { d(r); });
+    return;
+  }
+  CheckDone();
+}
+
+void Supervisor::Impl::CheckDone() {
+  if (finished || !no_children || policy->phase() == Phase::kRunning) return;
+  if (open_pumps > 0 && !drain_gave_up) {
+    // Every child is gone, so the pipes reach EOF as soon as the kernel has
+    // handed us what is buffered; bound the wait in case something outside the
+    // process tree inherited a write end.
+    drain_timer.expires_after(std::chrono::seconds(2));
+    drain_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+      if (ec || self->finished) return;
+      spdlog::warn("worker output still open after every child exited; not waiting for it");
+      self->drain_gave_up = true;
+      self->CheckDone();
+    });
+    return;
+  }
+  Apply(policy->On(event::NoChildrenLeft{}));
+}
+
+void Supervisor::Impl::Reap() {
+  for (;;) {
+    int status;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid < 0) {
+      no_children = errno == ECHILD;
+      break;
+    }
+    if (pid == 0) {
+      no_children = false;
+      break;
+    }
+    auto exit = exitcodes::WorkerExit::FromWaitStatus(status);
+    bool known = false;
+    for (Worker& w : workers) {
+      if (w.pid != pid || w.exited) continue;
+      w.exited = true;
+      known = true;
+      spdlog::log(exit.success() ? spdlog::level::debug : spdlog::level::info,
+                  "worker local rank {} (pid {}) exited: {}", w.local_rank, pid, exit.Describe());
+      if (!finished) Apply(policy->On(event::WorkerExited{w.local_rank, exit}));
+    }
+    if (!known) spdlog::debug("reaped pid {} ({})", pid, exit.Describe());
+  }
+  CheckDone();
+}
+
+Supervisor::Supervisor(asio::any_io_executor executor, SupervisorOptions options, Done done)
+    : impl_(std::make_shared<Impl>(executor, options, std::move(done))) {}
+
+Supervisor::~Supervisor() {
+  impl_->finished = true;
+  impl_->grace_timer.cancel();
+  impl_->sweep_timer.cancel();
+  impl_->drain_timer.cancel();
+  for (auto& p : impl_->pumps) p->on_close = nullptr;
+}
+
+std::vector<pid_t> Supervisor::worker_pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& w : impl_->workers) pids.push_back(w.pid);
+  return pids;
+}
+
+void Supervisor::OnSignal(int signo) {
+  if (impl_->finished || !impl_->policy) return;
+  impl_->Apply(impl_->policy->On(event::Signal{signo}));
+}
+
+void Supervisor::Reap() {
+  if (impl_->policy) {
+    impl_->Reap();
+  } else {
+    (void)ReapOrphans();
+  }
+}
+
+Status Supervisor::Start(std::vector<WorkerSpec> specs) {
+  Impl& im = *impl_;
+  im.policy.emplace(static_cast<int>(specs.size()));
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty, all;
+  sigemptyset(&empty);
+  sigfillset(&all);
+  sigdelset(&all, SIGKILL);
+  sigdelset(&all, SIGSTOP);
+  // A fresh process group, the default signal mask (ours blocks everything we
+  // consume through signalfd) and default dispositions (we ignore SIGPIPE).
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &all);
+
+  Status result;
+  for (std::size_t rank = 0; rank < specs.size(); ++rank) {
+    const WorkerSpec& spec = specs[rank];
+    std::vector<char*> argv, envp;
+    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    if (im.options.capture_output) {
+      if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+        result = Status::Infra(std::string("pipe: ") + std::strerror(errno));
+        posix_spawn_file_actions_destroy(&fa);
+        break;
+      }
+      posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+      posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
+    }
+    pid_t pid = -1;
+    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (im.options.capture_output) {
+      ::close(out[1]);
+      ::close(err[1]);
+    }
+    if (rc != 0) {
+      if (im.options.capture_output) {
+        ::close(out[0]);
+        ::close(err[0]);
+      }
+      result = Status::Config("cannot execute the trainer command '" + spec.argv[0] +
+                              "': " + std::strerror(rc) +
+                              (rc == ENOENT ? " (not found in PATH)" : ""));
+      break;
+    }
+    im.workers.push_back({pid, static_cast<int>(rank)});
+    if (im.options.capture_output) {
+      for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
+        auto pump = std::make_shared<OutputPump>(im.executor, fd, target, spec.prefix);
+        ++im.open_pumps;
+        pump->on_close = [weak = std::weak_ptr<Impl>(impl_)] {
+          if (auto im = weak.lock()) {
+            --im->open_pumps;
+            im->CheckDone();
+          }
+        };
+        im.pumps.push_back(pump);
+        pump->Read();
+      }
+    }
+  }
+  posix_spawnattr_destroy(&attr);
+  if (!result.ok()) {
+    // Start-up failed part way: nothing of this attempt may survive it.
+    for (auto& w : im.workers) ::kill(-w.pid, SIGKILL);
+    for (auto& w : im.workers) ::waitpid(w.pid, nullptr, 0);
+    im.finished = true;
+    for (auto& p : im.pumps) {
+      p->on_close = nullptr;
+      boost::system::error_code ignored;
+      p->stream.close(ignored);
+    }
+    im.pumps.clear();
+    im.workers.clear();
+  }
+  return result;
+}
+
+}  // namespace trainlet::agent

@@ -1,0 +1,66 @@
+#include "trainlet/exitcodes/exit_code.h"
+
+#include <string.h>
+#include <sys/wait.h>
+
+#include <csignal>
+
+namespace trainlet::exitcodes {
+
+int DefaultExitCode(FailureClass c) {
+  switch (c) {
+    case FailureClass::kOk: return kExitOk;
+    case FailureClass::kBug: return kExitBug;
+    case FailureClass::kConfig: return kExitConfig;
+    case FailureClass::kInfra: return kExitInfra;
+    case FailureClass::kHardware: return kExitHardware;
+    case FailureClass::kPeerFailed: return kExitPeerFailed;
+    case FailureClass::kOom: return kExitOom;
+    case FailureClass::kTerminated: return kExitTerminated;
+    case FailureClass::kWorker: return 1;
+  }
+  return 1;
+}
+
+const std::vector<ContractRow>& ContractTable() {
+  static const std::vector<ContractRow> table = {
+      {FailureClass::kOk, kExitOk, "every local worker exited 0 and no stop was requested"},
+      {FailureClass::kBug, kExitBug, "software defect: a worker exited 42 (retrying cannot help)"},
+      {FailureClass::kConfig, kExitConfig,
+       "trainlet's own input is invalid (env, flags, command not found): retrying cannot help"},
+      {FailureClass::kInfra, kExitInfra,
+       "retriable infrastructure fault: DNS, leader unreachable, rendezvous timeout"},
+      {FailureClass::kHardware, kExitHardware, "GPU or driver fault"},
+      {FailureClass::kPeerFailed, kExitPeerFailed, "another pod of the gang failed"},
+      {FailureClass::kOom, kExitOom, "a worker was killed by the memory cgroup's OOM killer"},
+      {FailureClass::kTerminated, kExitTerminated,
+       "trainlet received SIGTERM (preemption, eviction, deletion)"},
+      {FailureClass::kWorker, -1, "any other worker failure: the worker's code, or 128+signal"},
+  };
+  return table;
+}
+
+WorkerExit WorkerExit::FromWaitStatus(int wait_status) {
+  WorkerExit e;
+  if (WIFSIGNALED(wait_status)) {
+    e.signaled = true;
+    e.signal = WTERMSIG(wait_status);
+  } else if (WIFEXITED(wait_status)) {
+    e.exit_status = WEXITSTATUS(wait_status);
+  }
+  return e;
+}
+
+std::string WorkerExit::Describe() const {
+  if (!signaled) return "exit " + std::to_string(exit_status);
+  return "signal " + SignalName(signal) + " (" + std::to_string(signal) + ")";
+}
+
+std::string SignalName(int signo) {
+  // sigabbrev_np (glibc >= 2.32) gives "SEGV" for 11, without the "SIG" prefix.
+  const char* abbrev = sigabbrev_np(signo);
+  if (abbrev == nullptr) return "SIG" + std::to_string(signo);
+  return std::string("SIG") + abbrev;
+}
+
+}  // namespace trainlet::exitcodes

@@ -1,0 +1,87 @@
+// trainlet/rendezvous/leader.h — the leader side of the gang rendezvous.
+//
+// Runs in the pod with completion index 0. It listens on the rendezvous port,
+// admits exactly one member per index whose hello matches its own job, attempt
+// and launch configuration, and once every pod is in, sends each member its
+// Assignment (global ranks, world size, where the trainers' store listens).
+// The leader's own pod joins in-process through Start(); members join over TCP.
+// Admitted connections stay open for the life of the Leader.
+//
+// Thread rules: all methods and callbacks run on the executor given at creation,
+// which must be a single-threaded event loop (the agent's).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include "trainlet/exitcodes/status.h"
+#include "trainlet/rendezvous/wire.h"
+
+namespace trainlet::rendezvous {
+
+struct LeaderOptions {
+  std::uint32_t nnodes = 1;         // pods in the gang, the leader's own included
+  std::uint16_t master_port = 29500;  // MASTER_PORT handed to every trainer
+  std::string run_id;               // TORCHELASTIC_RUN_ID
+  // A connection that has not sent a valid hello within this time is dropped.
+  std::chrono::milliseconds handshake_timeout{10'000};
+  // Connections allowed to be mid-handshake at once; beyond it new ones are closed.
+  std::size_t max_pending_handshakes = 256;
+};
+
+class Leader : public std::enable_shared_from_this<Leader> {
+ public:
+  using Done = std::function<void(exitcodes::Result<wire::Assignment>)>;
+
+  // Binds `port` on every interface (IPv6 dual-stack "[::]" with IPV6_V6ONLY off,
+  // or 0.0.0.0 where IPv6 is unavailable; SO_REUSEADDR) and listens with a backlog
+  // sized to the gang. Port 0 picks a free port (see port()). Does not accept yet.
+  // Errors: class infra ("rendezvous port 29400 is in use: ...") when binding fails.
+  [[nodiscard]] static exitcodes::Result<std::shared_ptr<Leader>> Listen(
+      boost::asio::any_io_executor executor, std::uint16_t port, LeaderOptions options);
+  ~Leader();
+
+  // The bound port (useful when Listen was given 0).
+  std::uint16_t port() const { return port_; }
+
+  // Starts admitting members. `own` is the leader pod's hello (index 0), checked
+  // like any other. `done` runs exactly once, on the executor:
+  //  - with the leader pod's own Assignment once every pod has been sent its own;
+  //  - with class config when a member's launch configuration differs from the
+  //    leader's (the member is sent a Reject naming the field first);
+  //  - never for strangers, stale attempts or duplicate indices: those members
+  //    are refused (Reject with the reason, then closed) and the leader waits on.
+  // There is no deadline here: the caller bounds the whole rendezvous.
+  void Start(wire::Hello own, Done done);
+
+  // Closes the listener and every connection; `done` is not called after this.
+  void Close();
+
+  // Members admitted so far (the leader's own pod included), for logs and tests.
+  std::uint32_t admitted() const;
+  // Indices (1..nnodes-1) not admitted yet, for the timeout message.
+  std::vector<std::uint32_t> missing() const;
+
+ private:
+  struct Conn;
+  struct Impl;
+  Leader() = default;
+  void AcceptNext();
+  void OnAccept(std::shared_ptr<Conn> conn);
+  void ReadFrom(std::shared_ptr<Conn> conn);
+  void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
+  void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject);
+  void Drop(const std::shared_ptr<Conn>& conn);
+  void MaybeAssign();
+  void Finish(exitcodes::Result<wire::Assignment> result);
+  std::unique_ptr<Impl> impl_;
+  std::uint16_t port_ = 0;
+};
+
+}  // namespace trainlet::rendezvous

@@ -1,0 +1,74 @@
+// trainlet/rendezvous/member.h — the member side of the gang rendezvous.
+//
+// Finds the leader and joins: resolve the leader's name (c-ares, every A and
+// AAAA record), connect to each address in turn, send the Hello, wait for the
+// Assignment. NXDOMAIN, SERVFAIL, DNS timeouts, refused or timed-out connects
+// and a leader that closes before assigning are all retried with capped
+// exponential backoff and jitter, re-resolving the name before every retry (a
+// restarted leader comes back with a new IP), until the overall deadline.
+// One log line per state change, not per attempt.
+//
+// Thread rules: create, Start and destroy on the thread running the executor;
+// callbacks run there too.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include "trainlet/exitcodes/status.h"
+#include "trainlet/rendezvous/backoff.h"
+#include "trainlet/rendezvous/resolver.h"
+#include "trainlet/rendezvous/wire.h"
+
+namespace trainlet::rendezvous {
+
+struct MemberOptions {
+  std::string leader_host;  // DNS name or IP literal of the leader (index 0)
+  std::uint16_t port = 29400;  // the leader's rendezvous port
+  wire::Hello hello;           // this pod's hello
+  // The whole join (resolve + connect + assignment) must finish by then.
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::milliseconds connect_timeout{3000};  // per address per attempt
+  ResolverOptions resolver;
+  BackoffOptions backoff;
+  std::uint64_t seed = 0;  // jitter seed (tests pass a fixed one)
+};
+
+class Member : public std::enable_shared_from_this<Member> {
+ public:
+  using Done = std::function<void(exitcodes::Result<wire::Assignment>)>;
+
+  // Errors: whatever Resolver::Create returns (class infra).
+  [[nodiscard]] static exitcodes::Result<std::shared_ptr<Member>> Create(
+      boost::asio::any_io_executor executor, MemberOptions options);
+  ~Member();
+
+  // Starts joining. `done` runs exactly once on the executor with:
+  //  - the Assignment (checked against this pod's hello) once the leader sends it;
+  //  - class config when the leader refuses this pod (message: the leader's reason)
+  //    or sends an assignment that contradicts the hello;
+  //  - class infra when the deadline passes first; the message names the leader,
+  //    the addresses tried, the port, the last error and the time spent.
+  void Start(Done done);
+
+  // Stops everything; `done` is not called afterwards. The connection is closed.
+  void Close();
+
+ private:
+  struct Impl;
+  Member() = default;
+  void Resolve();
+  void ConnectNext();
+  void SendHello();
+  void ReadReply();
+  void Retry(const std::string& state, const std::string& detail);
+  void Finish(exitcodes::Result<wire::Assignment> result);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainlet::rendezvous

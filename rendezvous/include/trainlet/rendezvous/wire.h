@@ -1,0 +1,102 @@
+// trainlet/rendezvous/wire.h — the rendezvous protocol's messages and framing.
+//
+// Sans-IO: bytes in, messages (or an error) out, and messages to bytes. No
+// sockets, no clocks, no allocation beyond the limits below. Every frame is
+//
+//   magic u32 | version u16 | type u16 | payload length u32 | payload
+//
+// in network byte order (RFC 1700 big-endian). Strings are a u16 length then
+// bytes; lists a u16 count then entries. Limits are checked before anything is
+// allocated, so a peer cannot make the agent reserve more than kMaxPayload.
+// Objects are not thread-safe; use one Decoder per connection.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "trainlet/exitcodes/status.h"
+
+namespace trainlet::rendezvous::wire {
+
+inline constexpr std::uint32_t kMagic = 0x544C4E54;  // "TLNT"
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::size_t kHeaderSize = 12;
+inline constexpr std::size_t kMaxPayload = 16 * 1024;  // bytes
+inline constexpr std::size_t kMaxString = 1024;        // bytes per string field
+inline constexpr std::size_t kMaxConfigEntries = 64;
+
+enum class MessageType : std::uint16_t {
+  kHello = 1,       // member -> leader: who I am and how I was launched
+  kAssignment = 2,  // leader -> member: your ranks; start your trainers
+  kReject = 3,      // leader -> member: you are not admitted, and why
+};
+
+// The launch settings every pod of a gang must agree on, as ordered key/value
+// pairs ("nnodes" -> "3"). Compared field by field so an error can name a field.
+using LaunchConfig = std::vector<std::pair<std::string, std::string>>;
+
+// FNV-1a 64 over the keys and values: equal configs give equal fingerprints.
+std::uint64_t Fingerprint(const LaunchConfig& config);
+
+struct Hello {
+  std::string job_id;              // the Job (or JobSet) this pod belongs to
+  std::uint32_t attempt = 0;       // restart attempt of the Job/JobSet
+  std::uint32_t index = 0;         // completion index of the sending pod
+  std::uint32_t nproc_per_node = 0;
+  std::uint64_t fingerprint = 0;   // Fingerprint(config)
+  LaunchConfig config;
+  bool operator==(const Hello&) const = default;
+};
+
+struct Assignment {
+  std::uint32_t generation = 0;   // rendezvous round, starts at 1
+  std::uint32_t nnodes = 0;       // pods in the gang
+  std::uint32_t world_size = 0;   // workers in the gang
+  std::uint32_t rank_base = 0;    // global rank of this pod's local rank 0
+  std::string master_addr;        // where rank 0's store listens (MASTER_ADDR)
+  std::uint16_t master_port = 0;  // MASTER_PORT
+  std::string run_id;             // TORCHELASTIC_RUN_ID
+  bool operator==(const Assignment&) const = default;
+};
+
+struct Reject {
+  std::string field;   // the field that disagreed ("job_id", "nnodes", "index", ...)
+  std::string reason;  // one human line, names both values and pods
+  bool operator==(const Reject&) const = default;
+};
+
+using Message = std::variant<Hello, Assignment, Reject>;
+
+// One complete frame (header and payload) for `message`.
+std::vector<std::uint8_t> Encode(const Message& message);
+
+// Splits a byte stream into messages. Feed() bytes as they arrive, then call
+// Next() until it returns an empty optional. After any error the decoder stays
+// failed (the connection should be closed): every later call returns that error.
+class Decoder {
+ public:
+  // Appends bytes. Fails (class infra, "wire: ...") when more than one maximal
+  // frame is buffered without being consumed, i.e. the caller is not draining.
+  [[nodiscard]] exitcodes::Status Feed(std::span<const std::uint8_t> bytes);
+  // The next complete message, nullopt when more bytes are needed, or an error
+  // naming what was wrong: bad magic, unsupported version, unknown type,
+  // payload over kMaxPayload, a field over its limit, truncated or trailing bytes.
+  [[nodiscard]] exitcodes::Result<std::optional<Message>> Next();
+  // Version announced by the last header seen (0 if none), for error replies.
+  std::uint16_t peer_version() const { return peer_version_; }
+  std::size_t buffered() const { return buffer_.size() - consumed_; }
+
+ private:
+  std::vector<std::uint8_t> buffer_;
+  std::size_t consumed_ = 0;
+  std::uint16_t peer_version_ = 0;
+  std::optional<exitcodes::Status> failed_;
+};
+
+}  // namespace trainlet::rendezvous::wire

@@ -1,0 +1,371 @@
+#include "trainlet/rendezvous/leader.h"
+
+#include <array>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include "logging.h"
+#include "net_util.h"
+
+namespace trainlet::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using exitcodes::Result;
+using exitcodes::Status;
+
+struct Leader::Conn {
+  explicit Conn(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
+  tcp::socket socket;
+  asio::steady_timer timer;  // handshake deadline
+  wire::Decoder decoder;
+  std::array<std::uint8_t, 4096> buf{};
+  std::string peer;                    // "10.0.0.12:41234", for messages
+  std::optional<std::uint32_t> index;  // set once admitted
+  bool closed = false;
+};
+
+struct Leader::Impl {
+  explicit Impl(asio::any_io_executor ex) : executor(ex), acceptor(ex) {}
+  asio::any_io_executor executor;
+  tcp::acceptor acceptor;
+  LeaderOptions options;
+  std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
+  std::optional<wire::Hello> own;
+  Done done;
+  bool finished = false;
+  std::size_t pending = 0;                                 // connections mid-handshake
+  std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
+  std::vector<std::shared_ptr<Conn>> all;                  // every open connection
+  std::size_t writes_in_flight = 0;
+  bool assigning = false;
+};
+
+namespace {
+
+// Names the first field that differs between two launch configurations, or "".
+std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,
+                            std::string* leader_value, std::string* member_value) {
+  std::map<std::string, std::string> a(leader.begin(), leader.end());
+  std::map<std::string, std::string> b(member.begin(), member.end());
+  for (const auto& [k, v] : a) {
+    auto it = b.find(k);
+    std::string mv = it == b.end() ? "(absent)" : it->second;
+    if (mv != v) {
+      *leader_value = v;
+      *member_value = mv;
+      return k;
+    }
+  }
+  for (const auto& [k, v] : b) {
+    if (!a.contains(k)) {
+      *leader_value = "(absent)";
+      *member_value = v;
+      return k;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Leader>> Leader::Listen(asio::any_io_executor executor, std::uint16_t port,
+                                               LeaderOptions options) {
+  std::shared_ptr<Leader> leader(new Leader());
+  leader->impl_ = std::make_unique<Impl>(executor);
+  Impl& im = *leader->impl_;
+  im.options = std::move(options);
+  boost::system::error_code ec;
+  // Dual stack first: one socket serves IPv4 (as v4-mapped) and IPv6 peers.
+  tcp::endpoint ep(asio::ip::address_v6::any(), port);
+  im.acceptor.open(tcp::v6(), ec);
+  if (!ec) im.acceptor.set_option(asio::ip::v6_only(false), ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    im.acceptor.close(ignored);
+    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
+    im.acceptor.open(tcp::v4(), ec);
+  }
+  if (!ec) im.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) im.acceptor.bind(ep, ec);
+  // The backlog covers the whole gang arriving at once (PyTorch's TCPStore does
+  // the same; a small backlog turns a burst of joins into SYN retransmits).
+  int backlog = static_cast<int>(std::min<std::uint32_t>(im.options.nnodes + 64, 65535));
+  if (!ec) im.acceptor.listen(backlog, ec);
+  if (ec) {
+    return Status::Infra("cannot listen on rendezvous port " + std::to_string(port) + ": " +
+                         ec.message());
+  }
+  leader->port_ = im.acceptor.local_endpoint().port();
+  return leader;
+}
+
+Leader::~Leader() { Close(); }
+
+std::uint32_t Leader::admitted() const {
+  return static_cast<std::uint32_t>(impl_->members.size()) + (impl_->own ? 1 : 0);
+}
+
+std::vector<std::uint32_t> Leader::missing() const {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 1; i < impl_->options.nnodes; ++i) {
+    if (!impl_->members.contains(i)) out.push_back(i);
+  }
+  return out;
+}
+
+void Leader::Close() {
+  if (!impl_) return;
+  impl_->finished = true;
+  impl_->done = nullptr;
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+  for (auto& c : impl_->all) {
+    c->closed = true;
+    c->timer.cancel();
+    c->socket.close(ec);
+  }
+  impl_->all.clear();
+  impl_->members.clear();
+}
+
+void Leader::Start(wire::Hello own, Done done) {
+  Impl& im = *impl_;
+  im.done = std::move(done);
+  if (own.index != 0) {
+    Finish(Status::Config("the leader must be the pod with index 0, not " +
+                          std::to_string(own.index)));
+    return;
+  }
+  im.own = std::move(own);
+  if (im.options.nnodes > 1) {
+    im.log->info("leader: listening on port {}, waiting for {} pod(s)", port_,
+                 im.options.nnodes - 1);
+    AcceptNext();
+  } else {
+    asio::post(im.executor, [self = shared_from_this()] { self->MaybeAssign(); });
+  }
+}
+
+void Leader::AcceptNext() {
+  impl_->acceptor.async_accept([self = shared_from_this()](boost::system::error_code ec,
+                                                           tcp::socket s) {
+    Impl& im = *self->impl_;
+    if (!im.acceptor.is_open()) return;
+    if (!ec) {
+      self->OnAccept(std::make_shared<Conn>(std::move(s)));
+    } else {
+      im.log->debug("accept: {}", ec.message());
+    }
+    self->AcceptNext();
+  });
+}
+
+void Leader::OnAccept(std::shared_ptr<Conn> conn) {
+  Impl& im = *impl_;
+  boost::system::error_code ec;
+  auto remote = conn->socket.remote_endpoint(ec);
+  conn->peer = ec ? "?" : AddressForPeers(remote.address()) + ":" + std::to_string(remote.port());
+  if (im.pending >= im.options.max_pending_handshakes || im.finished) {
+    im.log->warn("leader: dropping connection from {}: {}", conn->peer,
+                 im.finished ? "rendezvous already complete" : "too many pending handshakes");
+    conn->socket.close(ec);
+    return;
+  }
+  conn->socket.set_option(tcp::no_delay(true), ec);
+  ++im.pending;
+  im.all.push_back(conn);
+  conn->timer.expires_after(im.options.handshake_timeout);
+  conn->timer.async_wait([self = shared_from_this(), conn](boost::system::error_code ec) {
+    if (ec || conn->closed || conn->index) return;
+    self->impl_->log->warn("leader: {} sent no valid hello within {} ms; dropped", conn->peer,
+                           self->impl_->options.handshake_timeout.count());
+    self->Drop(conn);
+  });
+  ReadFrom(conn);
+}
+
+void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
+  conn->socket.async_read_some(
+      asio::buffer(conn->buf),
+      [self = shared_from_this(), conn](boost::system::error_code ec, std::size_t n) {
+        Impl& im = *self->impl_;
+        if (conn->closed) return;
+        if (ec) {
+          if (conn->index) {
+            // Before the assignment this frees the index for a restarted pod;
+            // after it, the pod's agent has exited.
+            im.log->log(im.finished ? spdlog::level::debug : spdlog::level::warn,
+                        "leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer,
+                        ec.message());
+          }
+          self->Drop(conn);
+          return;
+        }
+        Status fed = conn->decoder.Feed(std::span(conn->buf.data(), n));
+        for (;;) {
+          auto next = conn->decoder.Next();
+          if (!fed.ok() || !next.ok()) {
+            const Status& s = fed.ok() ? next.status() : fed;
+            im.log->warn("leader: closing {}: {}", conn->peer, s.message());
+            if (conn->decoder.peer_version() != 0 &&
+                conn->decoder.peer_version() != wire::kVersion) {
+              self->Refuse(conn, {"protocol_version", s.message()});
+            } else {
+              self->Drop(conn);
+            }
+            return;
+          }
+          if (!next->has_value()) break;
+          auto* hello = std::get_if<wire::Hello>(&**next);
+          if (hello == nullptr || conn->index) {
+            im.log->warn("leader: closing {}: unexpected message", conn->peer);
+            self->Drop(conn);
+            return;
+          }
+          self->OnHello(conn, std::move(*hello));
+          if (conn->closed) return;
+        }
+        self->ReadFrom(conn);
+      });
+}
+
+void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
+  Impl& im = *impl_;
+  const wire::Hello& own = *im.own;
+  std::string who = "pod " + std::to_string(hello.index) + " (" + conn->peer + ")";
+  if (hello.job_id != own.job_id) {
+    Refuse(conn, {"job_id", who + " belongs to job '" + hello.job_id + "', this leader to '" +
+                                own.job_id + "'"});
+    return;
+  }
+  if (hello.attempt != own.attempt) {
+    Refuse(conn, {"attempt", who + " is from attempt " + std::to_string(hello.attempt) +
+                                 ", this leader runs attempt " + std::to_string(own.attempt)});
+    return;
+  }
+  std::string lv, mv;
+  std::string field = hello.fingerprint == own.fingerprint && hello.config == own.config
+                          ? ""
+                          : FirstDifference(own.config, hello.config, &lv, &mv);
+  if (!field.empty()) {
+    std::string reason = "launch configuration differs: " + field + "=" + mv + " on " + who +
+                         ", " + field + "=" + lv + " on pod 0 (the leader)";
+    Refuse(conn, {field, reason});
+    Finish(Status::Config(reason));
+    return;
+  }
+  if (hello.index == 0 || hello.index >= im.options.nnodes) {
+    Refuse(conn, {"index", who + " has an index outside 1.." +
+                               std::to_string(im.options.nnodes - 1) +
+                               " (index 0 is this leader)"});
+    return;
+  }
+  if (auto it = im.members.find(hello.index); it != im.members.end()) {
+    Refuse(conn, {"index", "index " + std::to_string(hello.index) + " already joined from " +
+                               it->second->peer + "; refusing a second pod from " + conn->peer});
+    return;
+  }
+  conn->index = hello.index;
+  conn->timer.cancel();
+  --im.pending;
+  im.members[hello.index] = conn;
+  im.log->debug("leader: pod {} joined from {} ({}/{})", hello.index, conn->peer, admitted(),
+                im.options.nnodes);
+  MaybeAssign();
+}
+
+void Leader::Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject) {
+  Impl& im = *impl_;
+  im.log->warn("leader: refused {}: {}", conn->peer, reject.reason);
+  auto frame = std::make_shared<std::vector<std::uint8_t>>(wire::Encode(reject));
+  conn->timer.cancel();
+  // Stop reading; the write completes (or fails) and then the socket closes.
+  asio::async_write(conn->socket, asio::buffer(*frame),
+                    [self = shared_from_this(), conn, frame](boost::system::error_code,
+                                                             std::size_t) { self->Drop(conn); });
+  conn->closed = true;  // no further reads are processed
+}
+
+void Leader::Drop(const std::shared_ptr<Conn>& conn) {
+  Impl& im = *impl_;
+  boost::system::error_code ec;
+  bool was_open = conn->socket.is_open();
+  conn->closed = true;
+  conn->timer.cancel();
+  conn->socket.close(ec);
+  if (!was_open) return;
+  std::erase(im.all, conn);
+  if (conn->index) {
+    auto it = im.members.find(*conn->index);
+    if (it != im.members.end() && it->second == conn) im.members.erase(it);
+  } else if (im.pending > 0) {
+    --im.pending;
+  }
+}
+
+void Leader::MaybeAssign() {
+  Impl& im = *impl_;
+  if (im.finished || im.assigning || admitted() < im.options.nnodes) return;
+  im.assigning = true;
+  const std::uint32_t nproc = im.own->nproc_per_node;
+  auto make = [nproc, nnodes = im.options.nnodes, port = im.options.master_port,
+               run_id = im.options.run_id](std::uint32_t index, std::string master_addr) {
+    return wire::Assignment{.generation = 1,
+                            .nnodes = nnodes,
+                            .world_size = nnodes * nproc,
+                            .rank_base = index * nproc,
+                            .master_addr = std::move(master_addr),
+                            .master_port = port,
+                            .run_id = run_id};
+  };
+  // MASTER_ADDR for each member is the leader address that member itself
+  // reached us on: proven reachable from there, and never loopback in a pod.
+  std::string own_addr = "127.0.0.1";  // single-pod gang: nobody else needs to reach us
+  std::vector<std::pair<std::shared_ptr<Conn>, std::string>> targets;
+  for (auto& [index, conn] : im.members) {
+    boost::system::error_code ec;
+    auto local = conn->socket.local_endpoint(ec);
+    if (ec) continue;
+    targets.emplace_back(conn, AddressForPeers(local.address()));
+    if (own_addr == "127.0.0.1" && !local.address().is_loopback()) own_addr = targets.back().second;
+  }
+  for (auto& [conn, addr] : targets) {
+    auto frame =
+        std::make_shared<std::vector<std::uint8_t>>(wire::Encode(make(*conn->index, addr)));
+    ++im.writes_in_flight;
+    asio::async_write(conn->socket, asio::buffer(*frame),
+                      [self = shared_from_this(), conn, frame, own_addr, make](
+                          boost::system::error_code ec, std::size_t) {
+                        Impl& im = *self->impl_;
+                        if (ec && !conn->closed) {
+                          im.log->warn("leader: sending assignment to pod {} failed: {}",
+                                       *conn->index, ec.message());
+                        }
+                        if (--im.writes_in_flight == 0) self->Finish(make(0, own_addr));
+                      });
+  }
+  if (im.writes_in_flight == 0) Finish(make(0, own_addr));
+}
+
+void Leader::Finish(Result<wire::Assignment> result) {
+  Impl& im = *impl_;
+  if (im.finished) return;
+  im.finished = true;
+  boost::system::error_code ec;
+  im.acceptor.close(ec);  // late and stray connections are refused by the kernel now
+  if (result.ok()) im.log->info("leader: all {} pod(s) joined", im.options.nnodes);
+  auto done = std::move(im.done);
+  im.done = nullptr;
+  if (done) asio::post(im.executor, [done, result] { done(result); });
+}
+
+}  // namespace trainlet::rendezvous

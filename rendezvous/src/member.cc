@@ -1,0 +1,265 @@
+#include "trainlet/rendezvous/member.h"
+
+#include <array>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include "logging.h"
+#include "net_util.h"
+
+namespace trainlet::rendezvous {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using exitcodes::Result;
+using exitcodes::Status;
+
+struct Member::Impl {
+  Impl(asio::any_io_executor ex, MemberOptions opts)
+      : executor(ex),
+        options(std::move(opts)),
+        socket(ex),
+        op_timer(ex),
+        deadline_timer(ex),
+        backoff(options.backoff, options.seed) {}
+  asio::any_io_executor executor;
+  MemberOptions options;
+  std::unique_ptr<Resolver> resolver;
+  tcp::socket socket;
+  asio::steady_timer op_timer;        // connect timeout, backoff sleep
+  asio::steady_timer deadline_timer;  // the whole join
+  Backoff backoff;
+  std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
+  Done done;
+  bool finished = false;
+  Clock::time_point started;
+  std::vector<asio::ip::address> addresses;  // from the last resolution
+  std::size_t next_address = 0;
+  std::vector<std::string> tried;  // "10.0.0.10" of every address ever tried
+  std::string state;               // last logged state, to log changes only
+  std::string last_error;
+  int attempts = 0;
+  wire::Decoder decoder;
+  std::array<std::uint8_t, 4096> buf{};
+  std::vector<std::uint8_t> hello_frame;
+};
+
+Result<std::shared_ptr<Member>> Member::Create(asio::any_io_executor executor,
+                                               MemberOptions options) {
+  std::shared_ptr<Member> m(new Member());
+  ResolverOptions resolver_options = options.resolver;
+  m->impl_ = std::make_unique<Impl>(executor, std::move(options));
+  auto resolver = Resolver::Create(executor, resolver_options);
+  if (!resolver.ok()) return resolver.status();
+  m->impl_->resolver = std::move(resolver).value();
+  return m;
+}
+
+Member::~Member() { Close(); }
+
+void Member::Close() {
+  if (!impl_) return;
+  impl_->finished = true;
+  impl_->done = nullptr;
+  boost::system::error_code ec;
+  impl_->op_timer.cancel();
+  impl_->deadline_timer.cancel();
+  impl_->socket.close(ec);
+  if (impl_->resolver) impl_->resolver->Cancel();
+}
+
+void Member::Start(Done done) {
+  Impl& im = *impl_;
+  im.done = std::move(done);
+  im.started = Clock::now();
+  im.hello_frame = wire::Encode(im.options.hello);
+  im.deadline_timer.expires_at(im.options.deadline);
+  im.deadline_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec) return;
+    Impl& im = *self->impl_;
+    auto secs = std::chrono::duration<double>(Clock::now() - im.started).count();
+    std::string tried;
+    for (const auto& a : im.tried) tried += (tried.empty() ? "" : ", ") + a;
+    self->Finish(Status::Infra(
+        "could not join the leader " + im.options.leader_host + " port " +
+        std::to_string(im.options.port) + " within " + fmt::format("{:.1f}", secs) + " s (" +
+        std::to_string(im.attempts) + " attempts; addresses tried: " +
+        (tried.empty() ? "none" : tried) + "; last error: " + im.last_error + ")"));
+  });
+  Resolve();
+}
+
+void Member::Resolve() {
+  Impl& im = *impl_;
+  ++im.attempts;
+  im.resolver->Resolve(im.options.leader_host, [self = shared_from_this()](ResolveOutcome out) {
+    Impl& im = *self->impl_;
+    if (im.finished) return;
+    if (!out.ok()) {
+      self->Retry("dns: " + im.options.leader_host + ": " +
+                      std::string(ResolveErrorName(out.error)),
+                  out.detail);
+      return;
+    }
+    im.addresses = std::move(out.addresses);
+    im.next_address = 0;
+    self->ConnectNext();
+  });
+}
+
+void Member::ConnectNext() {
+  Impl& im = *impl_;
+  if (im.next_address >= im.addresses.size()) {
+    Retry("connect: " + im.options.leader_host + " port " + std::to_string(im.options.port) +
+              " not reachable",
+          im.last_error);
+    return;
+  }
+  const asio::ip::address addr = im.addresses[im.next_address++];
+  std::string text = AddressForPeers(addr);
+  if (std::find(im.tried.begin(), im.tried.end(), text) == im.tried.end()) {
+    im.tried.push_back(text);
+  }
+  boost::system::error_code ec;
+  im.socket.close(ec);
+  im.op_timer.expires_after(im.options.connect_timeout);
+  im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec) {
+      boost::system::error_code ignored;
+      self->impl_->socket.cancel(ignored);  // the connect completes with operation_aborted
+    }
+  });
+  im.socket.async_connect(
+      tcp::endpoint(addr, im.options.port),
+      [self = shared_from_this(), text](boost::system::error_code ec) {
+        Impl& im = *self->impl_;
+        if (im.finished) return;
+        im.op_timer.cancel();
+        if (ec) {
+          im.last_error = text + ": " +
+                          (ec == asio::error::operation_aborted ? std::string("connect timed out")
+                                                                : ec.message());
+          self->ConnectNext();
+          return;
+        }
+        boost::system::error_code ignored;
+        im.socket.set_option(tcp::no_delay(true), ignored);
+        self->SendHello();
+      });
+}
+
+void Member::SendHello() {
+  Impl& im = *impl_;
+  im.decoder = wire::Decoder();
+  asio::async_write(im.socket, asio::buffer(im.hello_frame),
+                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                      Impl& im = *self->impl_;
+                      if (im.finished) return;
+                      if (ec) {
+                        im.last_error = "sending hello: " + ec.message();
+                        self->Retry("connect: leader closed the connection", im.last_error);
+                        return;
+                      }
+                      if (im.state != "joined") {
+                        im.log->info("rendezvous: connected to leader {} port {}, waiting for "
+                                     "the gang",
+                                     im.options.leader_host, im.options.port);
+                        im.state = "joined";
+                      }
+                      self->ReadReply();
+                    });
+}
+
+void Member::ReadReply() {
+  Impl& im = *impl_;
+  im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this()](
+                                                      boost::system::error_code ec, std::size_t n) {
+    Impl& im = *self->impl_;
+    if (im.finished) return;
+    if (ec) {
+      // The leader went away before assigning (restarted, or closed on us).
+      im.last_error = "leader closed the connection before assigning: " + ec.message();
+      self->Retry("rendezvous: leader connection lost", im.last_error);
+      return;
+    }
+    Status fed = im.decoder.Feed(std::span(im.buf.data(), n));
+    auto next = im.decoder.Next();
+    if (!fed.ok() || !next.ok()) {
+      im.last_error = (fed.ok() ? next.status() : fed).message();
+      self->Retry("rendezvous: leader sent an invalid reply", im.last_error);
+      return;
+    }
+    if (!next->has_value()) {
+      self->ReadReply();
+      return;
+    }
+    const wire::Message& msg = **next;
+    if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
+      self->Finish(Status::Config("the leader refused this pod: " + reject->reason));
+      return;
+    }
+    const auto* a = std::get_if<wire::Assignment>(&msg);
+    if (a == nullptr) {
+      im.last_error = "leader sent an unexpected message";
+      self->Retry("rendezvous: leader sent an invalid reply", im.last_error);
+      return;
+    }
+    const wire::Hello& h = im.options.hello;
+    if (a->rank_base != h.index * h.nproc_per_node || a->nnodes == 0 ||
+        a->world_size != a->nnodes * h.nproc_per_node || a->master_addr.empty() ||
+        a->master_port == 0) {
+      self->Finish(Status::Config(fmt::format(
+          "the leader's assignment contradicts this pod's launch (rank_base {} for index {} "
+          "with {} workers per pod; world size {} for {} pods)",
+          a->rank_base, h.index, h.nproc_per_node, a->world_size, a->nnodes)));
+      return;
+    }
+    self->Finish(*a);
+  });
+}
+
+void Member::Retry(const std::string& state, const std::string& detail) {
+  Impl& im = *impl_;
+  if (im.finished) return;
+  boost::system::error_code ec;
+  im.socket.close(ec);
+  if (!detail.empty()) im.last_error = detail;
+  auto delay = im.backoff.Next();
+  if (state != im.state) {
+    im.log->info("{} ({}); retrying with backoff", state, im.last_error);
+    im.state = state;
+  } else {
+    im.log->debug("{}; attempt {}, next in {} ms", state, im.attempts, delay.count());
+  }
+  im.op_timer.expires_after(delay);
+  im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->impl_->finished) return;
+    self->Resolve();
+  });
+}
+
+void Member::Finish(Result<wire::Assignment> result) {
+  Impl& im = *impl_;
+  if (im.finished) return;
+  im.finished = true;
+  im.op_timer.cancel();
+  im.deadline_timer.cancel();
+  im.resolver->Cancel();
+  if (!result.ok()) {
+    boost::system::error_code ec;
+    im.socket.close(ec);
+  }
+  // On success the socket stays open: it is the gang's control channel.
+  auto done = std::move(im.done);
+  im.done = nullptr;
+  if (done) asio::post(im.executor, [done, result] { done(result); });
+}
+
+}  // namespace trainlet::rendezvous

@@ -1,0 +1,241 @@
+#include "trainlet/rendezvous/wire.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string_view>
+
+namespace trainlet::rendezvous::wire {
+namespace {
+
+using exitcodes::Result;
+using exitcodes::Status;
+
+Status WireError(std::string what) { return Status::Infra("wire: " + std::move(what)); }
+
+class Writer {
+ public:
+  void U16(std::uint16_t v) { Bytes({std::uint8_t(v >> 8), std::uint8_t(v)}); }
+  void U32(std::uint32_t v) { U16(std::uint16_t(v >> 16)); U16(std::uint16_t(v)); }
+  void U64(std::uint64_t v) { U32(std::uint32_t(v >> 32)); U32(std::uint32_t(v)); }
+  void Str(std::string_view s) {
+    // Encoding more than the decoder accepts is a programming error upstream;
+    // truncate rather than emit a frame every peer would refuse.
+    std::size_t n = std::min(s.size(), kMaxString);
+    U16(std::uint16_t(n));
+    out_.insert(out_.end(), s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+  void Bytes(std::initializer_list<std::uint8_t> b) { out_.insert(out_.end(), b); }
+  std::vector<std::uint8_t>& out() { return out_; }
+
+ private:
+  std::vector<std::uint8_t> out_;
+};
+
+// Reads fields from one payload; the first short read poisons it.
+class Reader {
+ public:
+  explicit Reader(std::span<const std::uint8_t> in) : in_(in) {}
+  bool U16(std::uint16_t* v) {
+    if (!Need(2)) return false;
+    *v = std::uint16_t(in_[pos_] << 8 | in_[pos_ + 1]);
+    pos_ += 2;
+    return true;
+  }
+  bool U32(std::uint32_t* v) {
+    std::uint16_t hi, lo;
+    if (!U16(&hi) || !U16(&lo)) return false;
+    *v = std::uint32_t(hi) << 16 | lo;
+    return true;
+  }
+  bool U64(std::uint64_t* v) {
+    std::uint32_t hi, lo;
+    if (!U32(&hi) || !U32(&lo)) return false;
+    *v = std::uint64_t(hi) << 32 | lo;
+    return true;
+  }
+  bool Str(std::string* s, const char* field) {
+    std::uint16_t n;
+    if (!U16(&n)) return false;
+    if (n > kMaxString) {
+      error_ = std::string("field ") + field + " is " + std::to_string(n) + " bytes, limit " +
+               std::to_string(kMaxString);
+      return false;
+    }
+    if (!Need(n)) return false;
+    s->assign(reinterpret_cast<const char*>(in_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  bool AtEnd() const { return pos_ == in_.size(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool Need(std::size_t n) {
+    if (in_.size() - pos_ >= n) return true;
+    if (error_.empty()) error_ = "payload truncated";
+    return false;
+  }
+  std::span<const std::uint8_t> in_;
+  std::size_t pos_ = 0;
+  std::string error_;
+};
+
+void EncodePayload(Writer& w, const Hello& m) {
+  w.Str(m.job_id);
+  w.U32(m.attempt);
+  w.U32(m.index);
+  w.U32(m.nproc_per_node);
+  w.U64(m.fingerprint);
+  std::size_t n = std::min(m.config.size(), kMaxConfigEntries);
+  w.U16(std::uint16_t(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    w.Str(m.config[i].first);
+    w.Str(m.config[i].second);
+  }
+}
+
+void EncodePayload(Writer& w, const Assignment& m) {
+  w.U32(m.generation);
+  w.U32(m.nnodes);
+  w.U32(m.world_size);
+  w.U32(m.rank_base);
+  w.Str(m.master_addr);
+  w.U16(m.master_port);
+  w.Str(m.run_id);
+}
+
+void EncodePayload(Writer& w, const Reject& m) {
+  w.Str(m.field);
+  w.Str(m.reason);
+}
+
+MessageType TypeOf(const Hello&) { return MessageType::kHello; }
+MessageType TypeOf(const Assignment&) { return MessageType::kAssignment; }
+MessageType TypeOf(const Reject&) { return MessageType::kReject; }
+
+bool DecodePayload(Reader& r, Hello* m) {
+  std::uint16_t n;
+  if (!(r.Str(&m->job_id, "job_id") && r.U32(&m->attempt) && r.U32(&m->index) &&
+        r.U32(&m->nproc_per_node) && r.U64(&m->fingerprint) && r.U16(&n))) {
+    return false;
+  }
+  if (n > kMaxConfigEntries) return false;
+  m->config.resize(n);
+  for (auto& [k, v] : m->config) {
+    if (!r.Str(&k, "config key") || !r.Str(&v, "config value")) return false;
+  }
+  return true;
+}
+
+bool DecodePayload(Reader& r, Assignment* m) {
+  return r.U32(&m->generation) && r.U32(&m->nnodes) && r.U32(&m->world_size) &&
+         r.U32(&m->rank_base) && r.Str(&m->master_addr, "master_addr") &&
+         r.U16(&m->master_port) && r.Str(&m->run_id, "run_id");
+}
+
+bool DecodePayload(Reader& r, Reject* m) {
+  return r.Str(&m->field, "field") && r.Str(&m->reason, "reason");
+}
+
+template <typename T>
+Result<std::optional<Message>> DecodeAs(std::span<const std::uint8_t> payload) {
+  T m;
+  Reader r(payload);
+  if (!DecodePayload(r, &m)) {
+    return WireError(r.error().empty() ? "too many config entries" : r.error());
+  }
+  if (!r.AtEnd()) return WireError("trailing bytes after message");
+  return std::optional<Message>(std::move(m));
+}
+
+std::uint32_t ReadU32(const std::uint8_t* p) {
+  return std::uint32_t(p[0]) << 24 | std::uint32_t(p[1]) << 16 | std::uint32_t(p[2]) << 8 | p[3];
+}
+
+}  // namespace
+
+std::uint64_t Fingerprint(const LaunchConfig& config) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a 64 offset basis
+  auto mix = [&h](std::string_view s) {
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 0x100000001b3ULL;  // FNV prime
+    }
+    h ^= 0xff;  // separator, so ("ab","c") != ("a","bc")
+    h *= 0x100000001b3ULL;
+  };
+  for (const auto& [k, v] : config) {
+    mix(k);
+    mix(v);
+  }
+  return h;
+}
+
+std::vector<std::uint8_t> Encode(const Message& message) {
+  Writer w;
+  w.U32(kMagic);
+  w.U16(kVersion);
+  std::visit([&w](const auto& m) { w.U16(static_cast<std::uint16_t>(TypeOf(m))); }, message);
+  w.U32(0);  // payload length, patched below
+  std::visit([&w](const auto& m) { EncodePayload(w, m); }, message);
+  std::vector<std::uint8_t>& out = w.out();
+  std::uint32_t len = std::uint32_t(out.size() - kHeaderSize);
+  out[8] = std::uint8_t(len >> 24);
+  out[9] = std::uint8_t(len >> 16);
+  out[10] = std::uint8_t(len >> 8);
+  out[11] = std::uint8_t(len);
+  return std::move(out);
+}
+
+exitcodes::Status Decoder::Feed(std::span<const std::uint8_t> bytes) {
+  if (failed_) return *failed_;
+  if (buffered() + bytes.size() > 2 * (kHeaderSize + kMaxPayload)) {
+    failed_ = WireError("peer sent more than " + std::to_string(2 * (kHeaderSize + kMaxPayload)) +
+                        " bytes without a complete frame being consumed");
+    return *failed_;
+  }
+  if (consumed_ > 0 && consumed_ == buffer_.size()) {
+    buffer_.clear();
+    consumed_ = 0;
+  }
+  buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
+  return Status::Ok();
+}
+
+exitcodes::Result<std::optional<Message>> Decoder::Next() {
+  if (failed_) return *failed_;
+  auto fail = [this](Status s) -> Result<std::optional<Message>> {
+    failed_ = s;
+    return s;
+  };
+  if (buffered() < kHeaderSize) return std::optional<Message>();
+  const std::uint8_t* h = buffer_.data() + consumed_;
+  std::uint32_t magic = ReadU32(h);
+  if (magic != kMagic) return fail(WireError("bad magic (not a trainlet peer)"));
+  std::uint16_t version = std::uint16_t(h[4] << 8 | h[5]);
+  peer_version_ = version;
+  if (version != kVersion) {
+    return fail(WireError("protocol version " + std::to_string(version) + ", this trainlet speaks " +
+                          std::to_string(kVersion)));
+  }
+  std::uint16_t type = std::uint16_t(h[6] << 8 | h[7]);
+  std::uint32_t len = ReadU32(h + 8);
+  if (len > kMaxPayload) {
+    return fail(WireError("payload of " + std::to_string(len) + " bytes exceeds the limit of " +
+                          std::to_string(kMaxPayload)));
+  }
+  if (type < 1 || type > 3) return fail(WireError("unknown message type " + std::to_string(type)));
+  if (buffered() < kHeaderSize + len) return std::optional<Message>();
+  std::span<const std::uint8_t> payload(h + kHeaderSize, len);
+  consumed_ += kHeaderSize + len;
+  Result<std::optional<Message>> r = std::optional<Message>();
+  switch (static_cast<MessageType>(type)) {
+    case MessageType::kHello: r = DecodeAs<Hello>(payload); break;
+    case MessageType::kAssignment: r = DecodeAs<Assignment>(payload); break;
+    case MessageType::kReject: r = DecodeAs<Reject>(payload); break;
+  }
+  if (!r.ok()) return fail(r.status());
+  return r;
+}
+
+}  // namespace trainlet::rendezvous::wire

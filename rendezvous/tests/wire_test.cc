@@ -1,0 +1,164 @@
+#include "trainlet/rendezvous/wire.h"
+
+#include <gtest/gtest.h>
+
+namespace trainlet::rendezvous::wire {
+namespace {
+using exitcodes::Result;
+
+Hello SampleHello() {
+  Hello h;
+  h.job_id = "trainer";
+  h.attempt = 2;
+  h.index = 7;
+  h.nproc_per_node = 8;
+  h.config = {{"nnodes", "16"}, {"nproc_per_node", "8"}, {"master_port", "29500"}};
+  h.fingerprint = Fingerprint(h.config);
+  return h;
+}
+
+Assignment SampleAssignment() {
+  return Assignment{.generation = 1, .nnodes = 16, .world_size = 128, .rank_base = 56,
+                    .master_addr = "10.0.0.10", .master_port = 29500, .run_id = "trainer"};
+}
+
+std::vector<Message> Samples() {
+  return {SampleHello(), SampleAssignment(),
+          Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"}};
+}
+
+// Decodes everything in `bytes`, feeding `chunk` bytes at a time.
+Result<std::vector<Message>> DecodeAll(const std::vector<std::uint8_t>& bytes, std::size_t chunk) {
+  Decoder d;
+  std::vector<Message> out;
+  for (std::size_t i = 0; i < bytes.size(); i += chunk) {
+    std::size_t n = std::min(chunk, bytes.size() - i);
+    exitcodes::Status s = d.Feed(std::span(bytes).subspan(i, n));
+    if (!s.ok()) return s;
+    for (;;) {
+      auto m = d.Next();
+      if (!m.ok()) return m.status();
+      if (!m->has_value()) break;
+      out.push_back(std::move(**m));
+    }
+  }
+  return out;
+}
+
+
+
+TEST(WireTest, RoundTripsEveryMessageByteByByte) {
+  for (const Message& m : Samples()) {
+    auto decoded = DecodeAll(Encode(m), 1);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    ASSERT_EQ(decoded->size(), 1u);
+    EXPECT_EQ((*decoded)[0], m);
+  }
+}
+
+TEST(WireTest, SeveralFramesInOneChunk) {
+  std::vector<std::uint8_t> all;
+  for (const Message& m : Samples()) {
+    auto f = Encode(m);
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  for (std::size_t chunk : {1u, 3u, 13u, 4096u}) {
+    auto decoded = DecodeAll(all, chunk);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, Samples()) << "chunk " << chunk;
+  }
+}
+
+TEST(WireTest, TruncatedFrameWaitsForMoreBytes) {
+  auto frame = Encode(SampleHello());
+  for (std::size_t cut = 0; cut < frame.size(); ++cut) {
+    Decoder d;
+    ASSERT_TRUE(d.Feed(std::span(frame).first(cut)).ok());
+    auto m = d.Next();
+    ASSERT_TRUE(m.ok()) << "cut " << cut << ": " << m.status().ToString();
+    EXPECT_FALSE(m->has_value()) << "cut " << cut;
+  }
+}
+
+struct BadFrame {
+  const char* name;
+  std::function<void(std::vector<std::uint8_t>&)> corrupt;
+  const char* expected;
+};
+
+TEST(WireTest, MalformedFramesAreRefusedWithAReason) {
+  const std::vector<BadFrame> cases = {
+      {"magic", [](auto& f) { f[0] = 'X'; }, "bad magic"},
+      {"version", [](auto& f) { f[5] = 9; }, "protocol version 9"},
+      {"type", [](auto& f) { f[7] = 77; }, "unknown message type 77"},
+      {"oversize", [](auto& f) { f[8] = 0x7f; }, "exceeds the limit"},
+      {"payload-short",
+       [](auto& f) {
+         f.pop_back();
+         f[11] -= 1;  // length agrees with the shorter payload
+       },
+       "truncated"},
+      {"trailing",
+       [](auto& f) {
+         f.push_back(0);
+         f[11] += 1;
+       },
+       "trailing bytes"},
+      {"string-over-limit",
+       [](auto& f) {
+         f[12] = 0xff;  // job_id length 0xff07 > kMaxString
+       },
+       "limit"},
+  };
+  for (const BadFrame& c : cases) {
+    auto frame = Encode(SampleHello());
+    c.corrupt(frame);
+    auto decoded = DecodeAll(frame, 1);
+    ASSERT_FALSE(decoded.ok()) << c.name;
+    EXPECT_NE(decoded.status().message().find(c.expected), std::string::npos)
+        << c.name << ": " << decoded.status().message();
+  }
+}
+
+TEST(WireTest, OversizedLengthIsRefusedBeforeThePayloadArrives) {
+  auto frame = Encode(SampleHello());
+  frame[8] = 0x10;  // 256 MiB claimed
+  Decoder d;
+  ASSERT_TRUE(d.Feed(std::span(frame).first(kHeaderSize)).ok());
+  auto m = d.Next();
+  ASSERT_FALSE(m.ok());
+  EXPECT_LT(d.buffered(), 64u) << "nothing beyond the header was kept";
+}
+
+TEST(WireTest, FailedDecoderStaysFailed) {
+  Decoder d;
+  std::vector<std::uint8_t> junk(kHeaderSize, 'G');  // e.g. an HTTP probe "GGGG..."
+  ASSERT_TRUE(d.Feed(junk).ok());
+  ASSERT_FALSE(d.Next().ok());
+  auto good = Encode(SampleAssignment());
+  EXPECT_FALSE(d.Feed(good).ok());
+  EXPECT_FALSE(d.Next().ok());
+}
+
+TEST(WireTest, FloodingWithoutDrainingIsRefused) {
+  Decoder d;
+  auto frame = Encode(SampleHello());
+  exitcodes::Status s;
+  int fed = 0;
+  while ((s = d.Feed(frame)).ok() && fed < 100000) ++fed;
+  EXPECT_FALSE(s.ok());
+  EXPECT_LE(d.buffered(), 2 * (kHeaderSize + kMaxPayload));
+}
+
+TEST(WireTest, FingerprintSeparatesFieldBoundariesAndValues) {
+  LaunchConfig a = {{"ab", "c"}};
+  LaunchConfig b = {{"a", "bc"}};
+  EXPECT_NE(Fingerprint(a), Fingerprint(b));
+  LaunchConfig c = {{"nnodes", "3"}};
+  LaunchConfig d = {{"nnodes", "4"}};
+  EXPECT_NE(Fingerprint(c), Fingerprint(d));
+  EXPECT_EQ(Fingerprint(c), Fingerprint(LaunchConfig{{"nnodes", "3"}}));
+}
+
+}  // namespace
+}  // namespace trainlet::rendezvous::wire

@@ -1,0 +1,614 @@
+"""podsim: a simulated Kubernetes Indexed Job + headless Service, built from namespaces.
+
+What a Cluster is:
+  * one "network" network namespace holding a Linux bridge (br0, 10.213.0.1/24) and a
+    real dnsmasq that serves the headless Service's records from a --hostsdir, so tests
+    can publish, withdraw and change records while pods run (dnsmasq re-reads the
+    directory through inotify; see dnsmasq(8) --hostsdir). Every other name gets
+    NXDOMAIN (--local=/#/), as CoreDNS answers for names nobody has published.
+  * one network namespace per pod with a veth (eth0, 10.213.0.<10+i>/24) on the bridge.
+  * a pod's process runs as PID 1 of fresh PID/UTS/mount namespaces, with the pod's
+    hostname (<svc>-<i>), /etc/hosts as the kubelet writes it and /etc/resolv.conf as
+    ClusterFirst DNS writes it (search list, ndots:5), both bind-mounted privately.
+
+Addresses are used only inside namespaces this module creates, so runs never touch
+the host's network and concurrent runs cannot collide (names carry the run's pid).
+
+Threading: a Cluster and its Pods are meant to be driven from one thread; the only
+background activity is delayed publish() timers, which only write files.
+
+Needs root, iproute2 (`ip netns`), util-linux `unshare`, /usr/sbin/dnsmasq.
+"""
+
+import atexit
+import collections
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+SUBNET = "10.213.0"           # /24 inside our own namespaces only
+DNS_IP = f"{SUBNET}.1"
+NS_PREFIX = "tl"              # netns names: tl<runpid>c<k>net, tl<runpid>c<k>p<i>
+NS_RE = re.compile(rf"^{NS_PREFIX}(\d+)c(\d+)(net|p\d+)$")
+DNSMASQ = "/usr/sbin/dnsmasq"
+POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# The pod's PID 1 starts as this shell: set up what the kubelet would, then exec the
+# entrypoint so that it (trainlet) is PID 1. Positional: hostname hosts resolv argv...
+POD_INIT = r"""
+set -e
+hostname "$1"
+mount --bind "$2" /etc/hosts
+mount --bind "$3" /etc/resolv.conf
+shift 3
+exec "$@"
+"""
+
+_live_clusters = set()
+_cluster_seq = 0
+_seq_lock = threading.Lock()
+
+
+class PodsimError(RuntimeError):
+    pass
+
+
+class PodTimeout(PodsimError):
+    pass
+
+
+ProcInfo = collections.namedtuple("ProcInfo", "pid ppid state comm cmdline")
+
+
+def _run(*argv, check=True, timeout=20):
+    """Runs a setup command; raises PodsimError with its stderr on failure."""
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise PodsimError(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+def requirements_missing():
+    """Returns a reason string when this machine can't host a Cluster, else None."""
+    if os.geteuid() != 0:
+        return "podsim needs root (network/PID namespaces, bind mounts)"
+    for tool in ("ip", "unshare", "mount", "hostname"):
+        if shutil.which(tool, path=POD_PATH) is None:
+            return f"podsim needs `{tool}` on PATH"
+    if not os.access(DNSMASQ, os.X_OK):
+        return f"podsim needs {DNSMASQ} (apt-get install dnsmasq-base)"
+    return None
+
+
+# ---------------------------------------------------------------------------------
+# /proc helpers
+
+
+def _read(path, default=""):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return default
+
+
+def proc_info(pid):
+    """ProcInfo for a host pid, or None if it is gone. state is e.g. 'S', 'R', 'Z'."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    # comm may hold spaces and parentheses; it ends at the last ')'. See proc(5).
+    lpar, rpar = stat.find("("), stat.rfind(")")
+    fields = stat[rpar + 2:].split()
+    cmdline = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()
+    return ProcInfo(pid, int(fields[1]), fields[0], stat[lpar + 1:rpar], cmdline)
+
+
+def _all_pids():
+    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
+
+
+def _ns_id(pid, kind):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def pids_in_namespace(kind, ns_id):
+    """Host pids whose /proc/<pid>/ns/<kind> link equals ns_id (e.g. 'pid:[4026532]')."""
+    return [p for p in _all_pids() if _ns_id(p, kind) == ns_id]
+
+
+def _children(pid):
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        out += [int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split()]
+    return out
+
+
+def _nspid(pid):
+    """The NSpid line of /proc/<pid>/status: pid as seen from each nested PID namespace."""
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith("NSpid:"):
+            return [int(x) for x in line.split()[1:]]
+    return []
+
+
+def _kill(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+# ---------------------------------------------------------------------------------
+# leftovers from crashed runs
+
+
+def cleanup_stale(log=print):
+    """Deletes podsim namespaces (and everything running in them) whose run is gone.
+
+    A run is gone when the pid in the namespace's name is not a live process whose
+    command line mentions python. Returns the names removed.
+    """
+    removed = []
+    names = _run("ip", "netns", "list", check=False).stdout.split()
+    for name in names:
+        m = NS_RE.match(name)
+        if not m:
+            continue
+        owner = int(m.group(1))
+        if owner == os.getpid():
+            continue
+        if "python" in _read(f"/proc/{owner}/cmdline"):
+            continue  # that run is still alive
+        _destroy_netns(name)
+        removed.append(name)
+    if removed:
+        log(f"podsim: removed {len(removed)} stale namespaces: {' '.join(removed)}")
+    return removed
+
+
+def _destroy_netns(name):
+    """Kills every process in netns `name` (and the PID namespaces they lead), then deletes it."""
+    for _ in range(50):
+        pids = [int(p) for p in _run("ip", "netns", "pids", name, check=False).stdout.split()]
+        if not pids:
+            break
+        for p in pids:
+            _kill(p, signal.SIGKILL)
+        time.sleep(0.05)
+    _run("ip", "netns", "del", name, check=False)
+
+
+# ---------------------------------------------------------------------------------
+
+
+class Pod:
+    """One pod: its PID 1 (run as a host child via `ip netns exec ... unshare`)."""
+
+    def __init__(self, cluster, index, argv, popen, out_path, err_path):
+        self.cluster = cluster
+        self.index = index
+        self.name = cluster.hostname(index)
+        self.argv = argv
+        self.popen = popen
+        self.out_path = out_path
+        self.err_path = err_path
+        self.started = time.monotonic()
+        self.ended = None
+        self.pid1 = None          # host pid of the pod's PID 1
+        self.pidns = None         # 'pid:[inode]' of the pod's PID namespace
+        self._find_pid1()
+
+    def _find_pid1(self, timeout=10.0):
+        # Popen's pid is `ip netns exec`, which execs unshare (no fork); unshare --fork
+        # forks the namespace's init. Its NSpid line reads "<hostpid> 1".
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for child in _children(self.popen.pid):
+                ns = _nspid(child)
+                if len(ns) >= 2 and ns[-1] == 1:
+                    self.pid1 = child
+                    self.pidns = _ns_id(child, "pid")
+                    return
+            if self.popen.poll() is not None:
+                return  # exited before we could see it (a very short-lived pod)
+            time.sleep(0.005)
+        raise PodsimError(f"pod {self.name}: no PID 1 appeared within {timeout}s")
+
+    @property
+    def returncode(self):
+        rc = self.popen.poll()
+        if rc is not None and self.ended is None:
+            self.ended = time.monotonic()
+        return rc
+
+    def running(self):
+        return self.returncode is None
+
+    def wait(self, timeout):
+        """Waits up to `timeout` seconds for PID 1 to exit; returns its exit code.
+
+        A PID 1 killed by signal S reads as 128+S (as a container runtime reports it).
+        Raises PodTimeout (with the pod's log tail) when it is still running.
+        """
+        try:
+            rc = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise PodTimeout(f"pod {self.name} still running after {timeout}s\n"
+                             + self.tail()) from None
+        if self.ended is None:
+            self.ended = time.monotonic()
+        if rc == 1 and "unshare: sigprocmask unblock failed" in self.stderr()[-200:]:
+            # unshare --fork re-raises the child's fatal signal on itself, but
+            # signal(SIGKILL, SIG_DFL) fails with EINVAL (util-linux 2.38), so a PID 1
+            # killed by SIGKILL surfaces as "exit 1" plus this message.
+            return 128 + signal.SIGKILL
+        return 128 - rc if rc < 0 else rc
+
+    def elapsed(self):
+        """Seconds from start to exit (or to now, if running)."""
+        return (self.ended or time.monotonic()) - self.started
+
+    def signal(self, sig):
+        """Sends `sig` to the pod's PID 1 from the host, like the kubelet/runtime does.
+
+        PID 1 only receives signals it has a handler for (pid_namespaces(7)), except
+        SIGKILL and SIGSTOP, which come from an ancestor namespace and are forced.
+        """
+        if self.pid1 is None:
+            raise PodsimError(f"pod {self.name}: PID 1 unknown (exited early?)")
+        if self.running():
+            os.kill(self.pid1, sig)
+
+    def processes(self):
+        """ProcInfo of every process in this pod's PID namespace (host pids), PID 1 included."""
+        if self.pidns is None:
+            return []
+        return [i for i in map(proc_info, pids_in_namespace("pid", self.pidns)) if i]
+
+    def zombies(self):
+        return [p for p in self.processes() if p.state == "Z"]
+
+    def stdout(self):
+        return _read(self.out_path)
+
+    def stderr(self):
+        return _read(self.err_path)
+
+    def output(self):
+        return self.stdout() + self.stderr()
+
+    def wait_for_output(self, pattern, timeout, stream="both"):
+        """Waits until regex `pattern` matches the pod's output; returns the match.
+
+        Polls the captured files (every 20 ms). Raises PodTimeout with the log tail.
+        """
+        rx = re.compile(pattern, re.M)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = {"stdout": self.stdout, "stderr": self.stderr}.get(stream, self.output)()
+            m = rx.search(text)
+            if m:
+                return m
+            if time.monotonic() > deadline:
+                raise PodTimeout(f"pod {self.name}: no /{pattern}/ within {timeout}s\n"
+                                 + self.tail())
+            if not self.running():
+                # One last read: the line may have landed just before exit.
+                text = {"stdout": self.stdout, "stderr": self.stderr}.get(stream, self.output)()
+                m = rx.search(text)
+                if m:
+                    return m
+                raise PodTimeout(f"pod {self.name} exited ({self.returncode}) without "
+                                 f"/{pattern}/\n" + self.tail())
+            time.sleep(0.02)
+
+    def tail(self, lines=30):
+        def last(text):
+            return "\n".join("    " + ln for ln in text.splitlines()[-lines:])
+        state = "running" if self.running() else f"exited {self.wait(0)}"
+        return (f"--- pod {self.name} ({state}, {self.elapsed():.1f}s) argv: "
+                f"{' '.join(self.argv)}\n  stdout ({self.out_path}):\n{last(self.stdout())}\n"
+                f"  stderr ({self.err_path}):\n{last(self.stderr())}")
+
+    def kill(self):
+        """SIGKILLs PID 1 (the kernel then kills the rest of the PID namespace) and reaps."""
+        if self.running():
+            if self.pid1 is not None:
+                _kill(self.pid1, signal.SIGKILL)
+            try:
+                self.popen.wait(5)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(5)
+        # Paranoia: anything still in the PID namespace.
+        for info in self.processes():
+            _kill(info.pid, signal.SIGKILL)
+
+
+class Cluster:
+    """A simulated Indexed Job `svc` with `pods` indices behind a headless Service `svc`.
+
+    Use as a context manager; teardown always runs (also via atexit). The cluster's
+    records start unpublished: call publish(i) (the kubelet/endpoints controller's job)
+    before or after start_pod(i).
+    """
+
+    def __init__(self, svc="trainer", pods=3, namespace="default", workdir=None,
+                 keep=False, log=None):
+        global _cluster_seq
+        with _seq_lock:
+            _cluster_seq += 1
+            seq = _cluster_seq
+        self.svc = svc
+        self.npods = pods
+        self.namespace = namespace
+        self.domain = f"{svc}.{namespace}.svc.cluster.local"
+        self.tag = f"{NS_PREFIX}{os.getpid()}c{seq}"
+        self.net_ns = f"{self.tag}net"
+        self.keep = keep
+        self._own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix=f"{self.tag}-")
+        os.makedirs(self.workdir, exist_ok=True)
+        self.hostsdir = os.path.join(self.workdir, "dns-records")
+        self.dns_log = os.path.join(self.workdir, "dnsmasq.log")
+        self.events_log = os.path.join(self.workdir, "events.log")
+        self.pods = {}
+        self._timers = []
+        self._dnsmasq = None
+        self._created_ns = []
+        self._t0 = time.monotonic()
+        self._log = log or (lambda msg: None)
+        self._closed = False
+
+    # -- names -------------------------------------------------------------------
+    def hostname(self, i):
+        return f"{self.svc}-{i}"
+
+    def fqdn(self, i):
+        return f"{self.hostname(i)}.{self.domain}"
+
+    def pod_ip(self, i):
+        if not 0 <= i < 200:
+            raise ValueError("podsim supports indices 0..199")
+        return f"{SUBNET}.{10 + i}"
+
+    def pod_ns(self, i):
+        return f"{self.tag}p{i}"
+
+    # -- lifecycle ---------------------------------------------------------------
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.teardown()
+        return False
+
+    def start(self):
+        _live_clusters.add(self)
+        try:
+            self._start()
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def _start(self):
+        os.makedirs(self.hostsdir)
+        self._add_ns(self.net_ns)
+        _run("ip", "-n", self.net_ns, "link", "set", "lo", "up")
+        _run("ip", "-n", self.net_ns, "link", "add", "br0", "type", "bridge")
+        _run("ip", "-n", self.net_ns, "addr", "add", f"{DNS_IP}/24", "dev", "br0")
+        _run("ip", "-n", self.net_ns, "link", "set", "br0", "up")
+        for i in range(self.npods):
+            ns = self.pod_ns(i)
+            self._add_ns(ns)
+            _run("ip", "-n", self.net_ns, "link", "add", f"vp{i}", "type", "veth",
+                 "peer", "name", "eth0", "netns", ns)
+            _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "master", "br0", "up")
+            _run("ip", "-n", ns, "addr", "add", f"{self.pod_ip(i)}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+            self._write_pod_files(i)
+        self._start_dnsmasq()
+        self.event(f"cluster up: {self.npods} pods, workdir {self.workdir}")
+
+    def _add_ns(self, name):
+        _run("ip", "netns", "add", name)
+        self._created_ns.append(name)
+
+    def _write_pod_files(self, i):
+        # As the kubelet writes them for a pod with hostname+subdomain (Pod's DNS docs:
+        # "A/AAAA records ... <hostname>.<subdomain>.<ns>.svc.cluster.local").
+        hosts = (f"# Kubernetes-managed hosts file (podsim).\n"
+                 f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                 f"fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\n"
+                 f"fe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n"
+                 f"{self.pod_ip(i)}\t{self.fqdn(i)}\t{self.hostname(i)}\n")
+        resolv = (f"search {self.namespace}.svc.cluster.local svc.cluster.local cluster.local\n"
+                  f"nameserver {DNS_IP}\noptions ndots:5\n")
+        with open(self._pod_file(i, "hosts"), "w") as f:
+            f.write(hosts)
+        with open(self._pod_file(i, "resolv.conf"), "w") as f:
+            f.write(resolv)
+
+    def _pod_file(self, i, what):
+        return os.path.join(self.workdir, f"pod-{i}.{what}")
+
+    def _start_dnsmasq(self):
+        argv = ["ip", "netns", "exec", self.net_ns, DNSMASQ,
+                "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
+                "--no-poll", "--user=root", "--group=root",
+                f"--pid-file={os.path.join(self.workdir, 'dnsmasq.pid')}",
+                f"--listen-address={DNS_IP}", "--bind-interfaces",
+                f"--hostsdir={self.hostsdir}", "--local=/cluster.local/", "--local=/#/",
+                "--local-ttl=1", "--neg-ttl=1", "--log-queries",
+                f"--log-facility={self.dns_log}"]
+        self._dnsmasq = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL,
+                                         stderr=open(self.dns_log + ".stderr", "w"))
+        self._wait_dns_log(lambda text: "using only locally-known addresses" in text,
+                           "dnsmasq start")
+
+    def _wait_dns_log(self, predicate, what, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not predicate(_read(self.dns_log)):
+            if self._dnsmasq.poll() is not None:
+                raise PodsimError(f"dnsmasq exited ({self._dnsmasq.returncode}): "
+                                  + _read(self.dns_log + ".stderr") + _read(self.dns_log))
+            if time.monotonic() > deadline:
+                raise PodsimError(f"{what}: dnsmasq did not confirm within {timeout}s")
+            time.sleep(0.01)
+
+    def teardown(self):
+        """Kills every pod and dnsmasq, deletes the namespaces. Idempotent, never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        for t in self._timers:
+            t.cancel()
+        for pod in list(self.pods.values()):
+            try:
+                pod.kill()
+            except Exception as e:  # keep tearing down
+                self._log(f"podsim: killing pod {pod.name}: {e}")
+        if self._dnsmasq is not None and self._dnsmasq.poll() is None:
+            self._dnsmasq.kill()
+            try:
+                self._dnsmasq.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        for ns in reversed(self._created_ns):
+            try:
+                _destroy_netns(ns)
+            except Exception as e:
+                self._log(f"podsim: deleting netns {ns}: {e}")
+        _live_clusters.discard(self)
+        if self._own_workdir and not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # -- DNS ---------------------------------------------------------------------
+    def _record_path(self, i):
+        return os.path.join(self.hostsdir, self.hostname(i))
+
+    def publish(self, i, delay=0.0, ip=None):
+        """Publishes pod i's A records: <svc>-<i>.<domain> and the Service name <domain>.
+
+        With delay > 0 returns at once and publishes from a timer thread later.
+        Otherwise returns once dnsmasq has (re)read the record. `ip` overrides the
+        address (e.g. a stale or wrong one).
+        """
+        if delay > 0:
+            t = threading.Timer(delay, self._publish_now, (i, ip, False))
+            t.daemon = True
+            self._timers.append(t)
+            t.start()
+            self.event(f"publish {self.hostname(i)} scheduled in {delay}s")
+            return
+        self._publish_now(i, ip, True)
+
+    def _publish_now(self, i, ip, wait):
+        if self._closed:
+            return
+        path = self._record_path(i)
+        tmp = os.path.join(self.hostsdir, f".{self.hostname(i)}.tmp")  # dnsmasq skips dotfiles
+        before = _read(self.dns_log).count(f"read {path} ")
+        with open(tmp, "w") as f:
+            f.write(f"{ip or self.pod_ip(i)} {self.fqdn(i)} {self.domain}\n")
+        os.rename(tmp, path)  # atomic: dnsmasq never reads half a file
+        self.event(f"published {self.fqdn(i)} -> {ip or self.pod_ip(i)}")
+        if wait:
+            self._wait_dns_log(lambda text: text.count(f"read {path} ") > before,
+                               f"publish {self.fqdn(i)}")
+
+    def unpublish(self, i):
+        """Withdraws pod i's records (NXDOMAIN from then on); returns once dnsmasq flushed them."""
+        path = self._record_path(i)
+        if not os.path.exists(path):
+            return
+        before = _read(self.dns_log).count(f"from {path}\n")
+        os.unlink(path)
+        self.event(f"unpublished {self.fqdn(i)}")
+        self._wait_dns_log(lambda text: text.count(f"from {path}\n") > before,
+                           f"unpublish {self.fqdn(i)}")
+
+    def publish_all(self):
+        for i in range(self.npods):
+            self.publish(i)
+
+    # -- pods --------------------------------------------------------------------
+    def start_pod(self, i, argv, env=None):
+        """Starts pod i's container: `argv` exec'd as PID 1 with the pod's hostname,
+        /etc/hosts, /etc/resolv.conf and network. The environment is a container's:
+        PATH, HOME, HOSTNAME, JOB_COMPLETION_INDEX=i, plus `env`. Output goes to
+        <workdir>/pod-<i>.out/.err. Returns the Pod once its PID 1 exists.
+        """
+        if i in self.pods and self.pods[i].running():
+            raise PodsimError(f"pod {i} is already running")
+        full_env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8",
+                    "HOSTNAME": self.hostname(i), "JOB_COMPLETION_INDEX": str(i)}
+        full_env.update(env or {})
+        attempt = sum(1 for n in os.listdir(self.workdir) if n.startswith(f"pod-{i}.out"))
+        suffix = f".{attempt}" if attempt else ""
+        out_path = self._pod_file(i, "out" + suffix)
+        err_path = self._pod_file(i, "err" + suffix)
+        cmd = ["ip", "netns", "exec", self.pod_ns(i),
+               "unshare", "--pid", "--fork", "--uts", "--mount", "--mount-proc",
+               "--propagation", "private",
+               "sh", "-c", POD_INIT, "pod-init", self.hostname(i),
+               self._pod_file(i, "hosts"), self._pod_file(i, "resolv.conf")] + list(argv)
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                     env=full_env, cwd="/")
+        pod = Pod(self, i, list(argv), popen, out_path, err_path)
+        self.pods[i] = pod
+        self.event(f"started pod {pod.name} (host pid {pod.pid1}): {' '.join(argv)}")
+        return pod
+
+    def processes_in_pod(self, i):
+        """ProcInfo of every process left in pod i's PID namespace (PID 1 included)."""
+        return self.pods[i].processes() if i in self.pods else []
+
+    def wait_all(self, timeout, indices=None):
+        """Waits up to `timeout` seconds in all for the given pods (default: every pod
+        started) to exit; returns {index: exit code}. Raises PodTimeout."""
+        deadline = time.monotonic() + timeout
+        return {i: self.pods[i].wait(max(0.0, deadline - time.monotonic()))
+                for i in sorted(self.pods if indices is None else indices)}
+
+    # -- diagnostics -------------------------------------------------------------
+    def event(self, msg):
+        line = f"[{time.monotonic() - self._t0:7.3f}s] {msg}"
+        with open(self.events_log, "a") as f:
+            f.write(line + "\n")
+        self._log(line)
+
+    def diagnostics(self, lines=30):
+        """Log tails of every pod, the event timeline and the DNS query log."""
+        parts = [f"=== podsim {self.tag} workdir {self.workdir}"]
+        for pod in sorted(self.pods.values(), key=lambda p: p.index):
+            parts.append(pod.tail(lines))
+            left = pod.processes()
+            if left:
+                parts.append("  processes in pod: " + "; ".join(
+                    f"{p.pid}({p.state}) {p.cmdline or p.comm}" for p in left))
+        parts.append("--- events:\n" + _read(self.events_log))
+        dns = [ln for ln in _read(self.dns_log).splitlines() if "query[" in ln or " is " in ln]
+        parts.append(f"--- dnsmasq (last {lines} answers):\n" + "\n".join(dns[-lines:]))
+        return "\n".join(parts)
+
+
+@atexit.register
+def _teardown_all():
+    for c in list(_live_clusters):
+        c.teardown()
