@@ -37,12 +37,12 @@ def log(msg):
 
 def env_int(name):
     value = os.environ.get(name)
-    if value is None:
-        sys.exit(f"train.py: {name} is not set; launch me with trainlet or torchrun")
     try:
         return int(value)
-    except ValueError:
-        sys.exit(f"train.py: {name}={value!r} is not an integer")
+    except (TypeError, ValueError):
+        why = "is not set; launch me with trainlet" if value is None else "is not an integer"
+        print(f"train.py: {name}={value!r} {why}", file=sys.stderr, flush=True)
+        sys.exit(2)
 
 
 def make_shard(rank, samples, seed):

@@ -43,7 +43,9 @@ TEST(VisibleDevicesTest, Table) {
 TEST(ProbeTest, ReportsAvailabilityWithoutCrashing) {
   Availability a = Probe();
   EXPECT_FALSE(a.detail.empty());
-  if (!a.available) EXPECT_EQ(a.device_count, 0);
+  if (!a.available) {
+    EXPECT_EQ(a.device_count, 0);
+  }
 }
 
 }  // namespace

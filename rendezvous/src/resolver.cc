@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
+#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -64,6 +64,28 @@ ResolveError MapStatus(int status) {
   }
 }
 
+// "ARES_ENOTFOUND: Domain name not found": the code is what one greps for.
+std::string Detail(int status) {
+  const char* code = "ARES_E?";
+  switch (status) {
+    case ARES_ENODATA: code = "ARES_ENODATA"; break;
+    case ARES_EFORMERR: code = "ARES_EFORMERR"; break;
+    case ARES_ESERVFAIL: code = "ARES_ESERVFAIL"; break;
+    case ARES_ENOTFOUND: code = "ARES_ENOTFOUND"; break;
+    case ARES_ENOTIMP: code = "ARES_ENOTIMP"; break;
+    case ARES_EREFUSED: code = "ARES_EREFUSED"; break;
+    case ARES_EBADNAME: code = "ARES_EBADNAME"; break;
+    case ARES_EBADRESP: code = "ARES_EBADRESP"; break;
+    case ARES_ECONNREFUSED: code = "ARES_ECONNREFUSED"; break;
+    case ARES_ETIMEOUT: code = "ARES_ETIMEOUT"; break;
+    case ARES_ENOMEM: code = "ARES_ENOMEM"; break;
+    case ARES_EDESTRUCTION: code = "ARES_EDESTRUCTION"; break;
+    case ARES_ECANCELLED: code = "ARES_ECANCELLED"; break;
+    default: break;
+  }
+  return std::string(code) + ": " + ares_strerror(status);
+}
+
 // A Resolve() handed to c-ares; owned by c-ares until its callback runs. It holds
 // what the completion needs, so the callback never touches the Resolver: it may
 // run inside ares_destroy() while the Resolver is being torn down.
@@ -114,7 +136,7 @@ void OnAddrInfo(void* arg, int status, int timeouts, ares_addrinfo* result) noex
       out.detail = "no A or AAAA address in the answer";
     }
   } else {
-    out.detail = ares_strerror(status);
+    out.detail = Detail(status);
   }
 
   const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - q->start).count();
@@ -419,7 +441,12 @@ exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_execu
 
   auto impl = std::make_shared<Impl>(std::move(ex));
   ares_options o{};
-  int mask = ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES;
+  int mask = ARES_OPT_FLAGS | ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES;
+  // Without NOCHECKRESP, c-ares 1.18 treats a SERVFAIL/REFUSED/NOTIMP answer as
+  // a dead server, tries the others, and then fails with ARES_ECONNREFUSED,
+  // losing the RCODE. With it, the RCODE reaches us (ARES_ESERVFAIL, ...) at the
+  // cost of that failover; our callers retry with backoff anyway.
+  o.flags = ARES_FLAG_NOCHECKRESP;
   o.sock_state_cb = &Impl::SockStateThunk;
   o.sock_state_cb_data = impl.get();
   o.timeout = static_cast<int>(options.query_timeout.count());
@@ -450,6 +477,9 @@ exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_execu
       return Status::Config("dns: bad server list '" + csv + "': " + ares_strerror(rc));
     }
   }
+  impl->log_->debug("dns resolver: servers {}, query timeout {} ms, {} tries",
+                    csv.empty() ? std::string("from resolv.conf") : csv,
+                    options.query_timeout.count(), options.tries);
   return std::unique_ptr<Resolver>(new Resolver(std::move(impl)));
 }
 

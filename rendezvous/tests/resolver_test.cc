@@ -2,7 +2,6 @@
 // for answers dnsmasq will not give on demand: SERVFAIL, silence).
 #include "trainlet/rendezvous/resolver.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -19,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -221,6 +221,12 @@ class FakeDnsServer {
   }
   int queries() const { return queries_; }
   void set_rcode(int rcode) { rcode_ = rcode; }
+  // Stops listening, so an io_context::run() can return once the code under
+  // test has nothing pending.
+  void Close() {
+    boost::system::error_code ec;
+    socket_.close(ec);
+  }
 
  private:
   void Receive() {
@@ -401,6 +407,26 @@ TEST_F(ResolverTest, RefusedIsRefused) {
   // outside it, and dnsmasq, having no upstream, answers REFUSED.
   ResolveOutcome o = ResolveNow(*r, "www.example");
   EXPECT_EQ(o.error, ResolveError::kRefused) << ResolveErrorName(o.error) << ": " << o.detail;
+  EXPECT_EQ(o.detail.rfind("ARES_EREFUSED", 0), 0u) << o.detail;  // The RCODE, not ICMP.
+}
+
+// Nothing listens on the port: ICMP port unreachable, reported at once.
+TEST_F(ResolverTest, ClosedPortIsRefusedWithoutWaitingForTheTimeout) {
+  std::string server;
+  {
+    udp::socket s(io_, udp::endpoint(make_address("127.0.0.1"), 0));
+    server = "127.0.0.1:" + std::to_string(s.local_endpoint().port());
+  }
+  ResolverOptions options = Options();
+  options.servers = {server};
+  options.query_timeout = milliseconds(2000);
+  auto r = MakeResolver(options);
+  ASSERT_NE(r, nullptr);
+  const auto start = Clock::now();
+  ResolveOutcome o = ResolveNow(*r, "leader.cluster.local");
+  EXPECT_EQ(o.error, ResolveError::kRefused) << ResolveErrorName(o.error);
+  EXPECT_EQ(o.detail.rfind("ARES_ECONNREFUSED", 0), 0u) << o.detail;
+  EXPECT_LT(Clock::now() - start, milliseconds(1000));
 }
 
 TEST_F(ResolverTest, ServfailIsServerFailure) {
@@ -411,7 +437,9 @@ TEST_F(ResolverTest, ServfailIsServerFailure) {
   ASSERT_NE(r, nullptr);
   ResolveOutcome o = ResolveNow(*r, "leader.cluster.local");
   EXPECT_EQ(o.error, ResolveError::kServerFailure) << ResolveErrorName(o.error);
-  EXPECT_GE(servfail.queries(), 2);  // A and AAAA, at least.
+  EXPECT_EQ(o.detail.rfind("ARES_ESERVFAIL", 0), 0u) << o.detail;
+  // A and AAAA for the first search candidate; SERVFAIL ends the search.
+  EXPECT_EQ(servfail.queries(), 2);
 }
 
 TEST_F(ResolverTest, SilentServerTimesOutWithinTheConfiguredTimeouts) {
@@ -574,6 +602,7 @@ TEST_F(ResolverTest, CancelEndsQueriesInFlightAndTheResolverStaysUsable) {
   server.set_rcode(3);  // NXDOMAIN from now on.
   EXPECT_EQ(ResolveNow(*r, "d.cluster.local").error, ResolveError::kNotFound);
   // Nothing left behind: no timer, no socket wait keeps the loop alive.
+  server.Close();
   io_.restart();
   const auto start = Clock::now();
   io_.run();
@@ -597,6 +626,7 @@ TEST_F(ResolverTest, DestroyingTheResolverWithQueriesInFlightIsSafe) {
     // Let it reach the wire, so a socket wait and a retransmit timer are pending.
     ASSERT_TRUE(RunUntil([&] { return silent.queries() >= 2; }));
   }
+  silent.Close();
   io_.restart();
   const auto start = Clock::now();
   io_.run();  // Returns once the posted completion ran: nothing else is pending.
@@ -618,6 +648,7 @@ TEST_F(ResolverTest, DestroyingTheResolverFromACompletionIsSafe) {
     results.push_back(o.error);
     r.reset();  // The owner drops the resolver from a callback.
   });
+  silent.Close();
   io_.restart();
   io_.run();
   EXPECT_EQ(r, nullptr);

@@ -46,13 +46,16 @@ struct ResolveOutcome {
   // getaddrinfo(3) would give). Empty unless ok().
   std::vector<boost::asio::ip::address> addresses;
   ResolveError error = ResolveError::kNone;
-  std::string detail;  // c-ares' message for the failure; empty on success.
+  // For a failure, c-ares' code and message ("ARES_ESERVFAIL: ..."); empty on success.
+  std::string detail;
 
   bool ok() const { return error == ResolveError::kNone; }
 };
 
 struct ResolverOptions {
   // "ip", "ip:port", "[ipv6]:port"; empty: the nameservers of resolv.conf.
+  // A server that does not answer is retried and the next one tried; a
+  // SERVFAIL, REFUSED or NOTIMP answer is final for that Resolve (no failover).
   std::vector<std::string> servers;
   // nullopt: from resolv.conf ("search"/"domain"). An empty list: no search domains.
   std::optional<std::vector<std::string>> search_domains;
@@ -92,9 +95,10 @@ class Resolver {
   Resolver& operator=(const Resolver&) = delete;
 
   // Looks up the A and AAAA records of `name`, trying search domains per ndots
-  // (and /etc/hosts first, as getaddrinfo does). An IP literal ("10.0.0.7",
-  // "fd00::1") completes with itself and sends no query. `done` runs exactly
-  // once, on the executor, never inline. A timeout on one candidate name ends the
+  // (and, as getaddrinfo does, /etc/hosts first: a small local file read in
+  // place). An IP literal ("10.0.0.7", "fd00::1") completes with itself and
+  // sends no query. `done` must be non-null; it runs exactly once, on the
+  // executor, never inline. A timeout on one candidate name ends the
   // whole lookup with kTimeout, so the time to failure is bounded as described
   // at ResolverOptions::tries.
   // Any number of queries may be in flight at once.

@@ -1,0 +1,107 @@
+// Runs the built binary: bad or missing input gets one clear line and exit 78
+// within a second, before any network traffic; --help and --version work.
+#include <sys/wait.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Outcome {
+  int code;
+  std::string out;  // stdout and stderr together
+  double seconds;
+};
+
+Outcome Trainlet(const std::string& env, const std::string& args) {
+  // `env -i` keeps the host's MASTER_ADDR/JOB_COMPLETION_INDEX out of the test.
+  std::string cmd = "env -i PATH=/usr/bin:/bin HOSTNAME=x " + env + " " + TRAINLET_BIN + " " +
+                    args + " 2>&1";
+  auto t0 = Clock::now();
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  int status = ::pclose(p);
+  return {WEXITSTATUS(status), out,
+          std::chrono::duration<double>(Clock::now() - t0).count()};
+}
+
+TEST(CliTest, HelpAndVersion) {
+  Outcome h = Trainlet("", "--help");
+  EXPECT_EQ(h.code, 0);
+  EXPECT_NE(h.out.find("--nnodes"), std::string::npos);
+  EXPECT_NE(h.out.find("TRAINLET_NNODES"), std::string::npos);
+  Outcome v = Trainlet("", "--version");
+  EXPECT_EQ(v.code, 0);
+  EXPECT_EQ(v.out.rfind("trainlet ", 0), 0u) << v.out;
+  Outcome e = Trainlet("", "exit-codes");
+  EXPECT_EQ(e.code, 0);
+  EXPECT_NE(e.out.find("143"), std::string::npos);
+}
+
+TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
+  struct Row {
+    std::string env, args, expected;
+  };
+  const std::vector<Row> rows = {
+      {"", "", "no trainer command"},
+      {"", "--no-such-flag -- true", "--no-such-flag"},
+      {"JOB_COMPLETION_INDEX=1", "-- true", "number of pods is missing"},
+      {"JOB_COMPLETION_INDEX=03 PET_NNODES=4", "-- true", "JOB_COMPLETION_INDEX='03'"},
+      {"JOB_COMPLETION_INDEX='$(JOB_COMPLETION_INDEX)' TRAINLET_NNODES=4", "-- true",
+       "unexpanded"},
+      {"JOB_COMPLETION_INDEX=4", "--nnodes 4 --master-addr l -- true", "not below"},
+      {"TRAINLET_NNODES=x", "-- true", "TRAINLET_NNODES='x'"},
+      {"", "--grace-period soon -- true", "--grace-period='soon'"},
+      {"", "--rdzv-port 70000 -- true", "--rdzv-port='70000'"},
+      {"", "--log-level loud -- true", "--log-level='loud'"},
+      {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
+  };
+  for (const Row& r : rows) {
+    Outcome run = Trainlet(r.env, r.args);
+    EXPECT_EQ(run.code, 78) << r.env << " " << r.args << ": " << run.out;
+    EXPECT_NE(run.out.find(r.expected), std::string::npos) << r.env << " " << r.args << ": "
+                                                           << run.out;
+    EXPECT_LT(run.seconds, 1.0) << r.args;
+  }
+}
+
+TEST(CliTest, FlagsFromTrainletAndPetEnvironment) {
+  // PET_NPROC_PER_NODE (torchrun's) and TRAINLET_* are honoured; the flag wins.
+  Outcome r = Trainlet("PET_NPROC_PER_NODE=3", "-- sh -c 'echo ws=$WORLD_SIZE'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("ws=3"), std::string::npos) << r.out;
+  r = Trainlet("PET_NPROC_PER_NODE=3 TRAINLET_NPROC_PER_NODE=2",
+               "-- sh -c 'echo ws=$WORLD_SIZE'");
+  EXPECT_NE(r.out.find("[rank1]: ws=2"), std::string::npos) << r.out;
+  r = Trainlet("TRAINLET_NPROC_PER_NODE=2", "--nproc-per-node 1 -- sh -c 'echo ws=$WORLD_SIZE'");
+  EXPECT_NE(r.out.find("[rank0]: ws=1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[rank1]"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, WorkersGetTorchrunEnvironment) {
+  Outcome r = Trainlet("", "--nproc-per-node 2 -- sh -c 'echo $RANK/$LOCAL_RANK/$WORLD_SIZE/"
+                       "$LOCAL_WORLD_SIZE/$GROUP_RANK/$ROLE_RANK/$MASTER_ADDR/$MASTER_PORT/"
+                       "$TORCHELASTIC_RESTART_COUNT/$OMP_NUM_THREADS; "
+                       "test -n \"$TORCHELASTIC_ERROR_FILE\" && test -n \"$TORCHELASTIC_RUN_ID\" "
+                       "&& echo has-files'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: 1/1/2/2/0/1/127.0.0.1/29500/0/1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank0]: has-files"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, ExitCodeIsTheWorkersOr128PlusSignal) {
+  EXPECT_EQ(Trainlet("", "-- sh -c 'exit 7'").code, 7);
+  EXPECT_EQ(Trainlet("", "-- sh -c 'kill -KILL $$'").code, 128 + 9);
+  EXPECT_EQ(Trainlet("", "--nproc-per-node 2 -- sh -c '[ $RANK = 1 ] && exit 5; sleep 20'").code,
+            5);
+}
+
+}  // namespace

@@ -1,0 +1,252 @@
+// Real processes, real signals: the supervisor runs `sh` workers and the test
+// process plays the agent (signals blocked and read from a signalfd, child
+// subreaper so orphans come back to it).
+#include "trainlet/agent/supervisor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <gtest/gtest.h>
+
+#include "trainlet/agent/signals.h"
+
+namespace trainlet::agent {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+extern "C" char** environ;
+
+std::vector<std::string> Env() {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  return env;
+}
+
+// Redirects one of our fds to a temporary file for the lifetime of the object.
+class CapturedFd {
+ public:
+  explicit CapturedFd(int fd) : fd_(fd) {
+    std::fflush(nullptr);
+    path_ = std::filesystem::temp_directory_path() / ("sup-" + std::to_string(::getpid()) + "-" +
+                                                      std::to_string(fd) + ".out");
+    int f = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    saved_ = ::dup(fd);
+    ::dup2(f, fd);
+    ::close(f);
+  }
+  ~CapturedFd() {
+    Restore();
+    std::filesystem::remove(path_);
+  }
+  void Restore() {
+    if (saved_ < 0) return;
+    ::dup2(saved_, fd_);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::string Text() {
+    std::ifstream f(path_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  int fd_;
+  int saved_ = -1;
+  std::filesystem::path path_;
+};
+
+class SupervisorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BlockHandledSignals();
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    dir_ = std::filesystem::temp_directory_path() / ("suptest-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Runs `scripts` (one sh -c script per worker) to the end; `after_start`
+  // runs once the workers are up. Returns the result; fails the test if the
+  // supervisor takes longer than `limit`.
+  SupervisorResult Run(const std::vector<std::string>& scripts, std::chrono::milliseconds grace,
+                       std::function<void(asio::io_context&, Supervisor&)> after_start = {},
+                       std::chrono::seconds limit = 20s) {
+    asio::io_context io;
+    SupervisorResult result;
+    bool done = false;
+    SupervisorOptions o;
+    o.grace = grace;
+    Supervisor sup(io.get_executor(), o, [&](SupervisorResult r) {
+      result = r;
+      done = true;
+      io.stop();
+    });
+    auto signals = SignalSource::Create(io.get_executor(), [&](int s) {
+      if (s == SIGCHLD) {
+        sup.Reap();
+      } else {
+        sup.OnSignal(s);
+      }
+    });
+    EXPECT_TRUE(signals.ok());
+    std::vector<WorkerSpec> specs;
+    for (std::size_t i = 0; i < scripts.size(); ++i) {
+      specs.push_back({{"/bin/sh", "-c", scripts[i]}, Env(), "[rank" + std::to_string(i) + "]: "});
+    }
+    exitcodes::Status s = sup.Start(specs);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (after_start) after_start(io, sup);
+    asio::steady_timer guard(io);
+    guard.expires_after(limit);
+    guard.async_wait([&](boost::system::error_code ec) {
+      if (!ec) io.stop();
+    });
+    io.run();
+    EXPECT_TRUE(done) << "supervisor did not finish within " << limit.count() << " s";
+    return result;
+  }
+
+  // Sends `signo` to ourselves (the "agent") `delay` after start.
+  static std::function<void(asio::io_context&, Supervisor&)> SignalAfter(
+      int signo, std::chrono::milliseconds delay, std::shared_ptr<asio::steady_timer>* keep) {
+    return [signo, delay, keep](asio::io_context& io, Supervisor&) {
+      *keep = std::make_shared<asio::steady_timer>(io, delay);
+      (*keep)->async_wait([signo](boost::system::error_code ec) {
+        if (!ec) ::kill(::getpid(), signo);
+      });
+    };
+  }
+
+  std::string File(const std::string& name) { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+bool NoChildrenLeft() {
+  return ::waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD;
+}
+
+TEST_F(SupervisorTest, AllSucceedAndOutputIsPrefixedLineByLine) {
+  CapturedFd out(STDOUT_FILENO), err(STDERR_FILENO);
+  auto r = Run({"echo one; echo two >&2; printf 'no newline'",
+                "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done"},
+               5s);
+  out.Restore();
+  err.Restore();
+  EXPECT_EQ(r.exit_code, 0);
+  std::string o = out.Text(), e = err.Text();
+  EXPECT_NE(o.find("[rank0]: one\n"), std::string::npos) << o.substr(0, 200);
+  EXPECT_NE(e.find("[rank0]: two\n"), std::string::npos) << e;
+  EXPECT_NE(o.find("[rank0]: no newline\n"), std::string::npos) << "partial line flushed at exit";
+  // Every line of rank 1 arrives whole and in order.
+  std::istringstream lines(o);
+  std::string line;
+  int next = 0;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with("[rank1]: ")) {
+      EXPECT_TRUE(line.starts_with("[rank0]: ")) << "interleaved: " << line;
+      continue;
+    }
+    EXPECT_EQ(line, "[rank1]: line-" + std::to_string(next));
+    ++next;
+  }
+  EXPECT_EQ(next, 2000);
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+TEST_F(SupervisorTest, FirstFailureStopsTheOthersAndDecidesTheCode) {
+  auto t0 = Clock::now();
+  auto r = Run({"trap 'echo term > " + File("rank0") + "; exit 143' TERM; sleep 30 & wait",
+                "sleep 0.2; exit 3"},
+               10s);
+  EXPECT_EQ(r.exit_code, 3);
+  ASSERT_TRUE(r.first_failure.has_value());
+  EXPECT_EQ(r.first_failure->local_rank, 1);
+  EXPECT_LT(Clock::now() - t0, 5s) << "the survivor was stopped by SIGTERM, not the grace";
+  EXPECT_TRUE(std::filesystem::exists(File("rank0"))) << "rank 0 received SIGTERM";
+  EXPECT_EQ(r.collateral, 1);
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+TEST_F(SupervisorTest, SignalDeathIs128PlusSignal) {
+  auto r = Run({"kill -SEGV $$"}, 5s);
+  EXPECT_EQ(r.exit_code, 128 + SIGSEGV);
+}
+
+TEST_F(SupervisorTest, SigtermIsForwardedAndEndsIn143EvenIfTheTrainerExits0) {
+  std::shared_ptr<asio::steady_timer> keep;
+  auto r = Run({"trap 'echo got > " + File("w0") + "; exit 0' TERM; sleep 30 & wait",
+                "trap 'echo got > " + File("w1") + "; exit 0' TERM; sleep 30 & wait"},
+               10s, SignalAfter(SIGTERM, 300ms, &keep));
+  EXPECT_EQ(r.exit_code, 143);
+  EXPECT_TRUE(std::filesystem::exists(File("w0")));
+  EXPECT_TRUE(std::filesystem::exists(File("w1")));
+  EXPECT_FALSE(r.first_failure.has_value());
+}
+
+TEST_F(SupervisorTest, TrainerIgnoringSigtermIsKilledWhenGraceEnds) {
+  std::shared_ptr<asio::steady_timer> keep;
+  auto t0 = Clock::now();
+  auto r = Run({"trap '' TERM; while true; do sleep 0.05; done"}, 700ms,
+               SignalAfter(SIGTERM, 200ms, &keep));
+  auto elapsed = Clock::now() - t0;
+  EXPECT_EQ(r.exit_code, 143);
+  EXPECT_GE(elapsed, 900ms) << "not killed before the grace period";
+  EXPECT_LT(elapsed, 5s) << "killed soon after it";
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+TEST_F(SupervisorTest, UserSignalsAreForwardedWithoutStopping) {
+  std::shared_ptr<asio::steady_timer> keep;
+  auto r = Run({"trap 'echo usr1 > " + File("usr1") + "; exit 0' USR1; sleep 30 & wait"}, 5s,
+               SignalAfter(SIGUSR1, 300ms, &keep));
+  EXPECT_EQ(r.exit_code, 0) << "USR1 is a notice, not a stop";
+  EXPECT_TRUE(std::filesystem::exists(File("usr1")));
+}
+
+TEST_F(SupervisorTest, OrphansAndDaemonsAreReapedAfterTheTrainerExits) {
+  // 30 short-lived orphans, a helper that finishes writing within the grace
+  // period (C19's uploader), and a setsid daemon that ignores SIGTERM.
+  std::string script =
+      "for i in $(seq 30); do (sleep 0.1 &) ; done; "
+      "(trap 'sleep 0.3; echo done > " + File("upload") + "; exit 0' TERM; sleep 30 & wait) & "
+      "setsid sh -c 'trap \"\" TERM; while true; do sleep 0.05; done' & "
+      "sleep 0.3; exit 0";
+  auto t0 = Clock::now();
+  auto r = Run({script}, 1500ms);
+  EXPECT_EQ(r.exit_code, 0) << "the trainer's own result";
+  EXPECT_GE(Clock::now() - t0, 1500ms) << "the daemon ignoring TERM costs the grace period";
+  EXPECT_TRUE(std::filesystem::exists(File("upload"))) << "the helper could finish its write";
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+TEST(SupervisorStartTest, MissingCommandIsAConfigError) {
+  asio::io_context io;
+  Supervisor sup(io.get_executor(), {}, [](SupervisorResult) {});
+  auto s = sup.Start({{{"/nonexistent/trainer"}, {}, ""}, {{"sh"}, {}, ""}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.failure_class(), exitcodes::FailureClass::kConfig);
+  EXPECT_NE(s.message().find("/nonexistent/trainer"), std::string::npos);
+  EXPECT_NE(s.message().find("No such file"), std::string::npos) << s.message();
+  s = Supervisor(io.get_executor(), {}, [](SupervisorResult) {})
+          .Start({{{"no-such-trainer-xyz"}, {"PATH=/usr/bin:/bin"}, ""}});
+  EXPECT_NE(s.message().find("not found in PATH"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace trainlet::agent

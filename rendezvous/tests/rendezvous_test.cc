@@ -1,0 +1,246 @@
+// Leader and members over real loopback sockets, in one event loop.
+#include <chrono>
+#include <map>
+#include <optional>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <gtest/gtest.h>
+
+#include "trainlet/rendezvous/leader.h"
+#include "trainlet/rendezvous/member.h"
+
+namespace trainlet::rendezvous {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using exitcodes::FailureClass;
+using exitcodes::Result;
+
+wire::Hello HelloFor(std::uint32_t index, std::uint32_t nnodes, std::uint32_t nproc = 2,
+                     std::string job = "trainer-0") {
+  wire::Hello h;
+  h.job_id = std::move(job);
+  h.index = index;
+  h.nproc_per_node = nproc;
+  h.config = {{"nnodes", std::to_string(nnodes)},
+              {"nproc_per_node", std::to_string(nproc)},
+              {"master_port", "29500"}};
+  h.fingerprint = wire::Fingerprint(h.config);
+  return h;
+}
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<Leader> MakeLeader(std::uint32_t nnodes, std::uint16_t port = 0) {
+    LeaderOptions o;
+    o.nnodes = nnodes;
+    o.run_id = "trainer-0";
+    o.handshake_timeout = 500ms;
+    auto l = Leader::Listen(io_.get_executor(), port, o);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return std::move(l).value();
+  }
+
+  std::shared_ptr<Member> MakeMember(wire::Hello hello, std::uint16_t port,
+                                     std::chrono::milliseconds budget = 10s) {
+    MemberOptions o;
+    o.leader_host = "127.0.0.1";
+    o.port = port;
+    o.hello = std::move(hello);
+    o.deadline = Clock::now() + budget;
+    o.connect_timeout = 500ms;
+    o.backoff.initial = 20ms;
+    o.backoff.cap = 100ms;
+    o.backoff.min_delay = 10ms;
+    o.seed = 7;
+    auto m = Member::Create(io_.get_executor(), o);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return std::move(m).value();
+  }
+
+  // Runs the loop until `pred` holds or `limit` passes.
+  void RunUntil(std::function<bool()> pred, std::chrono::milliseconds limit = 10s) {
+    auto end = Clock::now() + limit;
+    while (!pred() && Clock::now() < end) {
+      io_.run_for(10ms);
+      if (io_.stopped()) io_.restart();
+    }
+  }
+
+  static std::uint16_t FreePort() {
+    asio::io_context io;
+    asio::ip::tcp::acceptor a(io, {asio::ip::address_v4::loopback(), 0});
+    return a.local_endpoint().port();
+  }
+
+  asio::io_context io_;
+};
+
+using Outcome = std::optional<Result<wire::Assignment>>;
+
+TEST_F(RendezvousTest, GangOfFourFormsWithRanksFromTheIndex) {
+  auto leader = MakeLeader(4);
+  Outcome own;
+  leader->Start(HelloFor(0, 4), [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i : {3u, 1u, 2u}) {
+    members.push_back(MakeMember(HelloFor(i, 4), leader->port()));
+    members.back()->Start([&got, i](auto r) { got[i] = r; });
+  }
+  RunUntil([&] { return own && got.size() == 3; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  EXPECT_EQ((*own)->rank_base, 0u);
+  EXPECT_EQ((*own)->world_size, 8u);
+  EXPECT_EQ((*own)->master_addr, "127.0.0.1");
+  for (std::uint32_t i : {1u, 2u, 3u}) {
+    ASSERT_TRUE(got[i] && got[i]->ok()) << i;
+    const auto& a = **got[i];
+    EXPECT_EQ(a.rank_base, i * 2);
+    EXPECT_EQ(a.world_size, 8u);
+    EXPECT_EQ(a.nnodes, 4u);
+    EXPECT_EQ(a.generation, 1u);
+    EXPECT_EQ(a.master_addr, "127.0.0.1");
+    EXPECT_EQ(a.master_port, 29500);
+  }
+}
+
+TEST_F(RendezvousTest, MemberStartingFirstRetriesUntilTheLeaderListens) {
+  std::uint16_t port = FreePort();
+  Outcome got, own;
+  auto member = MakeMember(HelloFor(1, 2), port);
+  member->Start([&](auto r) { got = r; });
+  std::shared_ptr<Leader> leader;
+  asio::steady_timer later(io_, 400ms);
+  later.async_wait([&](auto) {
+    leader = MakeLeader(2, port);
+    leader->Start(HelloFor(0, 2), [&](auto r) { own = r; });
+  });
+  RunUntil([&] { return got && own; });
+  ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no result");
+  ASSERT_TRUE(own && own->ok());
+}
+
+TEST_F(RendezvousTest, MismatchedConfigurationFailsBothSidesNamingTheField) {
+  auto leader = MakeLeader(2);
+  Outcome own, got;
+  leader->Start(HelloFor(0, 2, 2), [&](auto r) { own = r; });
+  auto member = MakeMember(HelloFor(1, 2, 4), leader->port());  // 4 workers per pod vs 2
+  member->Start([&](auto r) { got = r; });
+  RunUntil([&] { return got && own; });
+  ASSERT_TRUE(got && !got->ok());
+  EXPECT_EQ(got->status().failure_class(), FailureClass::kConfig);
+  EXPECT_NE(got->status().message().find("nproc_per_node=4 on pod 1"), std::string::npos)
+      << got->status().message();
+  EXPECT_NE(got->status().message().find("nproc_per_node=2 on pod 0"), std::string::npos);
+  ASSERT_TRUE(own && !own->ok());
+  EXPECT_EQ(own->status().failure_class(), FailureClass::kConfig);
+}
+
+TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
+  auto leader = MakeLeader(3);
+  Outcome own, stranger, dup, first, second;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  auto m1 = MakeMember(HelloFor(1, 3), leader->port());
+  m1->Start([&](auto r) { first = r; });
+  RunUntil([&] { return leader->admitted() == 2; });
+  auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port());
+  s->Start([&](auto r) { stranger = r; });
+  auto d = MakeMember(HelloFor(1, 3), leader->port());
+  d->Start([&](auto r) { dup = r; });
+  RunUntil([&] { return stranger && dup; });
+  ASSERT_TRUE(stranger && !stranger->ok());
+  EXPECT_NE(stranger->status().message().find("belongs to job 'other-job-0'"), std::string::npos)
+      << stranger->status().message();
+  ASSERT_TRUE(dup && !dup->ok());
+  EXPECT_NE(dup->status().message().find("index 1 already joined"), std::string::npos)
+      << dup->status().message();
+  EXPECT_FALSE(own.has_value()) << "the leader waits on";
+  auto m2 = MakeMember(HelloFor(2, 3), leader->port());
+  m2->Start([&](auto r) { second = r; });
+  RunUntil([&] { return own && first && second; });
+  ASSERT_TRUE(own && own->ok());
+  ASSERT_TRUE(first && first->ok());
+  ASSERT_TRUE(second && second->ok());
+  EXPECT_EQ((*second)->rank_base, 4u);
+}
+
+TEST_F(RendezvousTest, GarbageAndSilentConnectionsAreDroppedWithoutHarm) {
+  auto leader = MakeLeader(2);
+  Outcome own, got;
+  leader->Start(HelloFor(0, 2), [&](auto r) { own = r; });
+  asio::ip::tcp::socket probe(io_), silent(io_);
+  probe.connect({asio::ip::address_v4::loopback(), leader->port()});
+  silent.connect({asio::ip::address_v4::loopback(), leader->port()});
+  const std::string http = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  asio::write(probe, asio::buffer(http));
+  // Both get closed: the probe at once, the silent one at the handshake deadline.
+  auto closed = [&](asio::ip::tcp::socket& s) {
+    char c;
+    boost::system::error_code ec;
+    s.non_blocking(true);
+    s.read_some(asio::buffer(&c, 1), ec);
+    return ec == asio::error::eof || ec == asio::error::connection_reset;
+  };
+  auto t0 = Clock::now();
+  RunUntil([&] { return closed(probe) && closed(silent); }, 3s);
+  EXPECT_TRUE(closed(probe));
+  EXPECT_TRUE(closed(silent));
+  EXPECT_LT(Clock::now() - t0, 2s);
+  auto member = MakeMember(HelloFor(1, 2), leader->port());
+  member->Start([&](auto r) { got = r; });
+  RunUntil([&] { return got && own; });
+  ASSERT_TRUE(got && got->ok());
+  ASSERT_TRUE(own && own->ok());
+}
+
+TEST_F(RendezvousTest, MemberGivesUpAtTheDeadlineWithDiagnostics) {
+  std::uint16_t port = FreePort();
+  Outcome got;
+  auto t0 = Clock::now();
+  auto member = MakeMember(HelloFor(1, 2), port, 800ms);
+  member->Start([&](auto r) { got = r; });
+  RunUntil([&] { return got.has_value(); });
+  auto elapsed = Clock::now() - t0;
+  ASSERT_TRUE(got && !got->ok());
+  EXPECT_EQ(got->status().failure_class(), FailureClass::kInfra);
+  const std::string& m = got->status().message();
+  EXPECT_NE(m.find("127.0.0.1"), std::string::npos) << m;
+  EXPECT_NE(m.find("port " + std::to_string(port)), std::string::npos) << m;
+  EXPECT_NE(m.find("refused"), std::string::npos) << m;
+  EXPECT_GE(elapsed, 800ms);
+  EXPECT_LT(elapsed, 2s);
+}
+
+TEST_F(RendezvousTest, LeaderRestartBeforeAssignmentIsSurvived) {
+  std::uint16_t port = FreePort();
+  auto old_leader = MakeLeader(3, port);
+  old_leader->Start(HelloFor(0, 3), [](auto) {});
+  Outcome got, own;
+  auto member = MakeMember(HelloFor(1, 3), port);
+  member->Start([&](auto r) { got = r; });
+  RunUntil([&] { return old_leader->admitted() == 2; });
+  old_leader->Close();  // the leader's pod restarts before the gang is complete
+  old_leader.reset();
+  std::shared_ptr<Leader> leader;
+  std::shared_ptr<Member> m2;
+  Outcome got2;
+  asio::steady_timer later(io_, 200ms);
+  later.async_wait([&](auto) {
+    leader = MakeLeader(3, port);
+    leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+    m2 = MakeMember(HelloFor(2, 3), port);
+    m2->Start([&](auto r) { got2 = r; });
+  });
+  RunUntil([&] { return got && own && got2; });
+  ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no result");
+  ASSERT_TRUE(own && own->ok());
+}
+
+}  // namespace
+}  // namespace trainlet::rendezvous
