@@ -77,6 +77,7 @@ int RunLocal(const LocalOptions& o) {
     argv.insert(argv.end(), o.command.begin(), o.command.end());
     agents.push_back({argv, env, ""});
   }
+  spdlog::set_pattern("[trainlet local %Y-%m-%dT%H:%M:%S.%e %l] %v");
   spdlog::info("local: {} pod(s) x {} worker(s), rendezvous on 127.0.0.1:{}", o.nnodes,
                o.nproc_per_node, rdzv_port);
 
@@ -84,6 +85,7 @@ int RunLocal(const LocalOptions& o) {
   int exit_code = 0;
   SupervisorOptions so;
   so.capture_output = false;  // the agents prefix their workers' lines already
+  so.noun = "pod agent";
   // The agents need their own grace period to stop their workers first.
   so.grace = o.grace + std::chrono::seconds(2);
   Supervisor supervisor(io.get_executor(), so, [&](SupervisorResult r) {

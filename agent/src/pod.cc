@@ -68,6 +68,10 @@ class Pod {
   int Run() {
     started_ = Clock::now();
     const PodIdentity& id = options_.identity;
+    // Several agents may share one terminal (trainlet local) or one log stream:
+    // every line says which pod wrote it.
+    spdlog::set_pattern("[trainlet pod" + std::to_string(id.index) +
+                        " %Y-%m-%dT%H:%M:%S.%e %l] %v");
     if (::getpid() != 1) {
       // Orphaned grandchildren are re-parented to us instead of to the real
       // init, so we can reap them (prctl(2), PR_SET_CHILD_SUBREAPER).

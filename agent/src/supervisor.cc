@@ -317,7 +317,7 @@ void Supervisor::Impl::Reap() {
       w.exited = true;
       known = true;
       spdlog::log(exit.success() ? spdlog::level::debug : spdlog::level::info,
-                  "worker local rank {} (pid {}) exited: {}", w.local_rank, pid, exit.Describe());
+                  "{} {} (pid {}) exited: {}", options.noun, w.local_rank, pid, exit.Describe());
       if (!finished) Apply(policy->On(event::WorkerExited{w.local_rank, exit}));
     }
     if (!known) spdlog::debug("reaped pid {} ({})", pid, exit.Describe());

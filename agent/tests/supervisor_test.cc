@@ -71,6 +71,12 @@ class CapturedFd {
   std::filesystem::path path_;
 };
 
+// A signal the test sends to itself (the "agent") some time after the start.
+struct SendSignal {
+  int signo = 0;
+  std::chrono::milliseconds after{0};
+};
+
 class SupervisorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -85,8 +91,7 @@ class SupervisorTest : public ::testing::Test {
   // runs once the workers are up. Returns the result; fails the test if the
   // supervisor takes longer than `limit`.
   SupervisorResult Run(const std::vector<std::string>& scripts, std::chrono::milliseconds grace,
-                       std::function<void(asio::io_context&, Supervisor&)> after_start = {},
-                       std::chrono::seconds limit = 20s) {
+                       SendSignal to_agent = {}, std::chrono::seconds limit = 20s) {
     asio::io_context io;
     SupervisorResult result;
     bool done = false;
@@ -111,7 +116,12 @@ class SupervisorTest : public ::testing::Test {
     }
     exitcodes::Status s = sup.Start(specs);
     EXPECT_TRUE(s.ok()) << s.ToString();
-    if (after_start) after_start(io, sup);
+    asio::steady_timer signal_timer(io, to_agent.after);
+    if (to_agent.signo != 0) {
+      signal_timer.async_wait([signo = to_agent.signo](boost::system::error_code ec) {
+        if (!ec) ::kill(::getpid(), signo);  // blocked: arrives through the signalfd
+      });
+    }
     asio::steady_timer guard(io);
     guard.expires_after(limit);
     guard.async_wait([&](boost::system::error_code ec) {
@@ -120,17 +130,6 @@ class SupervisorTest : public ::testing::Test {
     io.run();
     EXPECT_TRUE(done) << "supervisor did not finish within " << limit.count() << " s";
     return result;
-  }
-
-  // Sends `signo` to ourselves (the "agent") `delay` after start.
-  static std::function<void(asio::io_context&, Supervisor&)> SignalAfter(
-      int signo, std::chrono::milliseconds delay, std::shared_ptr<asio::steady_timer>* keep) {
-    return [signo, delay, keep](asio::io_context& io, Supervisor&) {
-      *keep = std::make_shared<asio::steady_timer>(io, delay);
-      (*keep)->async_wait([signo](boost::system::error_code ec) {
-        if (!ec) ::kill(::getpid(), signo);
-      });
-    };
   }
 
   std::string File(const std::string& name) { return (dir_ / name).string(); }
@@ -189,10 +188,9 @@ TEST_F(SupervisorTest, SignalDeathIs128PlusSignal) {
 }
 
 TEST_F(SupervisorTest, SigtermIsForwardedAndEndsIn143EvenIfTheTrainerExits0) {
-  std::shared_ptr<asio::steady_timer> keep;
   auto r = Run({"trap 'echo got > " + File("w0") + "; exit 0' TERM; sleep 30 & wait",
                 "trap 'echo got > " + File("w1") + "; exit 0' TERM; sleep 30 & wait"},
-               10s, SignalAfter(SIGTERM, 300ms, &keep));
+               10s, {SIGTERM, 300ms});
   EXPECT_EQ(r.exit_code, 143);
   EXPECT_TRUE(std::filesystem::exists(File("w0")));
   EXPECT_TRUE(std::filesystem::exists(File("w1")));
@@ -200,10 +198,9 @@ TEST_F(SupervisorTest, SigtermIsForwardedAndEndsIn143EvenIfTheTrainerExits0) {
 }
 
 TEST_F(SupervisorTest, TrainerIgnoringSigtermIsKilledWhenGraceEnds) {
-  std::shared_ptr<asio::steady_timer> keep;
   auto t0 = Clock::now();
   auto r = Run({"trap '' TERM; while true; do sleep 0.05; done"}, 700ms,
-               SignalAfter(SIGTERM, 200ms, &keep));
+               {SIGTERM, 200ms});
   auto elapsed = Clock::now() - t0;
   EXPECT_EQ(r.exit_code, 143);
   EXPECT_GE(elapsed, 900ms) << "not killed before the grace period";
@@ -212,9 +209,8 @@ TEST_F(SupervisorTest, TrainerIgnoringSigtermIsKilledWhenGraceEnds) {
 }
 
 TEST_F(SupervisorTest, UserSignalsAreForwardedWithoutStopping) {
-  std::shared_ptr<asio::steady_timer> keep;
   auto r = Run({"trap 'echo usr1 > " + File("usr1") + "; exit 0' USR1; sleep 30 & wait"}, 5s,
-               SignalAfter(SIGUSR1, 300ms, &keep));
+               {SIGUSR1, 300ms});
   EXPECT_EQ(r.exit_code, 0) << "USR1 is a notice, not a stop";
   EXPECT_TRUE(std::filesystem::exists(File("usr1")));
 }

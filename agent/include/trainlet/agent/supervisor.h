@@ -36,6 +36,8 @@ struct SupervisorOptions {
   // Pipe worker stdout/stderr through the agent with prefixes; when false the
   // workers inherit the agent's stdout and stderr.
   bool capture_output = true;
+  // What the children are, for log lines: "worker", or "pod agent" in local mode.
+  std::string noun = "worker";
 };
 
 struct SupervisorResult {
