@@ -247,7 +247,10 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
           "leader's name can be derived (hostname " + Quote(in.hostname) +
           (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " does not end in -<index>)"));
     }
-    id.leader_host = *own_prefix + "-0" + id.own_fqdn.substr(in.hostname.size());
+    // Absolute (trailing dot): the resolver asks for exactly this name instead
+    // of first trying it under every search domain (ndots:5 in pods), which
+    // would cost queries and seed negative caches with names that never exist.
+    id.leader_host = *own_prefix + "-0" + id.own_fqdn.substr(in.hostname.size()) + ".";
     id.leader_source = "derived from this pod's FQDN " + id.own_fqdn;
   }
 

@@ -141,7 +141,7 @@ TEST(IdentityTest, LeaderDerivedFromOwnFqdn) {
   auto id = ResolveIdentity(Pod(1, "4"));
   ASSERT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_EQ(id->own_fqdn, "trainer-1.trainer.default.svc.cluster.local");
-  EXPECT_EQ(id->leader_host, "trainer-0.trainer.default.svc.cluster.local");
+  EXPECT_EQ(id->leader_host, "trainer-0.trainer.default.svc.cluster.local.");
   EXPECT_EQ(id->job_id, "trainer-0");
   EXPECT_FALSE(id->is_leader());
 }

@@ -61,7 +61,8 @@ struct PodIdentity {
 //   nproc_per_node: --nproc-per-node, PET_NPROC_PER_NODE, else 1;
 //   leader: --master-addr, PET_MASTER_ADDR, MASTER_ADDR, else derived from this
 //           pod's FQDN: hostname "<prefix>-<index>" in a subdomain gives
-//           "<prefix>-0.<same domain>" (the name the headless Service publishes,
+//           "<prefix>-0.<same domain>." (absolute, so no search domains are tried; the
+//           name the headless Service publishes,
 //           https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/).
 //   job id: --job-id, else the first label of the leader's name (the same on
 //           every pod of the gang), else "trainlet".
