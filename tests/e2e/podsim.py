@@ -78,7 +78,7 @@ def requirements_missing():
     """Returns a reason string when this machine can't host a Cluster, else None."""
     if os.geteuid() != 0:
         return "podsim needs root (network/PID namespaces, bind mounts)"
-    for tool in ("ip", "unshare", "mount", "hostname"):
+    for tool in ("ip", "unshare", "setpriv", "mount", "hostname"):
         if shutil.which(tool, path=POD_PATH) is None:
             return f"podsim needs `{tool}` on PATH"
     if not os.access(DNSMASQ, os.X_OK):
@@ -206,11 +206,10 @@ class Pod:
         self.ended = None
         self.pid1 = None          # host pid of the pod's PID 1
         self.pidns = None         # 'pid:[inode]' of the pod's PID namespace
-        self._find_pid1()
 
     def _find_pid1(self, timeout=10.0):
-        # Popen's pid is `ip netns exec`, which execs unshare (no fork); unshare --fork
-        # forks the namespace's init. Its NSpid line reads "<hostpid> 1".
+        # Popen's pid is `ip netns exec`, which execs setpriv, which execs unshare (no
+        # forks); unshare --fork forks the namespace's init, whose NSpid is "<hostpid> 1".
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for child in _children(self.popen.pid):
@@ -446,7 +445,7 @@ class Cluster:
         return os.path.join(self.workdir, f"pod-{i}.{what}")
 
     def _start_dnsmasq(self):
-        argv = ["ip", "netns", "exec", self.net_ns, DNSMASQ,
+        argv = ["ip", "netns", "exec", self.net_ns, "setpriv", "--pdeathsig", "KILL", DNSMASQ,
                 "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
                 "--no-poll", "--user=root", "--group=root",
                 f"--pid-file={os.path.join(self.workdir, 'dnsmasq.pid')}",
@@ -562,16 +561,20 @@ class Cluster:
         suffix = f".{attempt}" if attempt else ""
         out_path = self._pod_file(i, "out" + suffix)
         err_path = self._pod_file(i, "err" + suffix)
-        cmd = ["ip", "netns", "exec", self.pod_ns(i),
-               "unshare", "--pid", "--fork", "--uts", "--mount", "--mount-proc",
-               "--propagation", "private",
+        # If this process dies (even by SIGKILL) the kernel SIGKILLs unshare (setpriv
+        # --pdeathsig, prctl(2) PR_SET_PDEATHSIG) and unshare SIGKILLs the pod's PID 1
+        # (--kill-child), which takes the whole PID namespace down: no stray pods.
+        cmd = ["ip", "netns", "exec", self.pod_ns(i), "setpriv", "--pdeathsig", "KILL",
+               "unshare", "--pid", "--fork", "--kill-child=SIGKILL", "--uts", "--mount",
+               "--mount-proc", "--propagation", "private",
                "sh", "-c", POD_INIT, "pod-init", self.hostname(i),
                self._pod_file(i, "hosts"), self._pod_file(i, "resolv.conf")] + list(argv)
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                      env=full_env, cwd="/")
         pod = Pod(self, i, list(argv), popen, out_path, err_path)
-        self.pods[i] = pod
+        self.pods[i] = pod  # before anything can fail: teardown must see it
+        pod._find_pid1()
         self.event(f"started pod {pod.name} (host pid {pod.pid1}): {' '.join(argv)}")
         return pod
 

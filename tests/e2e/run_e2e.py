@@ -36,6 +36,10 @@ class TimedResult(unittest.TextTestResult):
         super().stopTest(test)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--trainlet", required=True, help="the trainlet binary to test")
@@ -65,7 +69,7 @@ def main():
     import podsim  # noqa: E402
 
     # SIGTERM (ctest timeout, CI cancel) unwinds like Ctrl-C so every Cluster tears down.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() == 0:
         podsim.cleanup_stale()
     workdir = harness.workdir_root()
@@ -78,7 +82,11 @@ def main():
     runner = unittest.TextTestRunner(verbosity=1 if args.quiet else 2, failfast=args.failfast,
                                      resultclass=TimedResult, stream=sys.stdout)
     t0 = time.monotonic()
-    result = runner.run(suite)
+    try:
+        result = runner.run(suite)
+    except KeyboardInterrupt as e:  # every Cluster has torn down on the way out
+        print(f"e2e: interrupted ({e or 'Ctrl-C'}); logs under {workdir}", file=sys.stderr)
+        return 130
     timings = sorted(getattr(result, "timings", []), reverse=True)
     if timings:
         print("slowest: " + ", ".join(f"{t:.1f}s {name.split('.', 1)[-1]}"
