@@ -16,10 +16,13 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "trainlet/agent/evidence.h"
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/local.h"
 #include "trainlet/agent/pod.h"
 #include "trainlet/exitcodes/exit_code.h"
+#include "trainlet/exitcodes/policy.h"
+#include "trainlet/exitcodes/termination.h"
 
 extern char** environ;
 
@@ -53,12 +56,16 @@ struct Flags {
   std::string rdzv_port = "29400", master_port = "29500";
   std::string rdzv_timeout = "600", grace_period = "25";
   std::string log_level;
+  std::vector<std::string> exit_codes, markers;
+  std::string fatal_exit_codes;
+  std::string termination_log;
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
 };
 
 // Adds --<name> with TRAINLET_<NAME> as its environment variable.
-CLI::Option* AddFlag(CLI::App& app, Flags& f, const std::string& name, std::string* target,
+template <typename T>
+CLI::Option* AddFlag(CLI::App& app, Flags& f, const std::string& name, T* target,
                      const std::string& help) {
   std::string env = "TRAINLET_";
   for (char c : name) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
@@ -79,6 +86,18 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "seconds to find the leader and form the gang before exiting 75 (default 600)");
   AddFlag(app, f, "log-level", &f.log_level,
           "trace|debug|info|warn|error|off (default info, or SPDLOG_LEVEL)");
+  AddFlag(app, f, "exit-code", &f.exit_codes,
+          "CLASS=CODE, repeatable or comma-separated: change a class's exit code "
+          "(`trainlet exit-codes`)")
+      ->delimiter(',');
+  AddFlag(app, f, "fatal-exit-codes", &f.fatal_exit_codes,
+          "comma list of worker exit codes that mean a software defect (default 42)");
+  AddFlag(app, f, "marker", &f.markers,
+          "CLASS=TEXT, repeatable: stderr text that classifies a worker failure (bug, infra, "
+          "hardware, oom), checked before the built-in table");
+  AddFlag(app, f, "termination-log", &f.termination_log,
+          "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
+          "writable)");
   if (local) return;
   AddFlag(app, f, "node-rank", &f.node_rank,
           "this pod's completion index; else JOB_COMPLETION_INDEX, PET_NODE_RANK, or the "
@@ -133,10 +152,15 @@ void ConfigureLogging(const std::string& level_flag) {
   if (!level_flag.empty()) spdlog::set_level(spdlog::level::from_str(level_flag));
 }
 
-int ConfigError(const std::string& message) {
-  std::fprintf(stderr, "trainlet: %s (exit %d; see trainlet --help)\n", message.c_str(),
-               kExitConfig);
-  return kExitConfig;
+// Bad input: one line on stderr, the termination message, the config code.
+int ConfigError(const std::string& message, const exitcodes::ExitCodeTable& codes = {},
+                const std::string& termination_log = "") {
+  int code = codes.CodeFor(exitcodes::FailureClass::kConfig);
+  std::fprintf(stderr, "trainlet: %s (exit %d; see trainlet --help)\n", message.c_str(), code);
+  exitcodes::TerminationInfo info;
+  info.verdict = {exitcodes::FailureClass::kConfig, code, message, "phase"};
+  WriteTerminationLog(termination_log, exitcodes::TerminationMessage(info));
+  return code;
 }
 
 void PrintExitCodes() {
@@ -179,6 +203,20 @@ int Main(int argc, char** argv) {
   AddAgentFlags(*local, local_flags, true);
   local->add_option("command", local_flags.command, "the trainer command, after --");
   CLI::App* exit_codes = app.add_subcommand("exit-codes", "print the exit-code contract");
+  exitcodes::PolicyOptions policy_options;
+  std::vector<std::string> policy_codes;
+  CLI::App* policy = app.add_subcommand(
+      "policy", "print the Job podFailurePolicy (and JobSet failurePolicy) for the contract");
+  policy->add_option("--container", policy_options.container,
+                     "containerName the exit-code rules match (default trainer; '' for any)");
+  policy->add_flag("--per-index", policy_options.per_index,
+                   "FailIndex instead of FailJob, for backoffLimitPerIndex");
+  policy->add_flag("--jobset", policy_options.jobset, "also print a JobSet failurePolicy");
+  policy->add_option("--max-restarts", policy_options.max_restarts,
+                     "JobSet failurePolicy.maxRestarts (default 3)");
+  policy->add_option("--exit-code", policy_codes, "CLASS=CODE, as for the agent")
+      ->envname("TRAINLET_EXIT_CODE")
+      ->delimiter(',');
 
   try {
     app.parse(argc, argv);
@@ -196,6 +234,12 @@ int Main(int argc, char** argv) {
     PrintExitCodes();
     return 0;
   }
+  if (policy->parsed()) {
+    auto codes = exitcodes::ExitCodeTable::FromFlags(policy_codes, "");
+    if (!codes.ok()) return ConfigError(codes.status().message());
+    std::fputs(exitcodes::GeneratePolicy(*codes, policy_options).c_str(), stdout);
+    return 0;
+  }
   const auto env = Environment();
   const bool is_local = local->parsed();
   Flags& f = is_local ? local_flags : flags;
@@ -205,22 +249,30 @@ int Main(int argc, char** argv) {
     return ConfigError("--log-level='" + f.log_level + "' is not one of trace, debug, info, "
                        "warn, error, off");
   }
+  auto table = exitcodes::ExitCodeTable::FromFlags(f.exit_codes, f.fatal_exit_codes);
+  if (!table.ok()) return ConfigError(table.status().message(), {}, f.termination_log);
+  const exitcodes::ExitCodeTable& codes = *table;
+  auto config_error = [&](const std::string& m) {
+    return ConfigError(m, codes, f.termination_log);
+  };
+  exitcodes::MarkerTable markers = exitcodes::MarkerTable::Defaults();
+  if (auto s = markers.Add(f.markers); !s.ok()) return config_error(s.message());
   if (f.command.empty()) {
-    return ConfigError("no trainer command: give it after --, e.g. trainlet -- python3 train.py");
+    return config_error("no trainer command: give it after --, e.g. trainlet -- python3 train.py");
   }
   auto grace = ParseSeconds("--grace-period", f.grace_period);
-  if (!grace.ok()) return ConfigError(grace.status().message());
+  if (!grace.ok()) return config_error(grace.status().message());
   auto rdzv_timeout = ParseSeconds("--rdzv-timeout", f.rdzv_timeout);
-  if (!rdzv_timeout.ok()) return ConfigError(rdzv_timeout.status().message());
+  if (!rdzv_timeout.ok()) return config_error(rdzv_timeout.status().message());
 
   if (is_local) {
     LocalOptions lo;
     auto nnodes = ParseCount("--nnodes", f.nnodes.empty() ? "1" : f.nnodes, 4096);
-    if (!nnodes.ok()) return ConfigError(nnodes.status().message());
+    if (!nnodes.ok()) return config_error(nnodes.status().message());
     auto nproc = ParseCount("--nproc-per-node", f.nproc_per_node.empty() ? "1" : f.nproc_per_node,
                             1024);
-    if (!nproc.ok()) return ConfigError(nproc.status().message());
-    if (*nnodes == 0 || *nproc == 0) return ConfigError("--nnodes and --nproc-per-node must be >= 1");
+    if (!nproc.ok()) return config_error(nproc.status().message());
+    if (*nnodes == 0 || *nproc == 0) return config_error("--nnodes and --nproc-per-node must be >= 1");
     lo.nnodes = *nnodes;
     lo.nproc_per_node = *nproc;
     lo.command = f.command;
@@ -230,6 +282,11 @@ int Main(int argc, char** argv) {
     lo.log_level = f.log_level.empty() ? spdlog::level::to_string_view(spdlog::get_level()).data()
                                        : f.log_level;
     lo.self_exe = SelfExe();
+    for (const auto& c : f.exit_codes) lo.pass_through.insert(lo.pass_through.end(), {"--exit-code", c});
+    for (const auto& m : f.markers) lo.pass_through.insert(lo.pass_through.end(), {"--marker", m});
+    if (!f.fatal_exit_codes.empty()) {
+      lo.pass_through.insert(lo.pass_through.end(), {"--fatal-exit-codes", f.fatal_exit_codes});
+    }
     return RunLocal(lo);
   }
 
@@ -247,22 +304,25 @@ int Main(int argc, char** argv) {
   in.etc_hosts = ReadFile("/etc/hosts").value_or("");
   in.read_file = ReadFile;
   auto identity = ResolveIdentity(in);
-  if (!identity.ok()) return ConfigError(identity.status().message());
+  if (!identity.ok()) return config_error(identity.status().message());
 
   PodOptions po;
   po.identity = *identity;
   po.command = f.command;
   auto rdzv_port = ParsePort("--rdzv-port", f.rdzv_port);
-  if (!rdzv_port.ok()) return ConfigError(rdzv_port.status().message());
+  if (!rdzv_port.ok()) return config_error(rdzv_port.status().message());
   auto master_port = ParsePort(
       "--master-port", Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT")
                            .value_or(f.master_port));
-  if (!master_port.ok()) return ConfigError(master_port.status().message());
+  if (!master_port.ok()) return config_error(master_port.status().message());
   po.rdzv_port = *rdzv_port;
   po.master_port = *master_port;
   po.rdzv_timeout = *rdzv_timeout;
   po.grace = *grace;
   po.env = env;
+  po.codes = codes;
+  po.markers = markers;
+  po.termination_log = f.termination_log;
   return RunPod(po);
 }
 

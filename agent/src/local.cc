@@ -72,8 +72,9 @@ int RunLocal(const LocalOptions& o) {
         "--job-id",          job_id,
         "--grace-period",    std::to_string(o.grace.count() / 1000.0),
         "--rdzv-timeout",    std::to_string(o.rdzv_timeout.count() / 1000.0),
-        "--log-level",       o.log_level,
-        "--"};
+        "--log-level",       o.log_level};
+    argv.insert(argv.end(), o.pass_through.begin(), o.pass_through.end());
+    argv.push_back("--");
     argv.insert(argv.end(), o.command.begin(), o.command.end());
     agents.push_back({argv, env, ""});
   }

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 
@@ -13,9 +14,11 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "trainlet/agent/evidence.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
+#include "trainlet/exitcodes/termination.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
 
@@ -152,6 +155,8 @@ class Pod {
     }
     const auto& a = *result;
     const PodIdentity& id = options_.identity;
+    phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
+    rank_base_ = a.rank_base;
     spdlog::info("rendezvous {:.1f} ms: generation {}, world size {}, ranks {}..{}, "
                  "MASTER_ADDR={} MASTER_PORT={}",
                  Ms(Clock::now() - started_), a.generation, a.world_size, a.rank_base,
@@ -177,6 +182,8 @@ class Pod {
     }
     SupervisorOptions so;
     so.grace = options_.grace;
+    oom_baseline_ = ReadOomKillCount();
+    workers_started_ = Clock::now();
     supervisor_ = std::make_unique<Supervisor>(
         io_.get_executor(), so, [this](SupervisorResult r) { OnWorkersDone(r); });
     if (Status s = supervisor_->Start(std::move(specs)); !s.ok()) {
@@ -196,19 +203,49 @@ class Pod {
   }
 
   void OnWorkersDone(const SupervisorResult& r) {
+    phase_ms_["run"] = Ms(Clock::now() - workers_started_);
+    exitcodes::Evidence e;
     if (r.first_failure) {
-      spdlog::error("exit {}: local rank {} failed first ({}){}", r.exit_code,
-                    r.first_failure->local_rank, r.first_failure->exit.Describe(),
-                    r.collateral > 0
-                        ? "; " + std::to_string(r.collateral) + " worker(s) stopped by trainlet"
-                        : "");
-    } else if (r.stop_signal) {
-      spdlog::warn("exit {}: stopped by {}", r.exit_code, exitcodes::SignalName(*r.stop_signal));
-    } else {
+      const int lr = r.first_failure->local_rank;
+      exitcodes::WorkerFailure f;
+      f.local_rank = lr;
+      f.rank = static_cast<int>(rank_base_) + lr;
+      f.exit = r.first_failure->exit;
+      f.stderr_tail = supervisor_->StderrTail(lr);
+      if (!error_dir_.empty()) {
+        f.error_file_message =
+            ReadErrorFileMessage(error_dir_ + "/error-" + std::to_string(lr) + ".json");
+      }
+      e.first_failure = f;
+    }
+    e.stop_signal = r.stop_signal;
+    e.collateral = r.collateral;
+    if (auto now = ReadOomKillCount(); now && oom_baseline_ && *now > *oom_baseline_) {
+      e.oom_kills = *now - *oom_baseline_;
+    }
+    Conclude(e);
+  }
+
+  // Classifies, writes the termination message, logs the summary last, stops.
+  void Conclude(const exitcodes::Evidence& e) {
+    exitcodes::Verdict v = exitcodes::Classify(e, options_.codes, options_.markers);
+    exit_code_ = v.code;
+    if (v.failure_class == exitcodes::FailureClass::kOk) {
       spdlog::info("exit 0: every worker finished ({:.1f} s)",
                    Ms(Clock::now() - started_) / 1000);
+    } else {
+      exitcodes::TerminationInfo info;
+      info.verdict = v;
+      info.first_failure = e.first_failure;
+      info.pod_index = options_.identity.index;
+      info.phase_ms = phase_ms_;
+      if (auto it = options_.env.find("NODE_NAME"); it != options_.env.end()) {
+        info.node_name = it->second;
+      }
+      std::string summary = exitcodes::TerminationMessage(info);
+      WriteTerminationLog(options_.termination_log, summary);
+      spdlog::error("exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class), summary);
     }
-    exit_code_ = r.exit_code;
     Stop();
   }
 
@@ -226,17 +263,16 @@ class Pod {
     } else if (signo == SIGTERM || signo == SIGINT) {
       // No worker runs yet: nothing to forward, nothing to wait for.
       Finish(Status(exitcodes::FailureClass::kTerminated,
-                    "received " + exitcodes::SignalName(signo) + " before the workers started"),
-             128 + signo);
+                    "received " + exitcodes::SignalName(signo) + " before the workers started"));
     } else {
       spdlog::debug("ignoring {} before the workers started", exitcodes::SignalName(signo));
     }
   }
 
-  void Finish(const Status& s, std::optional<int> code = std::nullopt) {
-    exit_code_ = code.value_or(exitcodes::DefaultExitCode(s.failure_class()));
-    spdlog::error("exit {}: {}", exit_code_, s.ToString());
-    Stop();
+  void Finish(const Status& s) {
+    exitcodes::Evidence e;
+    e.agent_failure = s;
+    Conclude(e);
   }
 
   void Stop() {
@@ -265,6 +301,10 @@ class Pod {
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
   std::string error_dir_;
+  std::uint32_t rank_base_ = 0;
+  std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
+  Clock::time_point workers_started_;
+  std::map<std::string, double> phase_ms_;
   int exit_code_ = 0;
 };
 

@@ -31,6 +31,7 @@ using exitcodes::Status;
 namespace {
 
 constexpr std::size_t kMaxLine = 64 * 1024;  // longer lines are split, never dropped
+constexpr std::size_t kTailBytes = 8 * 1024;  // stderr kept per worker for classification
 
 // Writes all of `data` to `fd`, waiting out EAGAIN (a non-blocking stdout shared
 // with another process) and EINTR. Output is best effort: EPIPE drops it.
@@ -118,6 +119,8 @@ struct OutputPump : std::enable_shared_from_this<OutputPump> {
   int out_fd;
   std::string prefix;
   std::string partial;
+  std::string tail;            // the last kTailBytes read, for failure evidence
+  std::size_t tail_limit = 0;  // 0: keep no tail
   std::array<char, 64 * 1024> buf{};
   bool open = true;
   std::function<void()> on_close;
@@ -135,6 +138,10 @@ struct OutputPump : std::enable_shared_from_this<OutputPump> {
   }
 
   void Consume(std::string_view data) {
+    if (tail_limit > 0) {
+      tail.append(data);
+      if (tail.size() > 2 * tail_limit) tail.erase(0, tail.size() - tail_limit);
+    }
     std::string out;
     std::size_t start = 0;
     for (std::size_t i = 0; i < data.size(); ++i) {
@@ -182,6 +189,7 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   std::optional<SupervisionPolicy> policy;
   std::vector<Worker> workers;
   std::vector<std::shared_ptr<OutputPump>> pumps;
+  std::vector<std::shared_ptr<OutputPump>> stderr_pumps;  // by local rank
   int open_pumps = 0;
   asio::steady_timer grace_timer;
   asio::steady_timer sweep_timer;
@@ -336,6 +344,12 @@ Supervisor::~Supervisor() {
   for (auto& p : impl_->pumps) p->on_close = nullptr;
 }
 
+std::string Supervisor::StderrTail(int local_rank) const {
+  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
+  const std::string& t = impl_->stderr_pumps[local_rank]->tail;
+  return t.size() > kTailBytes ? t.substr(t.size() - kTailBytes) : t;
+}
+
 std::vector<pid_t> Supervisor::worker_pids() const {
   std::vector<pid_t> pids;
   for (const auto& w : impl_->workers) pids.push_back(w.pid);
@@ -415,6 +429,10 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     if (im.options.capture_output) {
       for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
         auto pump = std::make_shared<OutputPump>(im.executor, fd, target, spec.prefix);
+        if (target == STDERR_FILENO) {
+          pump->tail_limit = kTailBytes;
+          im.stderr_pumps.push_back(pump);
+        }
         ++im.open_pumps;
         pump->on_close = [weak = std::weak_ptr<Impl>(impl_)] {
           if (auto im = weak.lock()) {

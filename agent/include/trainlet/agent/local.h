@@ -22,6 +22,7 @@ struct LocalOptions {
   std::chrono::milliseconds rdzv_timeout{60'000};
   std::string log_level = "info";
   std::string self_exe;  // path of the trainlet binary (/proc/self/exe)
+  std::vector<std::string> pass_through;  // flags every agent gets (--exit-code, --marker, ...)
 };
 
 // Blocks until every agent is gone; returns the exit code.

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "trainlet/agent/identity.h"
+#include "trainlet/exitcodes/classify.h"
+#include "trainlet/exitcodes/contract.h"
 
 namespace trainlet::agent {
 
@@ -26,6 +28,12 @@ struct PodOptions {
   std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
   std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
   std::map<std::string, std::string> env;  // the agent's environment, passed on to workers
+  exitcodes::ExitCodeTable codes;             // --exit-code, --fatal-exit-codes
+  exitcodes::MarkerTable markers = exitcodes::MarkerTable::Defaults();  // --marker
+  // Where the JSON summary of a non-zero exit goes (Kubernetes'
+  // terminationMessagePath). Empty: /dev/termination-log when it exists and is
+  // writable, else nowhere.
+  std::string termination_log;
 };
 
 // The environment torchrun gives a worker, so an unmodified

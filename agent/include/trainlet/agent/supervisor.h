@@ -69,6 +69,10 @@ class Supervisor {
   // status of workers; call on SIGCHLD.
   void Reap();
 
+  // The last 8 KiB a worker wrote to stderr (empty when output is not
+  // captured); evidence for the failure classification.
+  std::string StderrTail(int local_rank) const;
+
   // Process ids of the workers (for tests and logs).
   std::vector<pid_t> worker_pids() const;
 

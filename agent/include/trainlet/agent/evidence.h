@@ -1,0 +1,41 @@
+// trainlet/agent/evidence.h — reading the evidence the classifier weighs:
+// the memory cgroup's OOM-kill counter and the torchelastic error file.
+//
+// Plain file reads with injectable roots, so tests can use a fake tree. Never
+// throw; missing files mean "no evidence". Callable from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace trainlet::agent {
+
+// The OOM kills counted by this process's memory cgroup:
+//  - cgroup v2: `oom_kill` in <root>/<path>/memory.events, where <path> is the
+//    "0::<path>" line of /proc/self/cgroup;
+//  - cgroup v1: `oom_kill` in <root>/memory/<path>/memory.oom_control, where
+//    <path> is the "N:memory:<path>" line.
+// With a cgroup namespace the path is "/" and the file sits at the root. Falls
+// back to the root file when the path does not exist under `root` (the
+// container sees only its own cgroup). nullopt when no counter can be read.
+// (Documentation/admin-guide/cgroup-v2.rst "memory.events";
+//  Documentation/admin-guide/cgroup-v1/memory.rst "oom_control".)
+std::optional<std::uint64_t> ReadOomKillCount(const std::string& proc_self_cgroup,
+                                              const std::string& root = "/sys/fs/cgroup");
+
+// Same, reading /proc/self/cgroup.
+std::optional<std::uint64_t> ReadOomKillCount();
+
+// The message of a torchelastic error file, as `@record` trainers write it to
+// TORCHELASTIC_ERROR_FILE: {"message": {"message": "...", "extraInfo": {...}}}
+// or {"message": "..."}. Empty when absent or unparsable. Reads at most 64 KiB.
+std::string ReadErrorFileMessage(const std::string& path);
+
+// Writes the termination message (see exitcodes/termination.h) to `path`, or,
+// when `path` is empty, to /dev/termination-log if it exists and is writable
+// (Kubernetes mounts it into every container; elsewhere nothing is created
+// under /dev). Logs a warning when the write fails.
+void WriteTerminationLog(const std::string& path, const std::string& summary);
+
+}  // namespace trainlet::agent

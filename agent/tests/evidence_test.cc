@@ -1,0 +1,93 @@
+#include "trainlet/agent/evidence.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace trainlet::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class EvidenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("evidence-" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void Write(const fs::path& rel, const std::string& content) {
+    fs::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << content;
+  }
+  std::string Root() const { return root_.string(); }
+  fs::path root_;
+};
+
+TEST_F(EvidenceTest, CgroupV1MemoryController) {
+  Write("memory/kubepods/pod1/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+  EXPECT_EQ(ReadOomKillCount("4:memory:/kubepods/pod1\n0::/\n", Root()), 3u);
+}
+
+TEST_F(EvidenceTest, CgroupV2MemoryEvents) {
+  Write("kubepods.slice/pod2/memory.events",
+        "low 0\nhigh 0\nmax 12\noom 2\noom_kill 2\noom_group_kill 0\n");
+  EXPECT_EQ(ReadOomKillCount("0::/kubepods.slice/pod2\n", Root()), 2u);
+}
+
+TEST_F(EvidenceTest, CgroupNamespaceFallsBackToTheRoot) {
+  // Inside a container with a cgroup namespace the path is "/" (or one that does
+  // not exist in the container's view): the counter is at the mount's root.
+  Write("memory.events", "oom 1\noom_kill 1\n");
+  EXPECT_EQ(ReadOomKillCount("0::/\n", Root()), 1u);
+  EXPECT_EQ(ReadOomKillCount("0::/not/visible/here\n", Root()), 1u);
+}
+
+TEST_F(EvidenceTest, NoCounterIsNoEvidence) {
+  EXPECT_EQ(ReadOomKillCount("0::/x\n", Root()), std::nullopt);
+  EXPECT_EQ(ReadOomKillCount("garbage", Root()), std::nullopt);
+}
+
+TEST_F(EvidenceTest, ThisMachinesRealCounterReads) {
+  // Whatever the machine's cgroup layout, the real reader must not crash; on
+  // this project's machines (cgroup v1 memory controller) it finds a counter.
+  auto n = ReadOomKillCount();
+  if (fs::exists("/sys/fs/cgroup/memory/memory.oom_control") ||
+      fs::exists("/sys/fs/cgroup/memory.events")) {
+    EXPECT_TRUE(n.has_value());
+  }
+}
+
+TEST_F(EvidenceTest, TorchelasticErrorFileFormats) {
+  Write("nested.json",
+        R"({"message": {"message": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+            "extraInfo": {"py_callstack": "Traceback (most recent call last): ...",
+                          "timestamp": "1700000000"}}})");
+  std::string m = ReadErrorFileMessage(Root() + "/nested.json");
+  EXPECT_NE(m.find("uncorrectable ECC error"), std::string::npos);
+  EXPECT_NE(m.find("Traceback"), std::string::npos);
+  Write("flat.json", R"({"message": "ImportError: no module"})");
+  EXPECT_EQ(ReadErrorFileMessage(Root() + "/flat.json"), "ImportError: no module");
+  Write("bad.json", "{not json");
+  EXPECT_EQ(ReadErrorFileMessage(Root() + "/bad.json"), "");
+  Write("other.json", R"([1, 2, 3])");
+  EXPECT_EQ(ReadErrorFileMessage(Root() + "/other.json"), "");
+  EXPECT_EQ(ReadErrorFileMessage(Root() + "/missing.json"), "");
+}
+
+TEST_F(EvidenceTest, TerminationLogWritesOnlyWhereAllowed) {
+  fs::create_directories(root_);
+  WriteTerminationLog(Root() + "/term", R"({"class":"bug"})");
+  std::ifstream f(root_ / "term");
+  std::string content((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, R"({"class":"bug"})");
+  if (!fs::exists("/dev/termination-log")) {
+    WriteTerminationLog("", "x");
+    EXPECT_FALSE(fs::exists("/dev/termination-log")) << "never created outside Kubernetes";
+  }
+}
+
+}  // namespace
+}  // namespace trainlet::agent

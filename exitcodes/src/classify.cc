@@ -1,0 +1,116 @@
+#include "trainlet/exitcodes/classify.h"
+
+#include <csignal>
+
+namespace trainlet::exitcodes {
+
+MarkerTable MarkerTable::Defaults() {
+  MarkerTable t;
+  const FailureClass hw = FailureClass::kHardware, infra = FailureClass::kInfra,
+                     bug = FailureClass::kBug;
+  // GPU and driver faults (CUDA runtime error strings, NVRM Xid reports).
+  for (const char* s : {"uncorrectable ECC error", "CUDA_ERROR_ECC_UNCORRECTABLE",
+                        "fallen off the bus", "fell off the bus", "Xid", "CUDA_ERROR_LAUNCH_FAILED",
+                        "unspecified launch failure", "device(s) is/are busy or unavailable",
+                        "CUDA error: an illegal memory access was encountered",
+                        "CUDA driver version is insufficient", "NVML_ERROR_GPU_IS_LOST"}) {
+    t.markers_.push_back({hw, s});
+  }
+  // Collective and network faults: retriable.
+  for (const char* s : {"ncclRemoteError", "ncclSystemError", "NCCL WARN NET/",
+                        "remote process exited or there was a network error",
+                        "Connection reset by peer", "Connection refused", "No route to host",
+                        "Socket Timeout", "Watchdog caught collective operation timeout",
+                        "DistNetworkError", "DistStoreError"}) {
+    t.markers_.push_back({infra, s});
+  }
+  // Deterministic Python errors: the same code fails the same way again.
+  for (const char* s : {"ModuleNotFoundError", "ImportError", "SyntaxError", "IndentationError",
+                        "NameError: name"}) {
+    t.markers_.push_back({bug, s});
+  }
+  return t;
+}
+
+Status MarkerTable::Add(const std::vector<std::string>& specs) {
+  std::vector<Marker> added;
+  for (const std::string& s : specs) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq + 1 == s.size()) {
+      return Status::Config("--marker '" + s + "' is not CLASS=TEXT (e.g. hardware=Xid 79)");
+    }
+    auto cls = ExitCodeTable::ParseClass(s.substr(0, eq));
+    if (!cls.ok()) return Status::Config("--marker '" + s + "': " + cls.status().message());
+    if (*cls != FailureClass::kBug && *cls != FailureClass::kInfra &&
+        *cls != FailureClass::kHardware && *cls != FailureClass::kOom) {
+      return Status::Config("--marker '" + s + "': markers can only say bug, infra, hardware "
+                            "or oom");
+    }
+    added.push_back({*cls, s.substr(eq + 1)});
+  }
+  markers_.insert(markers_.begin(), added.begin(), added.end());
+  return Status::Ok();
+}
+
+std::optional<Marker> MarkerTable::Match(const std::string& text) const {
+  for (const Marker& m : markers_) {
+    if (text.find(m.text) != std::string::npos) return m;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+Verdict Make(FailureClass c, int code, std::string reason, std::string evidence) {
+  return Verdict{c, code, std::move(reason), std::move(evidence)};
+}
+
+}  // namespace
+
+Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTable& markers) {
+  if (e.agent_failure && !e.agent_failure->ok()) {
+    FailureClass c = e.agent_failure->failure_class();
+    return Make(c, codes.CodeFor(c), e.agent_failure->message(), "phase");
+  }
+  if (e.first_failure) {
+    const WorkerFailure& f = e.first_failure.value();
+    std::string who = "local rank " + std::to_string(f.local_rank) + " (rank " +
+                      std::to_string(f.rank) + ") " +
+                      (f.exit.signaled ? "died of " + f.exit.Describe()
+                                       : "exited with code " + std::to_string(f.exit.exit_status));
+    if (e.collateral > 0) {
+      who += "; " + std::to_string(e.collateral) + " worker(s) stopped by trainlet afterwards";
+    }
+    // The kernel's OOM killer sends SIGKILL; a rising counter says it was it
+    // (and not, say, the kubelet or a user) — kubernetes/kubernetes#78973.
+    if (e.oom_kills > 0 && f.exit.signaled && f.exit.signal == SIGKILL) {
+      return Make(FailureClass::kOom, codes.CodeFor(FailureClass::kOom),
+                  who + " and the memory cgroup counted " + std::to_string(e.oom_kills) +
+                      " OOM kill(s)",
+                  "oom");
+    }
+    if (!f.error_file_message.empty()) {
+      if (auto m = markers.Match(f.error_file_message)) {
+        return Make(m->failure_class, codes.CodeFor(m->failure_class),
+                    who + "; its error file says '" + m->text + "'", "error-file");
+      }
+    }
+    if (auto m = markers.Match(f.stderr_tail)) {
+      return Make(m->failure_class, codes.CodeFor(m->failure_class),
+                  who + "; its stderr says '" + m->text + "'", "marker");
+    }
+    if (!f.exit.signaled && codes.IsFatalWorkerCode(f.exit.exit_status)) {
+      return Make(FailureClass::kBug, codes.CodeFor(FailureClass::kBug),
+                  who + " (a --fatal-exit-codes code: software defect)", "exit-code");
+    }
+    return Make(FailureClass::kWorker, f.exit.code(), who, "exit-code");
+  }
+  if (e.stop_signal) {
+    return Make(FailureClass::kTerminated, codes.CodeFor(FailureClass::kTerminated),
+                "stopped by " + SignalName(*e.stop_signal) + " (preemption, eviction or deletion)",
+                "phase");
+  }
+  return Make(FailureClass::kOk, 0, "every worker finished", "exit-code");
+}
+
+}  // namespace trainlet::exitcodes

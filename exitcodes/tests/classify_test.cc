@@ -1,0 +1,151 @@
+#include "trainlet/exitcodes/classify.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+namespace trainlet::exitcodes {
+namespace {
+
+WorkerExit Exited(int code) { return WorkerExit{.signaled = false, .exit_status = code}; }
+WorkerExit Killed(int sig) { return WorkerExit{.signaled = true, .signal = sig}; }
+
+WorkerFailure Failure(WorkerExit exit, std::string tail = "", std::string error_file = "") {
+  return WorkerFailure{.local_rank = 1, .rank = 3, .exit = exit,
+                       .error_file_message = std::move(error_file),
+                       .stderr_tail = std::move(tail)};
+}
+
+TEST(ClassifyTest, EvidenceTable) {
+  struct Row {
+    const char* name;
+    Evidence evidence;
+    FailureClass want;
+    int code;
+    const char* decided_by;
+  };
+  const std::vector<Row> rows = {
+      {"all finished", {}, FailureClass::kOk, 0, "exit-code"},
+      {"config phase", {.agent_failure = Status::Config("bad index")}, FailureClass::kConfig, 78,
+       "phase"},
+      {"rendezvous timeout", {.agent_failure = Status::Infra("leader unreachable")},
+       FailureClass::kInfra, 75, "phase"},
+      {"worker 42 is a bug", {.first_failure = Failure(Exited(42))}, FailureClass::kBug, 42,
+       "exit-code"},
+      {"worker 3 passes through", {.first_failure = Failure(Exited(3))}, FailureClass::kWorker, 3,
+       "exit-code"},
+      {"SIGSEGV is 139 (C11)", {.first_failure = Failure(Killed(SIGSEGV))}, FailureClass::kWorker,
+       139, "exit-code"},
+      {"SIGKILL + oom counter is OOM (C12)",
+       {.first_failure = Failure(Killed(SIGKILL)), .oom_kills = 1}, FailureClass::kOom, 77, "oom"},
+      {"SIGKILL without oom counter is not OOM", {.first_failure = Failure(Killed(SIGKILL))},
+       FailureClass::kWorker, 137, "exit-code"},
+      {"oom counter but exit 1 is not OOM", {.first_failure = Failure(Exited(1)), .oom_kills = 1},
+       FailureClass::kWorker, 1, "exit-code"},
+      {"ECC in stderr beats exit 42 (C30)",
+       {.first_failure = Failure(Exited(42), "RuntimeError: CUDA error: uncorrectable ECC error "
+                                             "encountered\n")},
+       FailureClass::kHardware, 74, "marker"},
+      {"fell off the bus on a signal death",
+       {.first_failure = Failure(Killed(SIGABRT), "GPU has fallen off the bus")},
+       FailureClass::kHardware, 74, "marker"},
+      {"NCCL remote error is infra",
+       {.first_failure = Failure(Exited(1), "ncclRemoteError: remote process exited or there was "
+                                            "a network error")},
+       FailureClass::kInfra, 75, "marker"},
+      {"ModuleNotFoundError is a bug",
+       {.first_failure = Failure(Exited(1), "ModuleNotFoundError: No module named 'x'")},
+       FailureClass::kBug, 42, "marker"},
+      {"error file beats stderr",
+       {.first_failure = Failure(Exited(1), "ImportError: y", "CUDA_ERROR_ECC_UNCORRECTABLE")},
+       FailureClass::kHardware, 74, "error-file"},
+      {"error file without marker falls back to stderr",
+       {.first_failure = Failure(Exited(1), "SyntaxError: bad", "ValueError: x")},
+       FailureClass::kBug, 42, "marker"},
+      {"SIGTERM before any failure (C14)", {.stop_signal = SIGTERM}, FailureClass::kTerminated,
+       143, "phase"},
+      {"SIGINT is terminated too", {.stop_signal = SIGINT}, FailureClass::kTerminated, 143,
+       "phase"},
+      {"failure first, stop later: the failure decides",
+       {.first_failure = Failure(Exited(42)), .stop_signal = SIGTERM}, FailureClass::kBug, 42,
+       "exit-code"},
+      {"oom beats markers",
+       {.first_failure = Failure(Killed(SIGKILL), "ImportError"), .oom_kills = 2},
+       FailureClass::kOom, 77, "oom"},
+  };
+  const ExitCodeTable codes;
+  const MarkerTable markers = MarkerTable::Defaults();
+  for (const Row& r : rows) {
+    Verdict v = Classify(r.evidence, codes, markers);
+    EXPECT_EQ(v.failure_class, r.want) << r.name << ": " << v.reason;
+    EXPECT_EQ(v.code, r.code) << r.name;
+    EXPECT_EQ(v.evidence, r.decided_by) << r.name;
+    EXPECT_FALSE(v.reason.empty()) << r.name;
+  }
+}
+
+TEST(ClassifyTest, ReasonNamesTheFirstFailureAndCollateral) {
+  Evidence e{.first_failure = Failure(Killed(SIGSEGV)), .collateral = 3};
+  Verdict v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_NE(v.reason.find("local rank 1 (rank 3) died of signal SIGSEGV (11)"), std::string::npos)
+      << v.reason;
+  EXPECT_NE(v.reason.find("3 worker(s) stopped by trainlet"), std::string::npos) << v.reason;
+}
+
+TEST(ClassifyTest, ConfiguredCodesAndMarkers) {
+  auto codes = ExitCodeTable::FromFlags({"bug=40", "INFRA=70"}, "40,41");
+  ASSERT_TRUE(codes.ok()) << codes.status().ToString();
+  MarkerTable markers = MarkerTable::Defaults();
+  ASSERT_TRUE(markers.Add({"hardware=Xid 79", "bug=AssertionError"}).ok());
+  auto v = Classify({.first_failure = Failure(Exited(41))}, *codes, markers);
+  EXPECT_EQ(v.failure_class, FailureClass::kBug);
+  EXPECT_EQ(v.code, 40);
+  v = Classify({.first_failure = Failure(Exited(42))}, *codes, markers);
+  EXPECT_EQ(v.failure_class, FailureClass::kWorker) << "42 is no longer fatal";
+  EXPECT_EQ(v.code, 42);
+  v = Classify({.first_failure = Failure(Exited(1), "AssertionError: loss is nan")}, *codes,
+               markers);
+  EXPECT_EQ(v.code, 40);
+  v = Classify({.agent_failure = Status::Infra("dns")}, *codes, markers);
+  EXPECT_EQ(v.code, 70);
+}
+
+TEST(ExitCodeTableTest, RefusesCollisionsAndNonsense) {
+  struct Row {
+    std::vector<std::string> overrides;
+    std::string fatal;
+    const char* error;
+  };
+  const std::vector<Row> rows = {
+      {{"bug=78"}, "", "'bug' and 'config' would both exit 78"},
+      {{"infra=76"}, "", "would both exit 76"},
+      {{"nonsense=3"}, "", "unknown failure class 'nonsense'"},
+      {{"ok=3"}, "", "not configurable"},
+      {{"bug"}, "", "not CLASS=CODE"},
+      {{"bug=0"}, "", "not an exit code in 1..255"},
+      {{"bug=256"}, "", "not an exit code in 1..255"},
+      {{}, "42,x", "'x' is not an exit code"},
+  };
+  for (const Row& r : rows) {
+    auto t = ExitCodeTable::FromFlags(r.overrides, r.fatal);
+    ASSERT_FALSE(t.ok()) << r.error;
+    EXPECT_EQ(t.status().failure_class(), FailureClass::kConfig);
+    EXPECT_NE(t.status().message().find(r.error), std::string::npos) << t.status().message();
+  }
+  auto swapped = ExitCodeTable::FromFlags({"bug=78", "config=42"}, "");
+  ASSERT_TRUE(swapped.ok()) << "a swap is not a collision";
+  EXPECT_EQ(swapped->CodeFor(FailureClass::kConfig), 42);
+}
+
+TEST(MarkerTableTest, RefusesBadSpecs) {
+  MarkerTable m;
+  EXPECT_FALSE(m.Add({"hardware"}).ok());
+  EXPECT_FALSE(m.Add({"hardware="}).ok());
+  EXPECT_FALSE(m.Add({"terminated=x"}).ok());
+  EXPECT_FALSE(m.Add({"gpu=x"}).ok());
+  EXPECT_TRUE(m.Add({"infra=EFA"}).ok());
+  ASSERT_TRUE(m.Match("libfabric EFA link down").has_value());
+}
+
+}  // namespace
+}  // namespace trainlet::exitcodes

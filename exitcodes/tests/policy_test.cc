@@ -1,0 +1,100 @@
+// Parses the generated policy and evaluates it the way the Job controller does
+// (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy):
+// rules in order, first match wins; onExitCodes looks at non-zero exit codes of
+// the named container (any container when unnamed); onPodConditions at
+// conditions whose status is True; no match means Count.
+#include "trainlet/exitcodes/policy.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "trainlet/exitcodes/exit_code.h"
+
+namespace trainlet::exitcodes {
+namespace {
+
+struct FailedPod {
+  std::string container = "trainer";
+  int exit_code;
+  bool disruption_target = false;
+};
+
+std::string Evaluate(const YAML::Node& policy, const FailedPod& pod) {
+  for (const YAML::Node& rule : policy["rules"]) {
+    bool match = false;
+    if (rule["onExitCodes"]) {
+      const YAML::Node& r = rule["onExitCodes"];
+      bool container_ok = !r["containerName"] || r["containerName"].as<std::string>() == pod.container;
+      bool in = false;
+      for (const auto& v : r["values"]) in |= v.as<int>() == pod.exit_code;
+      std::string op = r["operator"].as<std::string>();
+      match = container_ok && pod.exit_code != 0 && (op == "In" ? in : !in);
+    }
+    if (rule["onPodConditions"]) {
+      for (const auto& c : rule["onPodConditions"]) {
+        std::string status = c["status"] ? c["status"].as<std::string>() : "True";
+        if (c["type"].as<std::string>() == "DisruptionTarget" && status == "True" &&
+            pod.disruption_target) {
+          match = true;
+        }
+      }
+    }
+    if (match) return rule["action"].as<std::string>();
+  }
+  return "Count";
+}
+
+std::string ActionFor(const std::string& yaml, FailureClass c, const ExitCodeTable& codes,
+                      bool disruption = false, std::string container = "trainer") {
+  YAML::Node doc = YAML::Load(yaml);
+  return Evaluate(doc["podFailurePolicy"],
+                  {std::move(container), codes.CodeFor(c), disruption});
+}
+
+TEST(PolicyTest, EveryClassGetsItsIntendedAction) {
+  ExitCodeTable codes;
+  std::string y = GeneratePolicy(codes, {});
+  EXPECT_EQ(ActionFor(y, FailureClass::kBug, codes), "FailJob");
+  EXPECT_EQ(ActionFor(y, FailureClass::kConfig, codes), "FailJob");
+  EXPECT_EQ(ActionFor(y, FailureClass::kPeerFailed, codes), "Ignore");
+  EXPECT_EQ(ActionFor(y, FailureClass::kInfra, codes), "Count");
+  EXPECT_EQ(ActionFor(y, FailureClass::kHardware, codes), "Count");
+  EXPECT_EQ(ActionFor(y, FailureClass::kOom, codes), "Count");
+  EXPECT_EQ(ActionFor(y, FailureClass::kTerminated, codes), "Count");
+  // Preemption: whatever the code, DisruptionTarget wins — never FailJob (C14).
+  for (FailureClass c : ExitCodeTable::Classes()) {
+    EXPECT_EQ(ActionFor(y, c, codes, /*disruption=*/true), "Ignore") << ClassName(c);
+  }
+  // A worker's own code (e.g. 1, 139) is counted.
+  YAML::Node doc = YAML::Load(y);
+  EXPECT_EQ(Evaluate(doc["podFailurePolicy"], {"trainer", 1}), "Count");
+  EXPECT_EQ(Evaluate(doc["podFailurePolicy"], {"trainer", 139}), "Count");
+  // A sidecar exiting 42 is not the trainer's bug.
+  EXPECT_EQ(ActionFor(y, FailureClass::kBug, codes, false, "sidecar"), "Count");
+}
+
+TEST(PolicyTest, FollowsConfiguredCodesContainerAndPerIndex) {
+  auto codes = ExitCodeTable::FromFlags({"bug=40", "peer_failed=90"}, "");
+  ASSERT_TRUE(codes.ok());
+  std::string y = GeneratePolicy(*codes, {.container = "main", .per_index = true});
+  EXPECT_EQ(ActionFor(y, FailureClass::kBug, *codes, false, "main"), "FailIndex");
+  EXPECT_EQ(ActionFor(y, FailureClass::kConfig, *codes, false, "main"), "FailIndex");
+  EXPECT_EQ(ActionFor(y, FailureClass::kPeerFailed, *codes, false, "main"), "Ignore");
+  YAML::Node doc = YAML::Load(y);
+  EXPECT_EQ(doc["backoffLimitPerIndex"].as<int>(), 2);
+  // The first rule must be the DisruptionTarget one.
+  EXPECT_TRUE(doc["podFailurePolicy"]["rules"][0]["onPodConditions"]);
+}
+
+TEST(PolicyTest, JobSetDocument) {
+  std::string y = GeneratePolicy(ExitCodeTable(), {.jobset = true, .max_restarts = 5});
+  std::vector<YAML::Node> docs = YAML::LoadAll(y);
+  ASSERT_EQ(docs.size(), 2u);
+  const YAML::Node& fp = docs[1]["failurePolicy"];
+  EXPECT_EQ(fp["maxRestarts"].as<int>(), 5);
+  EXPECT_EQ(fp["rules"][0]["action"].as<std::string>(), "FailJobSet");
+  EXPECT_EQ(fp["rules"][0]["onJobFailureReasons"][0].as<std::string>(), "PodFailurePolicy");
+}
+
+}  // namespace
+}  // namespace trainlet::exitcodes
