@@ -3,6 +3,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,9 +14,9 @@
 
 #include <CLI/CLI.hpp>
 #include <spdlog/cfg/env.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "output.h"
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/local.h"
@@ -129,22 +130,25 @@ std::optional<std::string> Given(const Flags& f, const std::string& name,
 exitcodes::Result<std::uint16_t> ParsePort(const std::string& what, const std::string& v) {
   auto n = ParseCount(what, v, 65535);
   if (!n.ok()) return n.status();
+  if (*n == 0) return exitcodes::Status::Config(what + "='0' is not a port peers can reach");
   return static_cast<std::uint16_t>(*n);
 }
 
 exitcodes::Result<std::chrono::milliseconds> ParseSeconds(const std::string& what,
                                                           const std::string& v) {
-  char* end = nullptr;
-  double s = std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(s) || s < 0 || s > 1e7) {
-    return exitcodes::Status::Config(what + "='" + v + "' is not a number of seconds");
+  // Plain decimal seconds ("25", "0.5"): no signs, exponents, hex or spaces.
+  bool plain = !v.empty() && v.find_first_not_of("0123456789.") == std::string::npos &&
+               std::count(v.begin(), v.end(), '.') <= 1 && v.front() != '.' && v.back() != '.';
+  double s = plain ? std::strtod(v.c_str(), nullptr) : -1;
+  if (!plain || s < 0.001 || s > 1e7) {
+    return exitcodes::Status::Config(what + "='" + v +
+                                     "' is not a number of seconds between 0.001 and 10000000");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000)));
 }
 
 void ConfigureLogging(const std::string& level_flag) {
-  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-  auto logger = std::make_shared<spdlog::logger>("trainlet", sink);
+  auto logger = std::make_shared<spdlog::logger>("trainlet", MakeLogSink());
   logger->set_pattern("[trainlet %Y-%m-%dT%H:%M:%S.%e %l] %v");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::info);
@@ -156,10 +160,13 @@ void ConfigureLogging(const std::string& level_flag) {
 int ConfigError(const std::string& message, const exitcodes::ExitCodeTable& codes = {},
                 const std::string& termination_log = "") {
   int code = codes.CodeFor(exitcodes::FailureClass::kConfig);
-  std::fprintf(stderr, "trainlet: %s (exit %d; see trainlet --help)\n", message.c_str(), code);
   exitcodes::TerminationInfo info;
   info.verdict = {exitcodes::FailureClass::kConfig, code, message, "phase"};
-  WriteTerminationLog(termination_log, exitcodes::TerminationMessage(info));
+  std::string summary = exitcodes::TerminationMessage(info);
+  WriteTerminationLog(termination_log, summary);
+  // The human line, then the same summary as every non-zero exit ends with.
+  std::fprintf(stderr, "trainlet: %s (exit %d; see trainlet --help)\n%s\n", message.c_str(), code,
+               summary.c_str());
   return code;
 }
 
@@ -214,6 +221,8 @@ int Main(int argc, char** argv) {
   policy->add_flag("--jobset", policy_options.jobset, "also print a JobSet failurePolicy");
   policy->add_option("--max-restarts", policy_options.max_restarts,
                      "JobSet failurePolicy.maxRestarts (default 3)");
+  policy->add_option("--backoff-limit-per-index", policy_options.backoff_limit_per_index,
+                     "with --per-index: the Job's backoffLimitPerIndex (default 2)");
   policy->add_option("--exit-code", policy_codes, "CLASS=CODE, as for the agent")
       ->envname("TRAINLET_EXIT_CODE")
       ->delimiter(',');
@@ -309,11 +318,13 @@ int Main(int argc, char** argv) {
   PodOptions po;
   po.identity = *identity;
   po.command = f.command;
-  auto rdzv_port = ParsePort("--rdzv-port", f.rdzv_port);
+  auto rdzv_port = ParsePort("--rdzv-port/TRAINLET_RDZV_PORT", f.rdzv_port);
   if (!rdzv_port.ok()) return config_error(rdzv_port.status().message());
+  const bool master_port_from_pet =
+      f.opts.at("master-port")->count() == 0 && env.contains("PET_MASTER_PORT");
   auto master_port = ParsePort(
-      "--master-port", Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT")
-                           .value_or(f.master_port));
+      master_port_from_pet ? "PET_MASTER_PORT" : "--master-port/TRAINLET_MASTER_PORT",
+      Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT").value_or(f.master_port));
   if (!master_port.ok()) return config_error(master_port.status().message());
   po.rdzv_port = *rdzv_port;
   po.master_port = *master_port;

@@ -185,6 +185,13 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     }
     id.index = *n;
     id.index_source = index->source;
+  } else if (id.nnodes > 1) {
+    // Without an index every pod would think it is the leader (C33, C08).
+    return Status::Config(
+        nnodes->source + "=" + Quote(nnodes->value) +
+        " but this pod has no index: run it in an Indexed Job (JOB_COMPLETION_INDEX), or set "
+        "--node-rank / PET_NODE_RANK, or mount the job-completion-index annotation at " +
+        in.podinfo_file);
   } else {
     id.index_source = "default (single pod)";
   }

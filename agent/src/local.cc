@@ -10,6 +10,7 @@
 #include <boost/asio/io_context.hpp>
 #include <spdlog/spdlog.h>
 
+#include "output.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
@@ -83,6 +84,7 @@ int RunLocal(const LocalOptions& o) {
                o.nproc_per_node, rdzv_port);
 
   boost::asio::io_context io;
+  ScopedOutputSinks sinks(io);
   int exit_code = 0;
   SupervisorOptions so;
   so.capture_output = false;  // the agents prefix their workers' lines already

@@ -14,6 +14,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "output.h"
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
@@ -83,6 +84,10 @@ class Pod {
     spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}', {}", id.index,
                  id.nnodes, id.index_source, id.nproc_per_node, id.job_id,
                  ::getpid() == 1 ? "PID 1" : "child subreaper");
+    // Output never blocks the loop; what is still queued for a slow reader at
+    // exit gets a bounded chance (exiting before the kubelet's SIGKILL matters
+    // more).
+    ScopedOutputSinks sinks(io_);
     auto signals = SignalSource::Create(io_.get_executor(), [this](int s) { OnSignal(s); });
     if (!signals.ok()) return Fail(signals.status());
     signals_ = std::move(signals).value();

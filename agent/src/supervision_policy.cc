@@ -18,10 +18,10 @@ bool SupervisionPolicy::IsForwarded(int signo) {
   }
 }
 
-Actions SupervisionPolicy::BeginStop(std::string why) {
+Actions SupervisionPolicy::BeginStop(int signo, std::string why) {
   phase_ = Phase::kStopping;
   Actions a;
-  a.terminate_all = true;
+  a.terminate = signo;
   a.start_grace_timer = true;
   a.log = std::move(why);
   return a;
@@ -45,13 +45,13 @@ Actions SupervisionPolicy::On(const Event& e) {
     if (phase_ == Phase::kRunning) {
       if (!w->exit.success()) {
         first_failure_ = FirstFailure{w->local_rank, w->exit};
-        return BeginStop("local rank " + std::to_string(w->local_rank) + " failed (" +
+        return BeginStop(SIGTERM, "local rank " + std::to_string(w->local_rank) + " failed (" +
                          w->exit.Describe() + "); stopping the other workers");
       }
       if (alive_ == 0) {
         // Every worker finished: leftovers (background helpers, orphans) get
         // TERM and the grace period before KILL.
-        return BeginStop("");
+        return BeginStop(SIGTERM, "");
       }
       return {};
     }
@@ -60,12 +60,12 @@ Actions SupervisionPolicy::On(const Event& e) {
   }
   if (const auto* s = std::get_if<event::Signal>(&e)) {
     if (!IsForwarded(s->signo)) return {};
-    Actions a;
     if (IsStopSignal(s->signo) && !stop_signal_ && !first_failure_ && alive_ > 0) {
       stop_signal_ = s->signo;
-      a = BeginStop("received " + exitcodes::SignalName(s->signo) +
-                    "; stopping the workers (grace period running)");
+      return BeginStop(s->signo, "received " + exitcodes::SignalName(s->signo) +
+                                     "; stopping the workers (grace period running)");
     }
+    Actions a;
     a.forward_signal = s->signo;
     return a;
   }

@@ -21,6 +21,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "output.h"
 #include "trainlet/exitcodes/exit_code.h"
 
 namespace trainlet::agent {
@@ -32,24 +33,6 @@ namespace {
 
 constexpr std::size_t kMaxLine = 64 * 1024;  // longer lines are split, never dropped
 constexpr std::size_t kTailBytes = 8 * 1024;  // stderr kept per worker for classification
-
-// Writes all of `data` to `fd`, waiting out EAGAIN (a non-blocking stdout shared
-// with another process) and EINTR. Output is best effort: EPIPE drops it.
-void WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n > 0) {
-      data.remove_prefix(static_cast<std::size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 1000);
-    } else {
-      return;
-    }
-  }
-}
 
 std::string Comm(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
@@ -79,6 +62,7 @@ std::vector<pid_t> ListDescendants(pid_t root, bool children_only) {
       char state;
       long ppid;
       if (!(rest >> state >> ppid)) continue;
+      if (state == 'Z' || state == 'X') continue;  // dead, only waiting to be reaped
       children.emplace(static_cast<pid_t>(ppid), static_cast<pid_t>(pid));
     }
     ::closedir(d);
@@ -112,11 +96,15 @@ bool ReapOrphans() {
 }
 
 // Copies one worker stream to one of the agent's fds, line by line, with a prefix.
+// When the agent's output is stalled (the sink is congested), the pump stops
+// reading, so the worker blocks on its own writes instead of the agent.
 struct OutputPump : std::enable_shared_from_this<OutputPump> {
   OutputPump(asio::any_io_executor ex, int read_fd, int out_fd, std::string prefix)
-      : stream(ex, read_fd), out_fd(out_fd), prefix(std::move(prefix)) {}
+      : stream(ex, read_fd), out_fd(out_fd), sink(OutputSink::For(out_fd)),
+        prefix(std::move(prefix)) {}
   asio::posix::stream_descriptor stream;
   int out_fd;
+  std::shared_ptr<OutputSink> sink;  // nullptr: write directly
   std::string prefix;
   std::string partial;
   std::string tail;            // the last kTailBytes read, for failure evidence
@@ -133,8 +121,20 @@ struct OutputPump : std::enable_shared_from_this<OutputPump> {
         return;
       }
       self->Consume(std::string_view(self->buf.data(), n));
-      self->Read();
+      if (self->sink && self->sink->congested()) {
+        self->sink->WhenDrained([self] { self->Read(); });
+      } else {
+        self->Read();
+      }
     });
+  }
+
+  void Emit(std::string text) {
+    if (sink) {
+      sink->Write(std::move(text));
+    } else {
+      WriteAll(out_fd, text);
+    }
   }
 
   void Consume(std::string_view data) {
@@ -158,13 +158,13 @@ struct OutputPump : std::enable_shared_from_this<OutputPump> {
       out += prefix + partial + '\n';
       partial.clear();
     }
-    if (!out.empty()) WriteAll(out_fd, out);
+    if (!out.empty()) Emit(std::move(out));
   }
 
   void Flush() {
     if (!open) return;
     open = false;
-    if (!partial.empty()) WriteAll(out_fd, prefix + partial + '\n');
+    if (!partial.empty()) Emit(prefix + partial + '\n');
     partial.clear();
     boost::system::error_code ignored;
     stream.close(ignored);
@@ -196,6 +196,7 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer drain_timer;
   bool grace_armed = false;
   bool no_children = false;
+  bool drain_armed = false;
   bool drain_gave_up = false;
   bool finished = false;
 
@@ -210,26 +211,26 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
 void Supervisor::Impl::SignalGroups(int signo) {
   for (const Worker& w : workers) {
     // Each worker leads its own process group (POSIX_SPAWN_SETPGROUP), so this
-    // reaches the processes it started too. ESRCH: the group is gone already.
-    ::kill(-w.pid, signo);
+    // reaches the processes it started too. Only while the worker is unreaped:
+    // afterwards its pid, and so the group id, may be reused by a stranger;
+    // its group's survivors are then our adopted children (see SignalAll).
+    if (!w.exited) ::kill(-w.pid, signo);
   }
 }
 
 void Supervisor::Impl::SignalAll(int signo, bool log_leftovers) {
   SignalGroups(signo);
-  // Beyond the workers' groups: for SIGTERM, our other children (orphans this
-  // PID 1 / child subreaper adopted, daemons that left their group), each told
-  // once, leaving deeper processes to their own parents; SIGKILL reaches every
-  // descendant.
+  // Beyond the live workers' groups: for a stop signal, our other children
+  // (orphans this PID 1 / child subreaper adopted, daemons that left their
+  // group), each told once, leaving deeper processes to their own parents;
+  // SIGKILL reaches every live descendant.
   const bool everything = signo == SIGKILL;
   for (pid_t pid : ListDescendants(::getpid(), /*children_only=*/!everything)) {
-    if (!everything) {
-      pid_t group = ::getpgid(pid);
-      bool in_worker_group = false;
-      for (const Worker& w : workers) in_worker_group |= group == w.pid;
-      if (in_worker_group) continue;
-    }
-    if (log_leftovers) {
+    pid_t group = ::getpgid(pid);
+    bool in_live_worker_group = false;
+    for (const Worker& w : workers) in_live_worker_group |= !w.exited && group == w.pid;
+    if (in_live_worker_group && !everything) continue;
+    if (log_leftovers && !in_live_worker_group) {
       spdlog::info("leftover process pid {} ({}): sending {}", pid, Comm(pid),
                    exitcodes::SignalName(signo));
     }
@@ -255,9 +256,9 @@ void Supervisor::Impl::Apply(const Actions& a) {
                   workers.size());
     SignalGroups(*a.forward_signal);
   }
-  if (a.terminate_all) {
+  if (a.terminate) {
     bool all_exited = policy->workers_alive() == 0;
-    SignalAll(SIGTERM, all_exited);
+    SignalAll(*a.terminate, all_exited);
   }
   if (a.start_grace_timer && !grace_armed) {
     grace_armed = true;
@@ -293,6 +294,8 @@ void Supervisor::Impl::CheckDone() {
     // Every child is gone, so the pipes reach EOF as soon as the kernel has
     // handed us what is buffered; bound the wait in case something outside the
     // process tree inherited a write end.
+    if (drain_armed) return;
+    drain_armed = true;
     drain_timer.expires_after(std::chrono::seconds(2));
     drain_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
       if (ec || self->finished) return;
@@ -402,6 +405,9 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     if (im.options.capture_output) {
       if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
         result = Status::Infra(std::string("pipe: ") + std::strerror(errno));
+        for (int fd : {out[0], out[1], err[0], err[1]}) {
+          if (fd >= 0) ::close(fd);
+        }
         posix_spawn_file_actions_destroy(&fa);
         break;
       }

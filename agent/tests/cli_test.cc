@@ -60,7 +60,12 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"JOB_COMPLETION_INDEX=4", "--nnodes 4 --master-addr l -- true", "not below"},
       {"TRAINLET_NNODES=x", "-- true", "TRAINLET_NNODES='x'"},
       {"", "--grace-period soon -- true", "--grace-period='soon'"},
-      {"", "--rdzv-port 70000 -- true", "--rdzv-port='70000'"},
+      {"", "--rdzv-port 70000 -- true", "--rdzv-port/TRAINLET_RDZV_PORT='70000'"},
+      {"TRAINLET_RDZV_PORT=0", "-- true", "TRAINLET_RDZV_PORT='0' is not a port"},
+      {"PET_MASTER_PORT=x", "-- true", "PET_MASTER_PORT='x'"},
+      {"", "--rdzv-timeout 1e-9 -- true", "--rdzv-timeout='1e-9'"},
+      {"", "--grace-period ' 1' -- true", "--grace-period=' 1'"},
+      {"", "--nnodes 2 --master-addr x -- true", "this pod has no index"},
       {"", "--log-level loud -- true", "--log-level='loud'"},
       {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
   };
@@ -70,6 +75,10 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
     EXPECT_NE(run.out.find(r.expected), std::string::npos) << r.env << " " << r.args << ": "
                                                            << run.out;
     EXPECT_LT(run.seconds, 1.0) << r.args;
+    // The last line is the JSON summary every non-zero exit ends with.
+    std::string last = run.out.substr(run.out.rfind('\n', run.out.size() - 2) + 1);
+    EXPECT_NE(last.find("{\"attempt\""), std::string::npos) << last;
+    EXPECT_NE(last.find("\"class\":\"config\""), std::string::npos) << last;
   }
 }
 

@@ -123,6 +123,9 @@ TEST(IdentityTest, BadInputsNameTheVariable) {
       {"no FQDN, no leader",
        [](IdentityInputs& in) { in.etc_hosts = "127.0.0.1 localhost\n"; },
        "cannot find the leader"},
+      {"several pods but no index",
+       [](IdentityInputs& in) { in.env.erase("JOB_COMPLETION_INDEX"); },
+       "this pod has no index"},
       {"leader unexpanded",
        [](IdentityInputs& in) { in.master_addr = "$(LEADER)"; }, "is not a host name"},
   };

@@ -15,7 +15,7 @@ WorkerExit Killed(int sig) { return WorkerExit{.signaled = true, .signal = sig};
 struct Step {
   Event event;
   // What must be in the returned actions.
-  bool terminate_all = false;
+  std::optional<int> terminate = std::nullopt;
   bool kill_all = false;
   std::optional<int> forward = std::nullopt;
   std::optional<int> exit_code = std::nullopt;
@@ -32,42 +32,42 @@ TEST(SupervisionPolicyTest, Scenarios) {
       {"all succeed, no leftovers",
        2,
        {{.event = event::WorkerExited{0, Exited(0)}},
-        {.event = event::WorkerExited{1, Exited(0)}, .terminate_all = true},
+        {.event = event::WorkerExited{1, Exited(0)}, .terminate = SIGTERM},
         {.event = event::NoChildrenLeft{}, .exit_code = 0}}},
       {"first failure stops the others and decides the code",
        3,
-       {{.event = event::WorkerExited{1, Exited(3)}, .terminate_all = true},
+       {{.event = event::WorkerExited{1, Exited(3)}, .terminate = SIGTERM},
         {.event = event::WorkerExited{0, Killed(SIGTERM)}},
         {.event = event::WorkerExited{2, Exited(143)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 3}}},
       {"signal death is 128+signal (C11: SIGSEGV, collateral 143s ignored)",
        4,
-       {{.event = event::WorkerExited{2, Killed(SIGSEGV)}, .terminate_all = true},
+       {{.event = event::WorkerExited{2, Killed(SIGSEGV)}, .terminate = SIGTERM},
         {.event = event::WorkerExited{0, Exited(143)}},
         {.event = event::WorkerExited{1, Exited(143)}},
         {.event = event::WorkerExited{3, Exited(143)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 128 + SIGSEGV}}},
       {"SIGTERM: forward, grace, exit 143 even when workers then exit 0 (C15)",
        2,
-       {{.event = event::Signal{SIGTERM}, .terminate_all = true, .forward = SIGTERM},
+       {{.event = event::Signal{SIGTERM}, .terminate = SIGTERM},
         {.event = event::WorkerExited{0, Exited(0)}},
         {.event = event::WorkerExited{1, Exited(0)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 143}}},
       {"SIGTERM then a worker dies of it: never that worker's code",
        2,
-       {{.event = event::Signal{SIGTERM}, .terminate_all = true, .forward = SIGTERM},
+       {{.event = event::Signal{SIGTERM}, .terminate = SIGTERM},
         {.event = event::WorkerExited{0, Exited(42)}},
         {.event = event::WorkerExited{1, Killed(SIGTERM)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 143}}},
       {"grace expiry kills what remains",
        1,
-       {{.event = event::Signal{SIGTERM}, .terminate_all = true, .forward = SIGTERM},
+       {{.event = event::Signal{SIGTERM}, .terminate = SIGTERM},
         {.event = event::GraceExpired{}, .kill_all = true},
         {.event = event::WorkerExited{0, Killed(SIGKILL)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 143}}},
-      {"SIGINT exits 130",
+      {"SIGINT is passed on as SIGINT (no extra SIGTERM) and exits 130",
        1,
-       {{.event = event::Signal{SIGINT}, .terminate_all = true, .forward = SIGINT},
+       {{.event = event::Signal{SIGINT}, .terminate = SIGINT},
         {.event = event::WorkerExited{0, Killed(SIGINT)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 130}}},
       {"USR1/USR2/HUP are forwarded and change nothing (C17)",
@@ -77,28 +77,28 @@ TEST(SupervisionPolicyTest, Scenarios) {
         {.event = event::Signal{SIGHUP}, .forward = SIGHUP},
         {.event = event::Signal{SIGCHLD}},
         {.event = event::NoChildrenLeft{}},  // still running: not an exit
-        {.event = event::WorkerExited{0, Exited(0)}, .terminate_all = true},
+        {.event = event::WorkerExited{0, Exited(0)}, .terminate = SIGTERM},
         {.event = event::NoChildrenLeft{}, .exit_code = 0}}},
       {"SIGTERM after every worker finished keeps 0",
        1,
-       {{.event = event::WorkerExited{0, Exited(0)}, .terminate_all = true},
+       {{.event = event::WorkerExited{0, Exited(0)}, .terminate = SIGTERM},
         {.event = event::Signal{SIGTERM}, .forward = SIGTERM},
         {.event = event::NoChildrenLeft{}, .exit_code = 0}}},
       {"a failure after SIGTERM does not override the stop",
        2,
-       {{.event = event::Signal{SIGTERM}, .terminate_all = true, .forward = SIGTERM},
+       {{.event = event::Signal{SIGTERM}, .terminate = SIGTERM},
         {.event = event::WorkerExited{1, Exited(1)}},
         {.event = event::WorkerExited{0, Exited(0)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 143}}},
       {"SIGTERM after a failure keeps the failure's code",
        2,
-       {{.event = event::WorkerExited{0, Exited(7)}, .terminate_all = true},
+       {{.event = event::WorkerExited{0, Exited(7)}, .terminate = SIGTERM},
         {.event = event::Signal{SIGTERM}, .forward = SIGTERM},
         {.event = event::WorkerExited{1, Killed(SIGTERM)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 7}}},
       {"leftovers after success: TERM, grace, KILL, then 0",
        1,
-       {{.event = event::WorkerExited{0, Exited(0)}, .terminate_all = true},
+       {{.event = event::WorkerExited{0, Exited(0)}, .terminate = SIGTERM},
         {.event = event::GraceExpired{}, .kill_all = true},
         {.event = event::NoChildrenLeft{}, .exit_code = 0}}},
       {"duplicate and unknown exits are ignored",
@@ -106,7 +106,7 @@ TEST(SupervisionPolicyTest, Scenarios) {
        {{.event = event::WorkerExited{0, Exited(0)}},
         {.event = event::WorkerExited{0, Exited(9)}},
         {.event = event::WorkerExited{5, Exited(9)}},
-        {.event = event::WorkerExited{1, Exited(0)}, .terminate_all = true},
+        {.event = event::WorkerExited{1, Exited(0)}, .terminate = SIGTERM},
         {.event = event::NoChildrenLeft{}, .exit_code = 0}}},
   };
   for (const Scenario& sc : scenarios) {
@@ -115,11 +115,11 @@ TEST(SupervisionPolicyTest, Scenarios) {
       const Step& st = sc.steps[i];
       Actions a = p.On(st.event);
       SCOPED_TRACE(std::string(sc.name) + ", step " + std::to_string(i));
-      EXPECT_EQ(a.terminate_all, st.terminate_all);
+      EXPECT_EQ(a.terminate, st.terminate);
       EXPECT_EQ(a.kill_all, st.kill_all);
       EXPECT_EQ(a.forward_signal, st.forward);
       EXPECT_EQ(a.exit_code, st.exit_code);
-      EXPECT_EQ(a.start_grace_timer, a.terminate_all);
+      EXPECT_EQ(a.start_grace_timer, a.terminate.has_value());
     }
     EXPECT_EQ(p.phase(), Phase::kDone) << sc.name;
     EXPECT_EQ(p.On(event::Signal{SIGTERM}), Actions{}) << "events after the exit do nothing";

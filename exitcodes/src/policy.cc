@@ -26,7 +26,7 @@ std::string GeneratePolicy(const ExitCodeTable& codes, const PolicyOptions& o) {
   if (o.per_index) {
     y << "# --per-index: with backoffLimitPerIndex (and maxFailedIndexes), a bug or a\n"
       << "# configuration error fails its index at once instead of the whole Job.\n"
-      << "backoffLimitPerIndex: 2\n";
+      << "backoffLimitPerIndex: " << o.backoff_limit_per_index << "\n";
   }
   y << "podFailurePolicy:\n"
     << "  rules:\n"
@@ -34,7 +34,8 @@ std::string GeneratePolicy(const ExitCodeTable& codes, const PolicyOptions& o) {
     << "  # First, so the 143 trainlet exits with on SIGTERM never reaches a rule below.\n"
     << "  - action: Ignore\n"
     << "    onPodConditions:\n"
-    << "    - type: DisruptionTarget\n";
+    << "    - type: DisruptionTarget\n"
+    << "      status: \"True\"\n";
   ExitCodeRule(y, fail, "bug: a software defect; retrying fails the same way", o.container,
                "In", codes.CodeFor(FailureClass::kBug));
   ExitCodeRule(y, fail, "config: trainlet's input is invalid; the same spec fails again",
@@ -52,16 +53,27 @@ std::string GeneratePolicy(const ExitCodeTable& codes, const PolicyOptions& o) {
   y << "      operator: NotIn\n"
     << "      values: [0]\n";
   if (o.jobset) {
+    // A FailJob rule ends the Job with reason PodFailurePolicy; a FailIndex rule
+    // ends it with FailedIndexes (or MaxFailedIndexesExceeded), so per index those
+    // reasons mean "a bug or config error" too (JobSet API, failurePolicy.rules).
+    const std::string fatal_reasons =
+        o.per_index ? "[PodFailurePolicy, FailedIndexes, MaxFailedIndexesExceeded]"
+                    : "[PodFailurePolicy]";
+    const std::string retry_reasons =
+        o.per_index ? "[BackoffLimitExceeded]"
+                    : "[BackoffLimitExceeded, FailedIndexes, MaxFailedIndexesExceeded]";
     y << "---\n"
       << "# JobSet spec.failurePolicy: a Job failed by a FailJob/FailIndex rule above\n"
-      << "# (reason PodFailurePolicy) fails the JobSet; any other Job failure restarts it.\n"
+      << "# fails the JobSet; any other Job failure restarts it.\n"
       << "failurePolicy:\n"
       << "  maxRestarts: " << o.max_restarts << "\n"
       << "  rules:\n"
-      << "  - action: FailJobSet\n"
-      << "    onJobFailureReasons: [PodFailurePolicy]\n"
-      << "  - action: RestartJobSet\n"
-      << "    onJobFailureReasons: [BackoffLimitExceeded, FailedIndexes, MaxFailedIndexesExceeded]\n";
+      << "  - name: fail-on-trainer-defect\n"
+      << "    action: FailJobSet\n"
+      << "    onJobFailureReasons: " << fatal_reasons << "\n"
+      << "  - name: restart-on-other-failures\n"
+      << "    action: RestartJobSet\n"
+      << "    onJobFailureReasons: " << retry_reasons << "\n";
   }
   return y.str();
 }

@@ -94,6 +94,18 @@ TEST(PolicyTest, JobSetDocument) {
   EXPECT_EQ(fp["maxRestarts"].as<int>(), 5);
   EXPECT_EQ(fp["rules"][0]["action"].as<std::string>(), "FailJobSet");
   EXPECT_EQ(fp["rules"][0]["onJobFailureReasons"][0].as<std::string>(), "PodFailurePolicy");
+  EXPECT_TRUE(fp["rules"][0]["name"]) << "JobSet's API requires rule names";
+  // Per index, a FailIndex rule ends the Job with FailedIndexes: that must fail the JobSet too.
+  docs = YAML::LoadAll(GeneratePolicy(ExitCodeTable(), {.per_index = true, .jobset = true}));
+  bool failed_indexes_fatal = false;
+  for (const auto& r : docs[1]["failurePolicy"]["rules"]) {
+    for (const auto& reason : r["onJobFailureReasons"]) {
+      if (reason.as<std::string>() == "FailedIndexes") {
+        failed_indexes_fatal = r["action"].as<std::string>() == "FailJobSet";
+      }
+    }
+  }
+  EXPECT_TRUE(failed_indexes_fatal);
 }
 
 }  // namespace

@@ -34,9 +34,10 @@ struct Leader::Conn {
 };
 
 struct Leader::Impl {
-  explicit Impl(asio::any_io_executor ex) : executor(ex), acceptor(ex) {}
+  explicit Impl(asio::any_io_executor ex) : executor(ex), acceptor(ex), accept_pause(ex) {}
   asio::any_io_executor executor;
   tcp::acceptor acceptor;
+  asio::steady_timer accept_pause;
   LeaderOptions options;
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   std::optional<wire::Hello> own;
@@ -128,6 +129,7 @@ void Leader::Close() {
   impl_->done = nullptr;
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
+  impl_->accept_pause.cancel();
   for (auto& c : impl_->all) {
     c->closed = true;
     c->timer.cancel();
@@ -162,10 +164,15 @@ void Leader::AcceptNext() {
     if (!im.acceptor.is_open()) return;
     if (!ec) {
       self->OnAccept(std::make_shared<Conn>(std::move(s)));
-    } else {
-      im.log->debug("accept: {}", ec.message());
+      self->AcceptNext();
+      return;
     }
-    self->AcceptNext();
+    // EMFILE/ENFILE/ENOBUFS persist: pause instead of spinning on them.
+    im.log->warn("leader: accept failed: {}; pausing 100 ms", ec.message());
+    im.accept_pause.expires_after(std::chrono::milliseconds(100));
+    im.accept_pause.async_wait([self](boost::system::error_code wait_ec) {
+      if (!wait_ec) self->AcceptNext();
+    });
   });
 }
 
@@ -181,6 +188,7 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
     return;
   }
   conn->socket.set_option(tcp::no_delay(true), ec);
+  EnableDeadPeerDetection(conn->socket);
   ++im.pending;
   im.all.push_back(conn);
   conn->timer.expires_after(im.options.handshake_timeout);
@@ -260,6 +268,12 @@ void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
     std::string reason = "launch configuration differs: " + field + "=" + mv + " on " + who +
                          ", " + field + "=" + lv + " on pod 0 (the leader)";
     Refuse(conn, {field, reason});
+    // The gang cannot form: tell the pods already admitted too, so they exit
+    // now instead of retrying against a closed port until their deadline.
+    auto admitted = im.members;
+    for (auto& [index, member] : admitted) {
+      Refuse(member, {field, "the gang cannot form: " + reason});
+    }
     Finish(Status::Config(reason));
     return;
   }
@@ -270,8 +284,13 @@ void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
     return;
   }
   if (auto it = im.members.find(hello.index); it != im.members.end()) {
-    Refuse(conn, {"index", "index " + std::to_string(hello.index) + " already joined from " +
-                               it->second->peer + "; refusing a second pod from " + conn->peer});
+    // Either two pods claim one index, or the first connection is stale (its
+    // pod died without a FIN and keepalive has not noticed yet). The newcomer
+    // may retry: the slot frees when the stale connection is dropped.
+    Refuse(conn, {"index",
+                  "index " + std::to_string(hello.index) + " already joined from " +
+                      it->second->peer + "; refusing a second pod from " + conn->peer,
+                  /*retriable=*/true});
     return;
   }
   conn->index = hello.index;

@@ -46,6 +46,8 @@ struct Member::Impl {
   std::string state;               // last logged state, to log changes only
   std::string last_error;
   int attempts = 0;
+  std::uint64_t connect_attempt = 0;  // which connect the timeout timer belongs to
+  bool connecting = false;
   wire::Decoder decoder;
   std::array<std::uint8_t, 4096> buf{};
   std::vector<std::uint8_t> hello_frame;
@@ -129,11 +131,16 @@ void Member::ConnectNext() {
   }
   boost::system::error_code ec;
   im.socket.close(ec);
+  const std::uint64_t attempt = ++im.connect_attempt;
+  im.connecting = true;
   im.op_timer.expires_after(im.options.connect_timeout);
-  im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    if (!ec) {
+  im.op_timer.async_wait([self = shared_from_this(), attempt](boost::system::error_code ec) {
+    Impl& im = *self->impl_;
+    // Only the connect this timer was armed for: if it completed meanwhile, the
+    // socket now carries the hello and must not be cancelled.
+    if (!ec && im.connecting && im.connect_attempt == attempt) {
       boost::system::error_code ignored;
-      self->impl_->socket.cancel(ignored);  // the connect completes with operation_aborted
+      im.socket.cancel(ignored);  // the connect completes with operation_aborted
     }
   });
   im.socket.async_connect(
@@ -141,6 +148,7 @@ void Member::ConnectNext() {
       [self = shared_from_this(), text](boost::system::error_code ec) {
         Impl& im = *self->impl_;
         if (im.finished) return;
+        im.connecting = false;
         im.op_timer.cancel();
         if (ec) {
           im.last_error = text + ": " +
@@ -151,6 +159,7 @@ void Member::ConnectNext() {
         }
         boost::system::error_code ignored;
         im.socket.set_option(tcp::no_delay(true), ignored);
+        EnableDeadPeerDetection(im.socket);
         self->SendHello();
       });
 }
@@ -202,7 +211,11 @@ void Member::ReadReply() {
     }
     const wire::Message& msg = **next;
     if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
-      self->Finish(Status::Config("the leader refused this pod: " + reject->reason));
+      if (reject->retriable) {
+        self->Retry("rendezvous: leader refused this pod for now", reject->reason);
+      } else {
+        self->Finish(Status::Config("the leader refused this pod: " + reject->reason));
+      }
       return;
     }
     const auto* a = std::get_if<wire::Assignment>(&msg);
@@ -256,7 +269,8 @@ void Member::Finish(Result<wire::Assignment> result) {
     boost::system::error_code ec;
     im.socket.close(ec);
   }
-  // On success the socket stays open: it is the gang's control channel.
+  // On success the socket stays open (the leader sees this pod's agent exit as
+  // its close); nothing reads it yet.
   auto done = std::move(im.done);
   im.done = nullptr;
   if (done) asio::post(im.executor, [done, result] { done(result); });

@@ -1,3 +1,7 @@
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <spdlog/spdlog.h>
 
 #include "logging.h"
@@ -20,6 +24,17 @@ std::string AddressForPeers(const boost::asio::ip::address& address) {
         .to_string();
   }
   return address.to_string();
+}
+
+void EnableDeadPeerDetection(boost::asio::ip::tcp::socket& socket) {
+  int fd = socket.native_handle();
+  int on = 1, idle = 5, interval = 2, count = 3;
+  unsigned int user_timeout_ms = 15000;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
 }
 
 }  // namespace trainlet::rendezvous

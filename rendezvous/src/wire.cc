@@ -107,6 +107,7 @@ void EncodePayload(Writer& w, const Assignment& m) {
 void EncodePayload(Writer& w, const Reject& m) {
   w.Str(m.field);
   w.Str(m.reason);
+  w.U16(m.retriable ? 1 : 0);
 }
 
 MessageType TypeOf(const Hello&) { return MessageType::kHello; }
@@ -134,7 +135,10 @@ bool DecodePayload(Reader& r, Assignment* m) {
 }
 
 bool DecodePayload(Reader& r, Reject* m) {
-  return r.Str(&m->field, "field") && r.Str(&m->reason, "reason");
+  std::uint16_t flags = 0;
+  if (!(r.Str(&m->field, "field") && r.Str(&m->reason, "reason") && r.U16(&flags))) return false;
+  m->retriable = (flags & 1) != 0;
+  return true;
 }
 
 template <typename T>

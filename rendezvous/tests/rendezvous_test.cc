@@ -151,13 +151,16 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   RunUntil([&] { return leader->admitted() == 2; });
   auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port());
   s->Start([&](auto r) { stranger = r; });
-  auto d = MakeMember(HelloFor(1, 3), leader->port());
+  // A second pod with index 1 is told to wait (the first connection may be
+  // stale); while the first holds the index it never gets in.
+  auto d = MakeMember(HelloFor(1, 3), leader->port(), 1500ms);
   d->Start([&](auto r) { dup = r; });
   RunUntil([&] { return stranger && dup; });
   ASSERT_TRUE(stranger && !stranger->ok());
   EXPECT_NE(stranger->status().message().find("belongs to job 'other-job-0'"), std::string::npos)
       << stranger->status().message();
   ASSERT_TRUE(dup && !dup->ok());
+  EXPECT_EQ(dup->status().failure_class(), FailureClass::kInfra) << "retriable, not config";
   EXPECT_NE(dup->status().message().find("index 1 already joined"), std::string::npos)
       << dup->status().message();
   EXPECT_FALSE(own.has_value()) << "the leader waits on";
@@ -168,6 +171,47 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   ASSERT_TRUE(first && first->ok());
   ASSERT_TRUE(second && second->ok());
   EXPECT_EQ((*second)->rank_base, 4u);
+}
+
+TEST_F(RendezvousTest, MismatchAlsoReleasesMembersAlreadyAdmitted) {
+  auto leader = MakeLeader(3);
+  Outcome own, first, bad;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  auto m1 = MakeMember(HelloFor(1, 3), leader->port());
+  m1->Start([&](auto r) { first = r; });
+  RunUntil([&] { return leader->admitted() == 2; });
+  auto m2 = MakeMember(HelloFor(2, 4), leader->port());  // says 4 pods
+  m2->Start([&](auto r) { bad = r; });
+  auto t0 = Clock::now();
+  RunUntil([&] { return own && first && bad; });
+  ASSERT_TRUE(first && !first->ok()) << "the admitted pod is told, not left to time out";
+  EXPECT_EQ(first->status().failure_class(), FailureClass::kConfig);
+  EXPECT_NE(first->status().message().find("nnodes=4 on pod 2"), std::string::npos)
+      << first->status().message();
+  EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+TEST_F(RendezvousTest, DuplicateGetsInOnceTheStaleConnectionCloses) {
+  auto leader = MakeLeader(3);
+  Outcome own, got, other;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  // A raw connection claims index 1, then dies (its pod is gone).
+  auto stale = std::make_unique<asio::ip::tcp::socket>(io_);
+  stale->connect({asio::ip::address_v4::loopback(), leader->port()});
+  auto frame = wire::Encode(HelloFor(1, 3));
+  asio::write(*stale, asio::buffer(frame));
+  RunUntil([&] { return leader->admitted() == 2; });
+  auto m = MakeMember(HelloFor(1, 3), leader->port());
+  m->Start([&](auto r) { got = r; });
+  RunUntil([&] { return false; }, 300ms);
+  EXPECT_FALSE(got.has_value()) << "waits while index 1 is held";
+  stale->close();
+  RunUntil([&] { return leader->admitted() == 3; }, 3s);  // the replacement takes index 1
+  auto m2 = MakeMember(HelloFor(2, 3), leader->port());
+  m2->Start([&](auto r) { other = r; });
+  RunUntil([&] { return got && own && other; });
+  ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no result");
+  ASSERT_TRUE(own && own->ok());
 }
 
 TEST_F(RendezvousTest, GarbageAndSilentConnectionsAreDroppedWithoutHarm) {

@@ -24,7 +24,8 @@ Assignment SampleAssignment() {
 
 std::vector<Message> Samples() {
   return {SampleHello(), SampleAssignment(),
-          Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"}};
+          Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
+          Reject{.field = "index", .reason = "index 3 already joined", .retriable = true}};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.

@@ -72,7 +72,8 @@ class IndexedJobManifestTest(unittest.TestCase):
             else:
                 self.assertEqual((codes["operator"], r["action"]), ("NotIn", "Count"))
                 self.assertIn(0, codes["values"])
-        self.assertEqual(by_code, {42: "FailJob", 78: "FailJob"})
+        # 76 (peer_failed) -> Ignore: `trainlet policy` generates the manifest's policy.
+        self.assertEqual(by_code, {42: "FailJob", 78: "FailJob", 76: "Ignore"})
 
 
 class DockerfileTest(unittest.TestCase):

@@ -5,8 +5,9 @@
 // Not thread-safe; owned by the one event loop.
 //
 // The rules (README, "Supervision"):
-//  - TERM and INT start a shutdown: forward to every worker's process group,
-//    wait the grace period, then SIGKILL whatever remains (adopted orphans too).
+//  - TERM and INT start a shutdown: send that signal (once) to every worker's
+//    process group and adopted child, wait the grace period, then SIGKILL
+//    whatever remains (adopted orphans too).
 //  - HUP, QUIT, USR1, USR2 and WINCH are forwarded and change nothing else.
 //  - The first worker to fail stops the others the same way; workers stopped by
 //    trainlet afterwards never decide the outcome ("first failure wins").
@@ -43,7 +44,10 @@ using Event = std::variant<event::WorkerExited, event::Signal, event::GraceExpir
 
 struct Actions {
   std::optional<int> forward_signal;  // send to every worker's process group
-  bool terminate_all = false;         // SIGTERM to every group and every descendant
+  // Start a stop: send this signal to every worker's group and to every child
+  // trainlet adopted (orphans, daemons). SIGTERM for a failure or leftovers; the
+  // received signal itself for a requested stop (so SIGINT stays SIGINT).
+  std::optional<int> terminate;
   bool start_grace_timer = false;     // arm (or keep) the grace timer
   bool kill_all = false;              // SIGKILL to every group and every descendant
   std::optional<int> exit_code;       // trainlet should exit now with this code
@@ -83,7 +87,7 @@ class SupervisionPolicy {
   static bool IsForwarded(int signo);
 
  private:
-  Actions BeginStop(std::string why);
+  Actions BeginStop(int signo, std::string why);
   int ExitCode() const;
 
   Phase phase_ = Phase::kRunning;

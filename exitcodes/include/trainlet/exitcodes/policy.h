@@ -21,6 +21,7 @@ struct PolicyOptions {
   bool per_index = false;             // FailIndex instead of FailJob (backoffLimitPerIndex)
   bool jobset = false;                // also print a JobSet failurePolicy
   int max_restarts = 3;               // JobSet failurePolicy.maxRestarts
+  int backoff_limit_per_index = 2;    // with per_index: the Job's backoffLimitPerIndex
 };
 
 // YAML for the Job spec (the `podFailurePolicy:` key and its rules, plus

@@ -68,6 +68,9 @@ struct Assignment {
 struct Reject {
   std::string field;   // the field that disagreed ("job_id", "nnodes", "index", ...)
   std::string reason;  // one human line, names both values and pods
+  // True when trying again later may succeed (the index is held by a connection
+  // that may be stale); false when this pod can never join this leader.
+  bool retriable = false;
   bool operator==(const Reject&) const = default;
 };
 
