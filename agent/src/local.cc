@@ -89,6 +89,9 @@ int RunLocal(const LocalOptions& o) {
   SupervisorOptions so;
   so.capture_output = false;  // the agents prefix their workers' lines already
   so.noun = "pod agent";
+  // An agent that exits peer_failed was stopped by the culprit's failure: wait
+  // for the culprit's own code.
+  so.collateral_exit_code = exitcodes::kExitPeerFailed;
   // The agents need their own grace period to stop their workers first.
   so.grace = o.grace + std::chrono::seconds(2);
   Supervisor supervisor(io.get_executor(), so, [&](SupervisorResult r) {

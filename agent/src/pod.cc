@@ -187,6 +187,11 @@ class Pod {
     }
     SupervisorOptions so;
     so.grace = options_.grace;
+    so.on_first_failure = [this](const FirstFailure& f) {
+      GangFailure("local rank " + std::to_string(f.local_rank) + " (rank " +
+                  std::to_string(rank_base_ + f.local_rank) + ") failed: " + f.exit.Describe());
+    };
+    StartGangChannel();
     oom_baseline_ = ReadOomKillCount();
     workers_started_ = Clock::now();
     supervisor_ = std::make_unique<Supervisor>(
@@ -207,9 +212,106 @@ class Pod {
     return tmpl;
   }
 
+  // ---- The gang's control channel (see rendezvous/leader.h, member.h) ----
+
+  void StartGangChannel() {
+    const std::uint32_t own = options_.identity.index;
+    if (leader_) {
+      leader_->StartChannel(
+          {.on_report =
+               [this](std::uint32_t index, const rendezvous::wire::Report& r) {
+                 if (!r.ok) {
+                   PodFailed(index, "pod " + std::to_string(index) + ": " + r.reason);
+                 } else if (own_result_) {
+                   MaybeConcludeLeader();
+                 }
+               },
+           .on_lost =
+               [this](std::uint32_t index, const std::string& why) {
+                 PodFailed(index, "pod " + std::to_string(index) + " was lost: " + why);
+               }});
+    } else if (member_) {
+      member_->StartChannel(
+          {.on_stop =
+               [this, own](const rendezvous::wire::Stop& stop) {
+                 if (stop.failed_index == own) return;  // our own failure, already stopping
+                 if (!peer_failure_) {
+                   peer_failure_ = "pod " + std::to_string(stop.failed_index) +
+                                   " failed first (" + stop.reason + ")";
+                   spdlog::warn("the leader stops the gang: {}", *peer_failure_);
+                 }
+                 if (supervisor_) supervisor_->StopForPeer();
+               },
+           .on_lost =
+               [this](const std::string& why) {
+                 // After our own failure the leader may leave first: not a peer's fault.
+                 if (!peer_failure_ && !reported_failure_) {
+                   peer_failure_ = "lost the leader: " + why;
+                   spdlog::warn("{}; stopping the workers", *peer_failure_);
+                 }
+                 if (supervisor_) supervisor_->StopForPeer();
+               }});
+    }
+  }
+
+  // This pod failed (a worker, or a stop request): tell the gang, once.
+  void GangFailure(const std::string& reason) {
+    if (reported_failure_) return;
+    reported_failure_ = true;
+    const std::uint32_t own = options_.identity.index;
+    if (leader_) {
+      PodFailed(own, "pod " + std::to_string(own) + ": " + reason);
+    } else if (member_) {
+      member_->SendReport({.index = own, .ok = false, .failure_class = 0, .reason = reason});
+    }
+  }
+
+  // Leader only: the first failure reported decides; everyone else is told.
+  void PodFailed(std::uint32_t index, const std::string& reason) {
+    if (first_failed_index_) return;
+    first_failed_index_ = index;
+    spdlog::warn("gang: {}; stopping every pod", reason);
+    leader_->BroadcastStop({.failed_index = index, .reason = reason});
+    if (index != options_.identity.index) {
+      peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
+      if (supervisor_) supervisor_->StopForPeer();
+      if (own_result_) MaybeConcludeLeader();
+    }
+  }
+
   void OnWorkersDone(const SupervisorResult& r) {
     phase_ms_["run"] = Ms(Clock::now() - workers_started_);
+    own_result_ = r;
+    const bool clean = !r.first_failure && !r.stop_signal && !r.peer_stop;
+    if (member_ && clean) {
+      // Tell the leader before leaving, so our exit is not read as a loss.
+      member_->SendReport({.index = options_.identity.index, .ok = true, .failure_class = 0,
+                           .reason = ""},
+                          [this] { ConcludeWorkers(); });
+      return;
+    }
+    if (leader_ && clean && !leader_->AllMembersSettled()) {
+      // The leader's connections are the gang's: it leaves last.
+      spdlog::info("workers finished; waiting for the other pods to finish");
+      return;
+    }
+    ConcludeWorkers();
+  }
+
+  void MaybeConcludeLeader() {
+    if (concluded_ || !own_result_) return;
+    if (first_failed_index_ || leader_->AllMembersSettled()) ConcludeWorkers();
+  }
+
+  void ConcludeWorkers() {
+    if (concluded_) return;
+    concluded_ = true;
+    const SupervisorResult& r = *own_result_;
     exitcodes::Evidence e;
+    // Collateral only if the peer's failure is what stopped us, or came before
+    // ours at the leader; a stop request we received first stays ours (a
+    // preempted pod exits 143 even while the gang falls apart).
+    if ((r.peer_stop || r.first_failure) && !r.stop_signal) e.peer_failure = peer_failure_;
     if (r.first_failure) {
       const int lr = r.first_failure->local_rank;
       exitcodes::WorkerFailure f;
@@ -259,6 +361,9 @@ class Pod {
       if (signo == SIGCHLD) {
         supervisor_->Reap();
       } else {
+        if ((signo == SIGTERM || signo == SIGINT) && !own_result_) {
+          GangFailure("stopped by " + exitcodes::SignalName(signo));
+        }
         supervisor_->OnSignal(signo);
       }
       return;
@@ -310,6 +415,12 @@ class Pod {
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;
+  // Gang state.
+  std::optional<SupervisorResult> own_result_;    // set when our workers are all gone
+  std::optional<std::string> peer_failure_;       // another pod failed first / leader lost
+  std::optional<std::uint32_t> first_failed_index_;  // leader: whose failure came first
+  bool reported_failure_ = false;
+  bool concluded_ = false;
   int exit_code_ = 0;
 };
 

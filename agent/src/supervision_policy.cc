@@ -4,7 +4,12 @@
 
 namespace trainlet::agent {
 
-SupervisionPolicy::SupervisionPolicy(int workers) : alive_(workers), exited_(workers, false) {}
+SupervisionPolicy::SupervisionPolicy(int workers, std::string noun,
+                                     std::optional<int> collateral_code)
+    : noun_(std::move(noun)),
+      collateral_code_(collateral_code),
+      alive_(workers),
+      exited_(workers, false) {}
 
 bool SupervisionPolicy::IsStopSignal(int signo) { return signo == SIGTERM || signo == SIGINT; }
 
@@ -30,6 +35,8 @@ Actions SupervisionPolicy::BeginStop(int signo, std::string why) {
 int SupervisionPolicy::ExitCode() const {
   if (first_failure_) return first_failure_->exit.code();
   if (stop_signal_) return 128 + *stop_signal_;
+  if (peer_stop_) return exitcodes::kExitPeerFailed;
+  if (collateral_failure_) return collateral_failure_->exit.code();
   return 0;
 }
 
@@ -43,10 +50,14 @@ Actions SupervisionPolicy::On(const Event& e) {
     exited_[w->local_rank] = true;
     --alive_;
     if (phase_ == Phase::kRunning) {
+      if (collateral_code_ && !w->exit.signaled && w->exit.exit_status == *collateral_code_) {
+        if (!collateral_failure_) collateral_failure_ = FirstFailure{w->local_rank, w->exit};
+        return alive_ == 0 ? BeginStop(SIGTERM, "") : Actions{};
+      }
       if (!w->exit.success()) {
         first_failure_ = FirstFailure{w->local_rank, w->exit};
-        return BeginStop(SIGTERM, "local rank " + std::to_string(w->local_rank) + " failed (" +
-                         w->exit.Describe() + "); stopping the other workers");
+        return BeginStop(SIGTERM, noun_ + " " + std::to_string(w->local_rank) + " failed (" +
+                                      w->exit.Describe() + "); stopping the others");
       }
       if (alive_ == 0) {
         // Every worker finished: leftovers (background helpers, orphans) get
@@ -60,7 +71,8 @@ Actions SupervisionPolicy::On(const Event& e) {
   }
   if (const auto* s = std::get_if<event::Signal>(&e)) {
     if (!IsForwarded(s->signo)) return {};
-    if (IsStopSignal(s->signo) && !stop_signal_ && !first_failure_ && alive_ > 0) {
+    if (IsStopSignal(s->signo) && !stop_signal_ && !peer_stop_ && !first_failure_ &&
+        alive_ > 0) {
       stop_signal_ = s->signo;
       return BeginStop(s->signo, "received " + exitcodes::SignalName(s->signo) +
                                      "; stopping the workers (grace period running)");
@@ -68,6 +80,11 @@ Actions SupervisionPolicy::On(const Event& e) {
     Actions a;
     a.forward_signal = s->signo;
     return a;
+  }
+  if (std::holds_alternative<event::PeerStop>(e)) {
+    if (phase_ != Phase::kRunning || peer_stop_ || stop_signal_ || first_failure_) return {};
+    peer_stop_ = true;
+    return BeginStop(SIGTERM, "another pod of the gang failed; stopping the workers");
   }
   if (std::holds_alternative<event::GraceExpired>(e)) {
     if (phase_ != Phase::kStopping) return {};

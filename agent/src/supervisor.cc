@@ -281,6 +281,7 @@ void Supervisor::Impl::Apply(const Actions& a) {
     r.exit_code = *a.exit_code;
     r.first_failure = policy->first_failure();
     r.stop_signal = policy->stop_signal();
+    r.peer_stop = policy->peer_stop();
     r.collateral = policy->collateral();
     asio::post(executor, [d = done, r] { d(r); });
     return;
@@ -329,7 +330,14 @@ void Supervisor::Impl::Reap() {
       known = true;
       spdlog::log(exit.success() ? spdlog::level::debug : spdlog::level::info,
                   "{} {} (pid {}) exited: {}", options.noun, w.local_rank, pid, exit.Describe());
-      if (!finished) Apply(policy->On(event::WorkerExited{w.local_rank, exit}));
+      if (!finished) {
+        bool had_failure = policy->first_failure().has_value();
+        Actions a = policy->On(event::WorkerExited{w.local_rank, exit});
+        if (!had_failure && policy->first_failure() && options.on_first_failure) {
+          options.on_first_failure(*policy->first_failure());
+        }
+        Apply(a);
+      }
     }
     if (!known) spdlog::debug("reaped pid {} ({})", pid, exit.Describe());
   }
@@ -364,6 +372,11 @@ void Supervisor::OnSignal(int signo) {
   impl_->Apply(impl_->policy->On(event::Signal{signo}));
 }
 
+void Supervisor::StopForPeer() {
+  if (impl_->finished || !impl_->policy) return;
+  impl_->Apply(impl_->policy->On(event::PeerStop{}));
+}
+
 void Supervisor::Reap() {
   if (impl_->policy) {
     impl_->Reap();
@@ -374,7 +387,9 @@ void Supervisor::Reap() {
 
 Status Supervisor::Start(std::vector<WorkerSpec> specs) {
   Impl& im = *impl_;
-  im.policy.emplace(static_cast<int>(specs.size()));
+  im.policy.emplace(static_cast<int>(specs.size()),
+                    im.options.noun == "worker" ? "local rank" : im.options.noun,
+                    im.options.collateral_exit_code);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t empty, all;

@@ -126,6 +126,30 @@ TEST(SupervisionPolicyTest, Scenarios) {
   }
 }
 
+TEST(SupervisionPolicyTest, CollateralCodeNeverDecides) {
+  SupervisionPolicy p(3, "pod agent", 76);
+  EXPECT_EQ(p.On(event::WorkerExited{0, Exited(76)}), Actions{}) << "no stop on collateral";
+  Actions a = p.On(event::WorkerExited{1, Exited(3)});
+  EXPECT_EQ(a.terminate, SIGTERM);
+  (void)p.On(event::WorkerExited{2, Exited(76)});
+  EXPECT_EQ(p.On(event::NoChildrenLeft{}).exit_code, 3) << "the culprit's code";
+  SupervisionPolicy only(2, "pod agent", 76);
+  (void)only.On(event::WorkerExited{0, Exited(76)});
+  a = only.On(event::WorkerExited{1, Exited(76)});
+  EXPECT_EQ(a.terminate, SIGTERM);
+  EXPECT_EQ(only.On(event::NoChildrenLeft{}).exit_code, 76) << "never 0 after a failure";
+}
+
+TEST(SupervisionPolicyTest, PeerStopEndsIn76AndAStopSignalAfterItChangesNothing) {
+  SupervisionPolicy p(1);
+  EXPECT_EQ(p.On(event::PeerStop{}).terminate, SIGTERM);
+  EXPECT_EQ(p.On(event::Signal{SIGTERM}).forward_signal, SIGTERM);
+  (void)p.On(event::WorkerExited{0, Killed(SIGTERM)});
+  EXPECT_EQ(p.On(event::NoChildrenLeft{}).exit_code, 76);
+  EXPECT_TRUE(p.peer_stop());
+  EXPECT_FALSE(p.stop_signal().has_value());
+}
+
 TEST(SupervisionPolicyTest, CountsCollateralSeparately) {
   SupervisionPolicy p(3);
   (void)p.On(event::WorkerExited{2, Killed(SIGSEGV)});

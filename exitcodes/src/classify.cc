@@ -72,6 +72,10 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
     FailureClass c = e.agent_failure->failure_class();
     return Make(c, codes.CodeFor(c), e.agent_failure->message(), "phase");
   }
+  if (e.peer_failure) {
+    return Make(FailureClass::kPeerFailed, codes.CodeFor(FailureClass::kPeerFailed),
+                *e.peer_failure, "gang");
+  }
   if (e.first_failure) {
     const WorkerFailure& f = e.first_failure.value();
     std::string who = "local rank " + std::to_string(f.local_rank) + " (rank " +

@@ -1,6 +1,7 @@
 #include "trainlet/rendezvous/leader.h"
 
 #include <array>
+#include <deque>
 #include <map>
 #include <optional>
 #include <vector>
@@ -31,6 +32,10 @@ struct Leader::Conn {
   std::string peer;                    // "10.0.0.12:41234", for messages
   std::optional<std::uint32_t> index;  // set once admitted
   bool closed = false;
+  // Control channel.
+  std::deque<std::vector<std::uint8_t>> outq;  // frames waiting; front is being written
+  std::chrono::steady_clock::time_point last_rx = std::chrono::steady_clock::now();
+  bool settled = false;  // reported success, or reported as lost/failed
 };
 
 struct Leader::Impl {
@@ -48,6 +53,15 @@ struct Leader::Impl {
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
   bool assigning = false;
+  // Control channel.
+  bool channel = false;
+  ChannelCallbacks callbacks;
+  std::chrono::milliseconds heartbeat{1000};
+  int misses = 3;
+  std::unique_ptr<asio::steady_timer> heartbeat_timer;
+  // Channel events that arrived before StartChannel (the leader's own pod learns
+  // of the assignment a moment after the members do).
+  std::vector<std::function<void()>> early_events;
 };
 
 namespace {
@@ -130,6 +144,8 @@ void Leader::Close() {
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
   impl_->accept_pause.cancel();
+  impl_->channel = false;
+  if (impl_->heartbeat_timer) impl_->heartbeat_timer->cancel();
   for (auto& c : impl_->all) {
     c->closed = true;
     c->timer.cancel();
@@ -208,6 +224,15 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
         Impl& im = *self->impl_;
         if (conn->closed) return;
         if (ec) {
+          if (conn->index && im.finished && !conn->settled) {
+            conn->settled = true;
+            std::uint32_t index = *conn->index;
+            self->Drop(conn);
+            self->Deliver([self, index, why = "its connection closed (" + ec.message() + ")"] {
+              if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
+            });
+            return;
+          }
           if (conn->index) {
             // Before the assignment this frees the index for a restarted pod;
             // after it, the pod's agent has exited.
@@ -233,6 +258,12 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
             return;
           }
           if (!next->has_value()) break;
+          conn->last_rx = std::chrono::steady_clock::now();
+          if (conn->index) {  // admitted: from now on only channel messages
+            self->OnChannelMessage(conn, **next);
+            if (conn->closed) return;
+            continue;
+          }
           auto* hello = std::get_if<wire::Hello>(&**next);
           if (hello == nullptr || conn->index) {
             im.log->warn("leader: closing {}: unexpected message", conn->peer);
@@ -361,16 +392,10 @@ void Leader::MaybeAssign() {
     auto frame =
         std::make_shared<std::vector<std::uint8_t>>(wire::Encode(make(*conn->index, addr)));
     ++im.writes_in_flight;
-    asio::async_write(conn->socket, asio::buffer(*frame),
-                      [self = shared_from_this(), conn, frame, own_addr, make](
-                          boost::system::error_code ec, std::size_t) {
-                        Impl& im = *self->impl_;
-                        if (ec && !conn->closed) {
-                          im.log->warn("leader: sending assignment to pod {} failed: {}",
-                                       *conn->index, ec.message());
-                        }
-                        if (--im.writes_in_flight == 0) self->Finish(make(0, own_addr));
-                      });
+    Send(conn, std::move(*frame), [self = shared_from_this(), own_addr, make] {
+      Impl& im = *self->impl_;
+      if (--im.writes_in_flight == 0) self->Finish(make(0, own_addr));
+    });
   }
   if (im.writes_in_flight == 0) Finish(make(0, own_addr));
 }
@@ -385,6 +410,121 @@ void Leader::Finish(Result<wire::Assignment> result) {
   auto done = std::move(im.done);
   im.done = nullptr;
   if (done) asio::post(im.executor, [done, result] { done(result); });
+}
+
+void Leader::Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
+                  std::function<void()> then) {
+  if (conn->closed) {
+    if (then) then();
+    return;
+  }
+  bool idle = conn->outq.empty();
+  conn->outq.push_back(std::move(frame));
+  if (!idle) {
+    // Completion callbacks are only needed for the assignment, which is the
+    // first frame on a connection, so queued frames carry none.
+    if (then) then();
+    return;
+  }
+  struct Writer {
+    static void Next(std::shared_ptr<Leader> self, std::shared_ptr<Conn> conn,
+                     std::function<void()> then) {
+      asio::async_write(conn->socket, asio::buffer(conn->outq.front()),
+                        [self, conn, then](boost::system::error_code ec, std::size_t) {
+                          if (!conn->outq.empty()) conn->outq.pop_front();
+                          if (then) then();
+                          if (ec) {
+                            conn->outq.clear();
+                            return;  // the read side notices and reports the loss
+                          }
+                          if (!conn->outq.empty() && !conn->closed) Next(self, conn, {});
+                        });
+    }
+  };
+  Writer::Next(shared_from_this(), conn, std::move(then));
+}
+
+void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds heartbeat,
+                          int misses) {
+  Impl& im = *impl_;
+  im.channel = true;
+  im.callbacks = std::move(callbacks);
+  im.heartbeat = heartbeat;
+  im.misses = misses;
+  auto now = std::chrono::steady_clock::now();
+  for (auto& [index, conn] : im.members) conn->last_rx = now;
+  im.heartbeat_timer = std::make_unique<asio::steady_timer>(im.executor);
+  Heartbeat();
+  auto early = std::move(im.early_events);
+  im.early_events.clear();
+  for (auto& event : early) event();
+}
+
+void Leader::Deliver(std::function<void()> event) {
+  if (impl_->channel) {
+    event();
+  } else {
+    impl_->early_events.push_back(std::move(event));
+  }
+}
+
+void Leader::Heartbeat() {
+  Impl& im = *impl_;
+  if (!im.channel || !im.heartbeat_timer) return;
+  auto now = std::chrono::steady_clock::now();
+  auto members = im.members;  // on_lost may drop entries
+  for (auto& [index, conn] : members) {
+    if (conn->closed) continue;
+    if (!conn->settled && now - conn->last_rx > im.heartbeat * im.misses) {
+      conn->settled = true;
+      Drop(conn);
+      if (im.callbacks.on_lost) {
+        im.callbacks.on_lost(index, "no heartbeat for " +
+                                        std::to_string(im.heartbeat.count() * im.misses) + " ms");
+      }
+      continue;
+    }
+    Send(conn, wire::Encode(wire::Heartbeat{}));
+  }
+  im.heartbeat_timer->expires_after(im.heartbeat);
+  im.heartbeat_timer->async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec) self->Heartbeat();
+  });
+}
+
+void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m) {
+  Impl& im = *impl_;
+  if (std::holds_alternative<wire::Heartbeat>(m)) return;
+  if (const auto* r = std::get_if<wire::Report>(&m)) {
+    if (r->index != *conn->index) {
+      im.log->warn("leader: pod {} sent a report for index {}; closing", *conn->index, r->index);
+      Drop(conn);
+      return;
+    }
+    conn->settled = true;
+    Deliver([self = shared_from_this(), index = *conn->index, report = *r] {
+      if (self->impl_->callbacks.on_report) self->impl_->callbacks.on_report(index, report);
+    });
+    return;
+  }
+  im.log->warn("leader: pod {} sent an unexpected message; closing", *conn->index);
+  std::uint32_t index = *conn->index;
+  bool was_settled = conn->settled;
+  conn->settled = true;
+  Drop(conn);
+  if (!was_settled && im.callbacks.on_lost) im.callbacks.on_lost(index, "protocol error");
+}
+
+void Leader::BroadcastStop(const wire::Stop& stop) {
+  auto frame = wire::Encode(stop);
+  for (auto& [index, conn] : impl_->members) Send(conn, frame);
+}
+
+bool Leader::AllMembersSettled() const {
+  for (const auto& [index, conn] : impl_->members) {
+    if (!conn->settled && !conn->closed) return false;
+  }
+  return true;
 }
 
 }  // namespace trainlet::rendezvous

@@ -1,6 +1,7 @@
 #include "trainlet/rendezvous/member.h"
 
 #include <array>
+#include <deque>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -51,6 +52,14 @@ struct Member::Impl {
   wire::Decoder decoder;
   std::array<std::uint8_t, 4096> buf{};
   std::vector<std::uint8_t> hello_frame;
+  // Control channel.
+  bool channel = false;
+  bool reported_ok = false;
+  ChannelCallbacks callbacks;
+  std::chrono::milliseconds heartbeat{1000};
+  int misses = 3;
+  Clock::time_point last_rx;
+  std::deque<std::pair<std::vector<std::uint8_t>, std::function<void()>>> outq;
 };
 
 Result<std::shared_ptr<Member>> Member::Create(asio::any_io_executor executor,
@@ -69,6 +78,7 @@ Member::~Member() { Close(); }
 void Member::Close() {
   if (!impl_) return;
   impl_->finished = true;
+  impl_->channel = false;
   impl_->done = nullptr;
   boost::system::error_code ec;
   impl_->op_timer.cancel();
@@ -274,6 +284,110 @@ void Member::Finish(Result<wire::Assignment> result) {
   auto done = std::move(im.done);
   im.done = nullptr;
   if (done) asio::post(im.executor, [done, result] { done(result); });
+}
+
+void Member::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds heartbeat,
+                          int misses) {
+  Impl& im = *impl_;
+  im.channel = true;
+  im.callbacks = std::move(callbacks);
+  im.heartbeat = heartbeat;
+  im.misses = misses;
+  im.last_rx = Clock::now();
+  ChannelRead();
+  ChannelHeartbeat();
+}
+
+void Member::ChannelRead() {
+  Impl& im = *impl_;
+  im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this()](
+                                                      boost::system::error_code ec, std::size_t n) {
+    Impl& im = *self->impl_;
+    if (!im.channel) return;
+    auto lost = [&](const std::string& why) {
+      im.channel = false;
+      boost::system::error_code ignored;
+      im.op_timer.cancel();
+      im.socket.close(ignored);
+      if (!im.reported_ok && im.callbacks.on_lost) im.callbacks.on_lost(why);
+    };
+    if (ec) {
+      lost("the leader's connection closed (" + ec.message() + ")");
+      return;
+    }
+    Status fed = im.decoder.Feed(std::span(im.buf.data(), n));
+    for (;;) {
+      auto next = im.decoder.Next();
+      if (!fed.ok() || !next.ok()) {
+        lost("the leader sent garbage: " + (fed.ok() ? next.status() : fed).message());
+        return;
+      }
+      if (!next->has_value()) break;
+      im.last_rx = Clock::now();
+      if (const auto* stop = std::get_if<wire::Stop>(&**next)) {
+        if (im.callbacks.on_stop) im.callbacks.on_stop(*stop);
+        if (!im.channel) return;
+      }
+    }
+    self->ChannelRead();
+  });
+}
+
+void Member::ChannelHeartbeat() {
+  Impl& im = *impl_;
+  if (!im.channel) return;
+  if (Clock::now() - im.last_rx > im.heartbeat * im.misses) {
+    im.channel = false;
+    boost::system::error_code ignored;
+    im.socket.close(ignored);
+    if (!im.reported_ok && im.callbacks.on_lost) {
+      im.callbacks.on_lost("no heartbeat from the leader for " +
+                           std::to_string(im.heartbeat.count() * im.misses) + " ms");
+    }
+    return;
+  }
+  Send(wire::Encode(wire::Heartbeat{}));
+  im.op_timer.expires_after(im.heartbeat);
+  im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (!ec) self->ChannelHeartbeat();
+  });
+}
+
+void Member::SendReport(const wire::Report& report, std::function<void()> sent) {
+  if (report.ok) impl_->reported_ok = true;
+  Send(wire::Encode(report), std::move(sent));
+}
+
+void Member::Send(std::vector<std::uint8_t> frame, std::function<void()> sent) {
+  Impl& im = *impl_;
+  if (!im.socket.is_open()) {
+    if (sent) sent();
+    return;
+  }
+  bool idle = im.outq.empty();
+  im.outq.emplace_back(std::move(frame), std::move(sent));
+  if (!idle) return;
+  struct Writer {
+    static void Next(std::shared_ptr<Member> self) {
+      Impl& im = *self->impl_;
+      asio::async_write(im.socket, asio::buffer(im.outq.front().first),
+                        [self](boost::system::error_code ec, std::size_t) {
+                          Impl& im = *self->impl_;
+                          auto sent = std::move(im.outq.front().second);
+                          im.outq.pop_front();
+                          if (sent) sent();
+                          if (ec) {
+                            for (auto& [f, cb] : im.outq) {
+                              if (cb) cb();
+                            }
+                            im.outq.clear();
+                            return;
+                          }
+                          if (!im.outq.empty()) Next(self);
+                        });
+    }
+  };
+  Writer::Next(shared_from_this());
 }
 
 }  // namespace trainlet::rendezvous

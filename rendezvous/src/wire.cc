@@ -110,6 +110,23 @@ void EncodePayload(Writer& w, const Reject& m) {
   w.U16(m.retriable ? 1 : 0);
 }
 
+void EncodePayload(Writer&, const Heartbeat&) {}
+
+void EncodePayload(Writer& w, const Report& m) {
+  w.U32(m.index);
+  w.U16(m.ok ? 1 : 0);
+  w.U16(m.failure_class);
+  w.Str(m.reason);
+}
+
+void EncodePayload(Writer& w, const Stop& m) {
+  w.U32(m.failed_index);
+  w.Str(m.reason);
+}
+
+MessageType TypeOf(const Heartbeat&) { return MessageType::kHeartbeat; }
+MessageType TypeOf(const Report&) { return MessageType::kReport; }
+MessageType TypeOf(const Stop&) { return MessageType::kStop; }
 MessageType TypeOf(const Hello&) { return MessageType::kHello; }
 MessageType TypeOf(const Assignment&) { return MessageType::kAssignment; }
 MessageType TypeOf(const Reject&) { return MessageType::kReject; }
@@ -139,6 +156,22 @@ bool DecodePayload(Reader& r, Reject* m) {
   if (!(r.Str(&m->field, "field") && r.Str(&m->reason, "reason") && r.U16(&flags))) return false;
   m->retriable = (flags & 1) != 0;
   return true;
+}
+
+bool DecodePayload(Reader&, Heartbeat*) { return true; }
+
+bool DecodePayload(Reader& r, Report* m) {
+  std::uint16_t ok = 0;
+  if (!(r.U32(&m->index) && r.U16(&ok) && r.U16(&m->failure_class) &&
+        r.Str(&m->reason, "reason"))) {
+    return false;
+  }
+  m->ok = ok != 0;
+  return true;
+}
+
+bool DecodePayload(Reader& r, Stop* m) {
+  return r.U32(&m->failed_index) && r.Str(&m->reason, "reason");
 }
 
 template <typename T>
@@ -228,7 +261,7 @@ exitcodes::Result<std::optional<Message>> Decoder::Next() {
     return fail(WireError("payload of " + std::to_string(len) + " bytes exceeds the limit of " +
                           std::to_string(kMaxPayload)));
   }
-  if (type < 1 || type > 3) return fail(WireError("unknown message type " + std::to_string(type)));
+  if (type < 1 || type > 6) return fail(WireError("unknown message type " + std::to_string(type)));
   if (buffered() < kHeaderSize + len) return std::optional<Message>();
   std::span<const std::uint8_t> payload(h + kHeaderSize, len);
   consumed_ += kHeaderSize + len;
@@ -237,6 +270,9 @@ exitcodes::Result<std::optional<Message>> Decoder::Next() {
     case MessageType::kHello: r = DecodeAs<Hello>(payload); break;
     case MessageType::kAssignment: r = DecodeAs<Assignment>(payload); break;
     case MessageType::kReject: r = DecodeAs<Reject>(payload); break;
+    case MessageType::kHeartbeat: r = DecodeAs<Heartbeat>(payload); break;
+    case MessageType::kReport: r = DecodeAs<Report>(payload); break;
+    case MessageType::kStop: r = DecodeAs<Stop>(payload); break;
   }
   if (!r.ok()) return fail(r.status());
   return r;

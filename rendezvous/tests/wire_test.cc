@@ -25,7 +25,11 @@ Assignment SampleAssignment() {
 std::vector<Message> Samples() {
   return {SampleHello(), SampleAssignment(),
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
-          Reject{.field = "index", .reason = "index 3 already joined", .retriable = true}};
+          Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
+          Heartbeat{},
+          Report{.index = 3, .ok = false, .failure_class = 1, .reason = "rank 7 exited 42"},
+          Report{.index = 2, .ok = true, .failure_class = 0, .reason = ""},
+          Stop{.failed_index = 3, .reason = "pod 3 failed"}};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.

@@ -13,6 +13,8 @@
 //    trainlet afterwards never decide the outcome ("first failure wins").
 //  - When every worker has exited, leftover descendants get TERM, then KILL
 //    after the grace period; trainlet exits once no child is left.
+//  - PeerStop (another pod failed) stops the workers like SIGTERM does; a stop
+//    signal after it changes nothing (the peer's failure came first).
 //  - Exit code: the first failure's code (exit status or 128+signal); else
 //    128+signal for a requested stop (143 for SIGTERM), even when every worker
 //    then exited 0; else 0.
@@ -38,9 +40,10 @@ struct Signal {
 };
 struct GraceExpired {};
 struct NoChildrenLeft {};  // waitpid reported ECHILD and all output is drained
+struct PeerStop {};        // another pod of the gang failed: stop like for SIGTERM
 }  // namespace event
 using Event = std::variant<event::WorkerExited, event::Signal, event::GraceExpired,
-                           event::NoChildrenLeft>;
+                           event::NoChildrenLeft, event::PeerStop>;
 
 struct Actions {
   std::optional<int> forward_signal;  // send to every worker's process group
@@ -70,7 +73,12 @@ struct FirstFailure {
 
 class SupervisionPolicy {
  public:
-  explicit SupervisionPolicy(int workers);
+  // `noun` names a child in log lines ("local rank", "pod agent"). A child
+  // exiting with `collateral_code` (trainlet local: an agent's peer_failed) is
+  // never the first failure: the culprit's own exit decides; it is used only
+  // when no other failure happened.
+  explicit SupervisionPolicy(int workers, std::string noun = "local rank",
+                             std::optional<int> collateral_code = std::nullopt);
 
   // Applies one event and returns what to do. Events after kDone return {}.
   Actions On(const Event& e);
@@ -78,6 +86,7 @@ class SupervisionPolicy {
   Phase phase() const { return phase_; }
   const std::optional<FirstFailure>& first_failure() const { return first_failure_; }
   std::optional<int> stop_signal() const { return stop_signal_; }
+  bool peer_stop() const { return peer_stop_; }
   int workers_alive() const { return alive_; }
   int collateral() const { return collateral_; }  // workers that failed after the stop
 
@@ -91,10 +100,14 @@ class SupervisionPolicy {
   int ExitCode() const;
 
   Phase phase_ = Phase::kRunning;
+  std::string noun_;
+  std::optional<int> collateral_code_;
+  std::optional<FirstFailure> collateral_failure_;
   int alive_;
   std::vector<bool> exited_;
   std::optional<FirstFailure> first_failure_;
   std::optional<int> stop_signal_;
+  bool peer_stop_ = false;
   int collateral_ = 0;
 };
 

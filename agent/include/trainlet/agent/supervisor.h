@@ -38,12 +38,18 @@ struct SupervisorOptions {
   bool capture_output = true;
   // What the children are, for log lines: "worker", or "pod agent" in local mode.
   std::string noun = "worker";
+  // See SupervisionPolicy: an exit code that never counts as the first failure.
+  std::optional<int> collateral_exit_code;
+  // Called once, at the first worker failure (before the others are stopped),
+  // so the gang can be told at once.
+  std::function<void(const FirstFailure&)> on_first_failure;
 };
 
 struct SupervisorResult {
   int exit_code = 0;
   std::optional<FirstFailure> first_failure;
   std::optional<int> stop_signal;
+  bool peer_stop = false;
   int collateral = 0;
 };
 
@@ -64,6 +70,10 @@ class Supervisor {
 
   // A signal the agent received. Forwarded signals go to every worker's group.
   void OnSignal(int signo);
+
+  // Another pod of the gang failed: stop the workers (TERM, grace, KILL) unless
+  // they are already stopping or a local failure or stop request came first.
+  void StopForPeer();
 
   // Reaps every exited child (waitpid(-1, WNOHANG) until none), recording the
   // status of workers; call on SIGCHLD.

@@ -3,7 +3,9 @@
 // One pure function decides the class, the exit code and the reason of a pod's
 // outcome. Evidence, strongest first (README, "Exit codes"):
 //   1. trainlet's own phase: a config, DNS or rendezvous failure, or a stop
-//      requested before any worker failed (TERMINATED);
+//      requested before any worker failed (TERMINATED); then the gang: another
+//      pod failed first (PEER_FAILED) — "who failed first" beats any message
+//      parsing (a peer's crash surfaces as NCCL errors on the survivors);
 //   2. the memory cgroup's OOM-kill counter rising while the first failing
 //      worker died of SIGKILL (OOM);
 //   3. the torchelastic error file the worker wrote (TORCHELASTIC_ERROR_FILE);
@@ -71,6 +73,9 @@ struct Evidence {
   std::uint64_t oom_kills = 0;
   // Workers that failed after trainlet started stopping them.
   int collateral = 0;
+  // The gang's control channel says another pod failed first (or the leader was
+  // lost): this pod is collateral, whatever its own workers then did.
+  std::optional<std::string> peer_failure = std::nullopt;
 };
 
 struct Verdict {

@@ -60,6 +60,22 @@ class Leader : public std::enable_shared_from_this<Leader> {
   // There is no deadline here: the caller bounds the whole rendezvous.
   void Start(wire::Hello own, Done done);
 
+  // The control channel, after `done` reported success: the members'
+  // connections stay open, heartbeats go both ways every `heartbeat`, and a
+  // member silent for `misses` heartbeats counts as lost.
+  struct ChannelCallbacks {
+    // A member reported that its workers finished (ok) or failed.
+    std::function<void(std::uint32_t index, const wire::Report&)> on_report;
+    // A member's connection closed, or went silent, before it reported success.
+    std::function<void(std::uint32_t index, const std::string& why)> on_lost;
+  };
+  void StartChannel(ChannelCallbacks callbacks,
+                    std::chrono::milliseconds heartbeat = std::chrono::seconds(1), int misses = 3);
+  // Sends `stop` to every member still connected.
+  void BroadcastStop(const wire::Stop& stop);
+  // True once every member has reported success or is gone.
+  bool AllMembersSettled() const;
+
   // Closes the listener and every connection; `done` is not called after this.
   void Close();
 
@@ -79,6 +95,11 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject);
   void Drop(const std::shared_ptr<Conn>& conn);
   void MaybeAssign();
+  void Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
+            std::function<void()> then = {});
+  void OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m);
+  void Heartbeat();
+  void Deliver(std::function<void()> event);
   void Finish(exitcodes::Result<wire::Assignment> result);
   std::unique_ptr<Impl> impl_;
   std::uint16_t port_ = 0;

@@ -56,6 +56,19 @@ class Member : public std::enable_shared_from_this<Member> {
   //    the addresses tried, the port, the last error and the time spent.
   void Start(Done done);
 
+  // The control channel, after `done` reported an Assignment: heartbeats every
+  // `heartbeat` both ways; the leader silent for `misses` heartbeats, or its
+  // connection closing, is reported through on_lost (unless this pod already
+  // reported success).
+  struct ChannelCallbacks {
+    std::function<void(const wire::Stop&)> on_stop;  // the leader stops the gang
+    std::function<void(const std::string& why)> on_lost;
+  };
+  void StartChannel(ChannelCallbacks callbacks,
+                    std::chrono::milliseconds heartbeat = std::chrono::seconds(1), int misses = 3);
+  // Sends a report to the leader; `sent` runs once it is written (or failed).
+  void SendReport(const wire::Report& report, std::function<void()> sent = {});
+
   // Stops everything; `done` is not called afterwards. The connection is closed.
   void Close();
 
@@ -68,6 +81,9 @@ class Member : public std::enable_shared_from_this<Member> {
   void ReadReply();
   void Retry(const std::string& state, const std::string& detail);
   void Finish(exitcodes::Result<wire::Assignment> result);
+  void ChannelRead();
+  void ChannelHeartbeat();
+  void Send(std::vector<std::uint8_t> frame, std::function<void()> sent = {});
   std::unique_ptr<Impl> impl_;
 };
 

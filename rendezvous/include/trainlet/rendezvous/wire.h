@@ -35,6 +35,10 @@ enum class MessageType : std::uint16_t {
   kHello = 1,       // member -> leader: who I am and how I was launched
   kAssignment = 2,  // leader -> member: your ranks; start your trainers
   kReject = 3,      // leader -> member: you are not admitted, and why
+  // After the assignment the connection stays open as the gang's control channel:
+  kHeartbeat = 4,   // both ways, every second: "I am alive"
+  kReport = 5,      // member -> leader: my workers finished, or failed
+  kStop = 6,        // leader -> members: the gang stops; names the pod that failed first
 };
 
 // The launch settings every pod of a gang must agree on, as ordered key/value
@@ -74,7 +78,25 @@ struct Reject {
   bool operator==(const Reject&) const = default;
 };
 
-using Message = std::variant<Hello, Assignment, Reject>;
+struct Heartbeat {
+  bool operator==(const Heartbeat&) const = default;
+};
+
+struct Report {
+  std::uint32_t index = 0;     // the reporting pod
+  bool ok = false;             // true: every worker finished; false: a failure
+  std::uint16_t failure_class = 0;  // exitcodes::FailureClass of the failure
+  std::string reason;          // one line
+  bool operator==(const Report&) const = default;
+};
+
+struct Stop {
+  std::uint32_t failed_index = 0;  // the pod whose failure the leader heard of first
+  std::string reason;
+  bool operator==(const Stop&) const = default;
+};
+
+using Message = std::variant<Hello, Assignment, Reject, Heartbeat, Report, Stop>;
 
 // One complete frame (header and payload) for `message`.
 std::vector<std::uint8_t> Encode(const Message& message);
