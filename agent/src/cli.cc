@@ -16,6 +16,7 @@
 #include <spdlog/cfg/env.h>
 #include <spdlog/spdlog.h>
 
+#include "file_util.h"
 #include "output.h"
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/identity.h"
@@ -43,11 +44,7 @@ std::map<std::string, std::string> Environment() {
 }
 
 std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return std::nullopt;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return ReadSmallFile(path, 1 << 20);
 }
 
 // Every flag of the pod agent, as strings until validated.

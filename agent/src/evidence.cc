@@ -1,5 +1,7 @@
 #include "trainlet/agent/evidence.h"
 
+#include "file_util.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,12 +15,7 @@ namespace trainlet::agent {
 namespace {
 
 std::optional<std::string> Slurp(const std::string& path, std::size_t max = 64 * 1024) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::string s(max, '\0');
-  f.read(s.data(), static_cast<std::streamsize>(max));
-  s.resize(static_cast<std::size_t>(f.gcount()));
-  return s;
+  return ReadSmallFile(path, max);
 }
 
 // The value of "<key> <n>" in a flat-keyed file such as memory.events.

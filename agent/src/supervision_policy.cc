@@ -71,8 +71,12 @@ Actions SupervisionPolicy::On(const Event& e) {
   }
   if (const auto* s = std::get_if<event::Signal>(&e)) {
     if (!IsForwarded(s->signo)) return {};
-    if (IsStopSignal(s->signo) && !stop_signal_ && !peer_stop_ && !first_failure_ &&
-        alive_ > 0) {
+    if (IsStopSignal(s->signo)) {
+      if (phase_ != Phase::kRunning || alive_ == 0) {
+        // Already stopping: the workers have their SIGTERM and the grace period
+        // runs on. A second one could cut a checkpointing handler short.
+        return {};
+      }
       stop_signal_ = s->signo;
       return BeginStop(s->signo, "received " + exitcodes::SignalName(s->signo) +
                                      "; stopping the workers (grace period running)");

@@ -21,6 +21,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "file_util.h"
 #include "output.h"
 #include "trainlet/exitcodes/exit_code.h"
 
@@ -35,8 +36,7 @@ constexpr std::size_t kMaxLine = 64 * 1024;  // longer lines are split, never dr
 constexpr std::size_t kTailBytes = 8 * 1024;  // stderr kept per worker for classification
 
 std::string Comm(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string cmd = ReadSmallFile("/proc/" + std::to_string(pid) + "/cmdline", 4096).value_or("");
   for (char& c : cmd) {
     if (c == '\0') c = ' ';
   }
@@ -53,8 +53,8 @@ std::vector<pid_t> ListDescendants(pid_t root, bool children_only) {
       char* end = nullptr;
       long pid = std::strtol(e->d_name, &end, 10);
       if (pid <= 0 || *end != '\0') continue;
-      std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
-      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      std::string stat = ReadSmallFile(std::string("/proc/") + e->d_name + "/stat", 1024)
+                             .value_or("");
       // Fields after the command (which may contain spaces and parentheses).
       auto close = stat.rfind(')');
       if (close == std::string::npos) continue;

@@ -82,7 +82,7 @@ TEST(SupervisionPolicyTest, Scenarios) {
       {"SIGTERM after every worker finished keeps 0",
        1,
        {{.event = event::WorkerExited{0, Exited(0)}, .terminate = SIGTERM},
-        {.event = event::Signal{SIGTERM}, .forward = SIGTERM},
+        {.event = event::Signal{SIGTERM}},
         {.event = event::NoChildrenLeft{}, .exit_code = 0}}},
       {"a failure after SIGTERM does not override the stop",
        2,
@@ -93,7 +93,7 @@ TEST(SupervisionPolicyTest, Scenarios) {
       {"SIGTERM after a failure keeps the failure's code",
        2,
        {{.event = event::WorkerExited{0, Exited(7)}, .terminate = SIGTERM},
-        {.event = event::Signal{SIGTERM}, .forward = SIGTERM},
+        {.event = event::Signal{SIGTERM}},  // already stopping: not sent twice
         {.event = event::WorkerExited{1, Killed(SIGTERM)}},
         {.event = event::NoChildrenLeft{}, .exit_code = 7}}},
       {"leftovers after success: TERM, grace, KILL, then 0",
@@ -143,7 +143,8 @@ TEST(SupervisionPolicyTest, CollateralCodeNeverDecides) {
 TEST(SupervisionPolicyTest, PeerStopEndsIn76AndAStopSignalAfterItChangesNothing) {
   SupervisionPolicy p(1);
   EXPECT_EQ(p.On(event::PeerStop{}).terminate, SIGTERM);
-  EXPECT_EQ(p.On(event::Signal{SIGTERM}).forward_signal, SIGTERM);
+  EXPECT_EQ(p.On(event::Signal{SIGTERM}), Actions{}) << "already stopping";
+  EXPECT_EQ(p.On(event::Signal{SIGUSR1}).forward_signal, SIGUSR1) << "notices still pass";
   (void)p.On(event::WorkerExited{0, Killed(SIGTERM)});
   EXPECT_EQ(p.On(event::NoChildrenLeft{}).exit_code, 76);
   EXPECT_TRUE(p.peer_stop());

@@ -277,6 +277,13 @@ class Pod:
     def zombies(self):
         return [p for p in self.processes() if p.state == "Z"]
 
+    def processes_with_env(self, **env):
+        """ProcInfo of this pod's processes whose environment has every given NAME=value
+        (e.g. RANK="2"): how a test finds a worker's host pid to signal it directly."""
+        want = {f"{k}={v}" for k, v in env.items()}
+        return [p for p in self.processes()
+                if want <= set(_read(f"/proc/{p.pid}/environ").split("\0"))]
+
     def stdout(self):
         return _read(self.out_path)
 
@@ -577,6 +584,17 @@ class Cluster:
         pod._find_pid1()
         self.event(f"started pod {pod.name} (host pid {pod.pid1}): {' '.join(argv)}")
         return pod
+
+    def cut_link(self, i):
+        """Partitions pod i from the network: its veth's bridge end goes down (the pod's
+        eth0 loses carrier). Packets either way are dropped silently: no RST, no ICMP from
+        the peer, as when a node drops off the network. restore_link(i) undoes it."""
+        _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "down")
+        self.event(f"cut the link of {self.hostname(i)}")
+
+    def restore_link(self, i):
+        _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "up")
+        self.event(f"restored the link of {self.hostname(i)}")
 
     def processes_in_pod(self, i):
         """ProcInfo of every process left in pod i's PID namespace (PID 1 included)."""

@@ -7,7 +7,8 @@
 // The rules (README, "Supervision"):
 //  - TERM and INT start a shutdown: send that signal (once) to every worker's
 //    process group and adopted child, wait the grace period, then SIGKILL
-//    whatever remains (adopted orphans too).
+//    whatever remains (adopted orphans too). Once stopping (for any reason),
+//    further TERM/INT are not passed on and do not shorten the grace period.
 //  - HUP, QUIT, USR1, USR2 and WINCH are forwarded and change nothing else.
 //  - The first worker to fail stops the others the same way; workers stopped by
 //    trainlet afterwards never decide the outcome ("first failure wins").
