@@ -308,10 +308,11 @@ class Pod {
     concluded_ = true;
     const SupervisorResult& r = *own_result_;
     exitcodes::Evidence e;
-    // Collateral only if the peer's failure is what stopped us, or came before
-    // ours at the leader; a stop request we received first stays ours (a
-    // preempted pod exits 143 even while the gang falls apart).
-    if ((r.peer_stop || r.first_failure) && !r.stop_signal) e.peer_failure = peer_failure_;
+    // The gang failed elsewhere first: collateral, even if our own workers had
+    // finished (a leader must not report success for a gang that failed). A
+    // stop request we received first stays ours (a preempted pod exits 143
+    // even while the gang falls apart).
+    if (!r.stop_signal) e.peer_failure = peer_failure_;
     if (r.first_failure) {
       const int lr = r.first_failure->local_rank;
       exitcodes::WorkerFailure f;

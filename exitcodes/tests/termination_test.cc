@@ -65,7 +65,8 @@ TEST(TerminationMessageTest, LongTailIsCutFromTheFrontWithinTheLimit) {
 }
 
 TEST(TerminationMessageTest, ControlCharactersAndInvalidBytesStayValidJson) {
-  std::string tail = std::string("a\0b\x01\"quote\"\\ \xff\xfe end", 22);
+  static const char kRaw[] = "a\0b\x01\"quote\"\\ \xff\xfe end";
+  std::string tail(kRaw, sizeof(kRaw) - 1);  // embedded NUL included
   std::string m = TerminationMessage(Info(tail), 4096);
   auto j = nlohmann::json::parse(m);
   EXPECT_TRUE(ValidUtf8(m));

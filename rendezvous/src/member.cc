@@ -59,6 +59,7 @@ struct Member::Impl {
   std::chrono::milliseconds heartbeat{1000};
   int misses = 3;
   Clock::time_point last_rx;
+  Clock::time_point last_tx;
   std::deque<std::pair<std::vector<std::uint8_t>, std::function<void()>>> outq;
 };
 
@@ -346,8 +347,11 @@ void Member::ChannelHeartbeat() {
     }
     return;
   }
-  Send(wire::Encode(wire::Heartbeat{}));
-  im.op_timer.expires_after(im.heartbeat);
+  if (Clock::now() - im.last_tx >= im.heartbeat) {
+    im.last_tx = Clock::now();
+    Send(wire::Encode(wire::Heartbeat{}));
+  }
+  im.op_timer.expires_after(im.heartbeat / 4);  // check 4x per heartbeat (see leader.cc)
   im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec) self->ChannelHeartbeat();
   });

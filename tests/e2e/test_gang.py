@@ -259,6 +259,20 @@ class GangTest(PodsimTestCase):
                 self.assertNotIn("TERM", self.marks(c, i), f"pod {i}'s worker was stopped")
             self.assertNothingLeft(c)
 
+    # -- 5b: the leader finished, then a member fails: the leader is not "succeeded" -------------
+    def test_member_failure_after_the_leader_finished(self):
+        # The leader's worker finishes at 0.3 s; pod 2's fails at 1.5 s. Index 0 must not
+        # exit 0 (a Job would count it as succeeded, and a retried gang would lack it).
+        modes = {i: ("ok", 3, 0) if i == 0 else ("fail", 15, 3) if i == 2 else ("ok", 30, 0)
+                 for i in range(PODS)}
+        with self.cluster(pods=PODS) as c:
+            self.start_gang(c, modes)
+            exits = self.watch(c, 30)
+            codes = {i: code for i, (code, _) in exits.items()}
+            self.assertEqual(codes, {0: 76, 1: 76, 2: 3, 3: 76}, "exit codes")
+            self.assertClass(c, 0, "peer_failed", 76, r"\bpod 2\b")
+            self.assertNothingLeft(c)
+
     # -- 6: real DDP, a rank SIGKILLed from the host -----------------------------------------
     def test_ddp_rank_sigkilled_gang_does_not_hang(self):
         reason = torch_missing() or (None if os.path.isfile(TRAIN_PY) else f"no {TRAIN_PY}")
