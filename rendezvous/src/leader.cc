@@ -13,6 +13,7 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include "frame_queue.h"
 #include "logging.h"
 #include "net_util.h"
 
@@ -33,7 +34,7 @@ struct Leader::Conn {
   std::optional<std::uint32_t> index;  // set once admitted
   bool closed = false;
   // Control channel.
-  std::deque<std::vector<std::uint8_t>> outq;  // frames waiting; front is being written
+  FrameQueue outq;
   std::chrono::steady_clock::time_point last_rx = std::chrono::steady_clock::now();
   bool settled = false;  // reported success, or reported as lost/failed
 };
@@ -419,30 +420,7 @@ void Leader::Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> f
     if (then) then();
     return;
   }
-  bool idle = conn->outq.empty();
-  conn->outq.push_back(std::move(frame));
-  if (!idle) {
-    // Completion callbacks are only needed for the assignment, which is the
-    // first frame on a connection, so queued frames carry none.
-    if (then) then();
-    return;
-  }
-  struct Writer {
-    static void Next(std::shared_ptr<Leader> self, std::shared_ptr<Conn> conn,
-                     std::function<void()> then) {
-      asio::async_write(conn->socket, asio::buffer(conn->outq.front()),
-                        [self, conn, then](boost::system::error_code ec, std::size_t) {
-                          if (!conn->outq.empty()) conn->outq.pop_front();
-                          if (then) then();
-                          if (ec) {
-                            conn->outq.clear();
-                            return;  // the read side notices and reports the loss
-                          }
-                          if (!conn->outq.empty() && !conn->closed) Next(self, conn, {});
-                        });
-    }
-  };
-  Writer::Next(shared_from_this(), conn, std::move(then));
+  conn->outq.Send(conn->socket, conn, std::move(frame), std::move(then));
 }
 
 void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds heartbeat,

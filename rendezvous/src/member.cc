@@ -11,6 +11,7 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include "frame_queue.h"
 #include "logging.h"
 #include "net_util.h"
 
@@ -60,7 +61,7 @@ struct Member::Impl {
   int misses = 3;
   Clock::time_point last_rx;
   Clock::time_point last_tx;
-  std::deque<std::pair<std::vector<std::uint8_t>, std::function<void()>>> outq;
+  FrameQueue outq;
 };
 
 Result<std::shared_ptr<Member>> Member::Create(asio::any_io_executor executor,
@@ -280,8 +281,8 @@ void Member::Finish(Result<wire::Assignment> result) {
     boost::system::error_code ec;
     im.socket.close(ec);
   }
-  // On success the socket stays open (the leader sees this pod's agent exit as
-  // its close); nothing reads it yet.
+  // On success the socket stays open: it becomes the control channel
+  // (StartChannel).
   auto done = std::move(im.done);
   im.done = nullptr;
   if (done) asio::post(im.executor, [done, result] { done(result); });
@@ -368,30 +369,7 @@ void Member::Send(std::vector<std::uint8_t> frame, std::function<void()> sent) {
     if (sent) sent();
     return;
   }
-  bool idle = im.outq.empty();
-  im.outq.emplace_back(std::move(frame), std::move(sent));
-  if (!idle) return;
-  struct Writer {
-    static void Next(std::shared_ptr<Member> self) {
-      Impl& im = *self->impl_;
-      asio::async_write(im.socket, asio::buffer(im.outq.front().first),
-                        [self](boost::system::error_code ec, std::size_t) {
-                          Impl& im = *self->impl_;
-                          auto sent = std::move(im.outq.front().second);
-                          im.outq.pop_front();
-                          if (sent) sent();
-                          if (ec) {
-                            for (auto& [f, cb] : im.outq) {
-                              if (cb) cb();
-                            }
-                            im.outq.clear();
-                            return;
-                          }
-                          if (!im.outq.empty()) Next(self);
-                        });
-    }
-  };
-  Writer::Next(shared_from_this());
+  im.outq.Send(im.socket, shared_from_this(), std::move(frame), std::move(sent));
 }
 
 }  // namespace trainlet::rendezvous
