@@ -1,10 +1,12 @@
 #include "trainlet/agent/cli.h"
 
+#include <string.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -57,6 +59,7 @@ struct Flags {
   std::vector<std::string> exit_codes, markers;
   std::string fatal_exit_codes;
   std::string termination_log;
+  std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
 };
@@ -93,6 +96,14 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "marker", &f.markers,
           "CLASS=TEXT, repeatable: stderr text that classifies a worker failure (bug, infra, "
           "hardware, oom), checked before the built-in table");
+  AddFlag(app, f, "hang-timeout", &f.hang_timeout,
+          "seconds a worker may go without touching $TRAINLET_HEARTBEAT_FILE before the gang "
+          "is stopped as hung (exit 75); 0 = off (default)");
+  AddFlag(app, f, "hang-start-timeout", &f.hang_start_timeout,
+          "seconds until a worker's first heartbeat (model loading, compilation); default: "
+          "--hang-timeout");
+  AddFlag(app, f, "hang-signal", &f.hang_signal,
+          "signal sent to the workers when a hang is found, for stack dumps (default SIGUSR1)");
   AddFlag(app, f, "termination-log", &f.termination_log,
           "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
           "writable)");
@@ -131,6 +142,24 @@ exitcodes::Result<std::uint16_t> ParsePort(const std::string& what, const std::s
   return static_cast<std::uint16_t>(*n);
 }
 
+// "SIGUSR1", "USR1" or "10".
+exitcodes::Result<int> ParseSignal(const std::string& what, const std::string& v) {
+  std::string name = v.starts_with("SIG") ? v.substr(3) : v;
+  for (int s = 1; s < 32; ++s) {
+    const char* abbrev = sigabbrev_np(s);
+    if ((abbrev != nullptr && name == abbrev) || v == std::to_string(s)) {
+      if (s == SIGKILL || s == SIGSTOP) break;
+      return s;
+    }
+  }
+  return exitcodes::Status::Config(what + "='" + v + "' is not a signal that can be sent for "
+                                   "diagnostics (e.g. SIGUSR1, SIGQUIT)");
+}
+
+// Plain decimal seconds, 0 allowed (a feature switched off).
+exitcodes::Result<std::chrono::milliseconds> ParseSecondsOrZero(const std::string& what,
+                                                                const std::string& v);
+
 exitcodes::Result<std::chrono::milliseconds> ParseSeconds(const std::string& what,
                                                           const std::string& v) {
   // Plain decimal seconds ("25", "0.5"): no signs, exponents, hex or spaces.
@@ -142,6 +171,12 @@ exitcodes::Result<std::chrono::milliseconds> ParseSeconds(const std::string& wha
                                      "' is not a number of seconds between 0.001 and 10000000");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000)));
+}
+
+exitcodes::Result<std::chrono::milliseconds> ParseSecondsOrZero(const std::string& what,
+                                                                const std::string& v) {
+  if (v == "0") return std::chrono::milliseconds(0);
+  return ParseSeconds(what, v);
 }
 
 void ConfigureLogging(const std::string& level_flag) {
@@ -271,6 +306,13 @@ int Main(int argc, char** argv) {
   auto rdzv_timeout = ParseSeconds("--rdzv-timeout", f.rdzv_timeout);
   if (!rdzv_timeout.ok()) return config_error(rdzv_timeout.status().message());
 
+  auto hang_timeout = ParseSecondsOrZero("--hang-timeout", f.hang_timeout);
+  if (!hang_timeout.ok()) return config_error(hang_timeout.status().message());
+  auto hang_start_timeout = ParseSecondsOrZero("--hang-start-timeout", f.hang_start_timeout);
+  if (!hang_start_timeout.ok()) return config_error(hang_start_timeout.status().message());
+  auto hang_signal = ParseSignal("--hang-signal", f.hang_signal);
+  if (!hang_signal.ok()) return config_error(hang_signal.status().message());
+
   if (is_local) {
     LocalOptions lo;
     auto nnodes = ParseCount("--nnodes", f.nnodes.empty() ? "1" : f.nnodes, 4096);
@@ -293,6 +335,9 @@ int Main(int argc, char** argv) {
     if (!f.fatal_exit_codes.empty()) {
       lo.pass_through.insert(lo.pass_through.end(), {"--fatal-exit-codes", f.fatal_exit_codes});
     }
+    lo.pass_through.insert(lo.pass_through.end(),
+                           {"--hang-timeout", f.hang_timeout, "--hang-start-timeout",
+                            f.hang_start_timeout, "--hang-signal", f.hang_signal});
     return RunLocal(lo);
   }
 
@@ -331,6 +376,9 @@ int Main(int argc, char** argv) {
   po.codes = codes;
   po.markers = markers;
   po.termination_log = f.termination_log;
+  po.hang_timeout = *hang_timeout;
+  po.hang_start_timeout = *hang_start_timeout;
+  po.hang_signal = *hang_signal;
   return RunPod(po);
 }
 

@@ -1,8 +1,10 @@
 #include "trainlet/agent/pod.h"
 
+#include <fcntl.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -67,7 +69,7 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 // One pod's run. Lives on the stack of RunPod; every callback runs on `io`.
 class Pod {
  public:
-  explicit Pod(const PodOptions& o) : options_(o), deadline_timer_(io_) {}
+  explicit Pod(const PodOptions& o) : options_(o), deadline_timer_(io_), hang_timer_(io_) {}
 
   int Run() {
     started_ = Clock::now();
@@ -182,7 +184,17 @@ class Pod {
                         .error_file = error_dir.empty()
                                           ? ""
                                           : error_dir + "/error-" + std::to_string(lr) + ".json"};
-      specs.push_back({options_.command, WorkerEnvironment(options_.env, p),
+      auto env = WorkerEnvironment(options_.env, p);
+      if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
+        std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);
+        if (int fd = ::open(hb.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+            fd >= 0) {
+          ::close(fd);
+          heartbeat_files_.push_back(hb);
+          env.push_back("TRAINLET_HEARTBEAT_FILE=" + hb);
+        }
+      }
+      specs.push_back({options_.command, std::move(env),
                        "[rank" + std::to_string(a.rank_base + lr) + "]: "});
     }
     SupervisorOptions so;
@@ -203,6 +215,52 @@ class Pod {
     }
     spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
                  Ms(Clock::now() - started_));
+    if (!heartbeat_files_.empty()) {
+      heartbeat_started_ = std::filesystem::file_time_type::clock::now();
+      WatchHeartbeats();
+    }
+  }
+
+  // ---- Hang detection: heartbeat files' mtimes, polled on the loop ----
+
+  void WatchHeartbeats() {
+    const auto steady = options_.hang_timeout;
+    const auto start = options_.hang_start_timeout.count() > 0 ? options_.hang_start_timeout
+                                                               : steady;
+    auto poll = std::clamp(std::min(steady, start) / 4, std::chrono::milliseconds(50),
+                           std::chrono::milliseconds(1000));
+    hang_timer_.expires_after(poll);
+    hang_timer_.async_wait([this, steady, start](boost::system::error_code ec) {
+      if (ec || own_result_ || hang_reason_ || supervisor_->stopping()) return;
+      auto now = std::filesystem::file_time_type::clock::now();
+      std::string hung;
+      for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
+        std::error_code fec;
+        auto mtime = std::filesystem::last_write_time(heartbeat_files_[lr], fec);
+        if (fec) continue;
+        bool never = mtime <= heartbeat_started_;
+        auto since = now - (never ? heartbeat_started_ : mtime);
+        if (since > (never ? start : steady)) {
+          hung += (hung.empty() ? "" : ", ") + std::string("local rank ") + std::to_string(lr) +
+                  (never ? " never showed progress in " : " showed no progress for ") +
+                  fmt::format("{:.1f} s",
+                              std::chrono::duration<double>(never ? start : steady).count());
+        }
+      }
+      if (hung.empty()) {
+        WatchHeartbeats();
+        return;
+      }
+      hang_reason_ = hung;
+      spdlog::error("hang: {}; sending {} for diagnostics, stopping in 2 s", hung,
+                    exitcodes::SignalName(options_.hang_signal));
+      supervisor_->OnSignal(options_.hang_signal);
+      GangFailure("hang: " + hung);
+      hang_timer_.expires_after(std::chrono::seconds(2));
+      hang_timer_.async_wait([this](boost::system::error_code ec) {
+        if (!ec && supervisor_) supervisor_->StopForPeer();
+      });
+    });
   }
 
   std::string MakeErrorDir() {
@@ -313,6 +371,10 @@ class Pod {
     // stop request we received first stays ours (a preempted pod exits 143
     // even while the gang falls apart).
     if (!r.stop_signal) e.peer_failure = peer_failure_;
+    // Found before any failure (the watcher stops once the workers are being
+    // stopped), so a worker that then died of the diagnostics signal or the
+    // SIGTERM is collateral of the hang.
+    if (!r.stop_signal) e.hang = hang_reason_;
     if (r.first_failure) {
       const int lr = r.first_failure->local_rank;
       exitcodes::WorkerFailure f;
@@ -390,6 +452,7 @@ class Pod {
     if (member_) member_->Close();
     if (leader_) leader_->Close();
     deadline_timer_.cancel();
+    hang_timer_.cancel();
     if (signals_) signals_->Close();
     if (!error_dir_.empty()) {
       std::error_code ec;
@@ -406,6 +469,10 @@ class Pod {
   const PodOptions& options_;
   asio::io_context io_;
   asio::steady_timer deadline_timer_;
+  asio::steady_timer hang_timer_;
+  std::vector<std::string> heartbeat_files_;  // by local rank
+  std::filesystem::file_time_type heartbeat_started_;
+  std::optional<std::string> hang_reason_;
   Clock::time_point started_;
   std::unique_ptr<SignalSource> signals_;
   std::shared_ptr<rendezvous::Leader> leader_;

@@ -361,6 +361,10 @@ std::string Supervisor::StderrTail(int local_rank) const {
   return t.size() > kTailBytes ? t.substr(t.size() - kTailBytes) : t;
 }
 
+bool Supervisor::stopping() const {
+  return impl_->policy && impl_->policy->phase() != Phase::kRunning;
+}
+
 std::vector<pid_t> Supervisor::worker_pids() const {
   std::vector<pid_t> pids;
   for (const auto& w : impl_->workers) pids.push_back(w.pid);

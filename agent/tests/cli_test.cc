@@ -106,6 +106,36 @@ TEST(CliTest, WorkersGetTorchrunEnvironment) {
   EXPECT_NE(r.out.find("[rank0]: has-files"), std::string::npos) << r.out;
 }
 
+TEST(CliTest, HangIsDetectedFromTheHeartbeatFile) {
+  // Worker 1 beats twice then stops; worker 0 keeps beating. Worker 0 also shows
+  // it got the diagnostics signal.
+  Outcome r = Trainlet(
+      "", "--nproc-per-node 2 --hang-timeout 0.6 --grace-period 1 -- sh -c '"
+          "trap \"echo diagnostics-$LOCAL_RANK\" USR1; "
+          "if [ $LOCAL_RANK = 1 ]; then touch $TRAINLET_HEARTBEAT_FILE; sleep 0.2; "
+          "touch $TRAINLET_HEARTBEAT_FILE; sleep 30 & wait; sleep 30 & wait; fi; "
+          "while true; do touch $TRAINLET_HEARTBEAT_FILE; sleep 0.1; done'");
+  EXPECT_EQ(r.code, 75) << r.out;
+  EXPECT_NE(r.out.find("\"class\":\"infra\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hang: local rank 1 showed no progress"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("local rank 0 showed"), std::string::npos) << "rank 0 was beating";
+  EXPECT_NE(r.out.find("[rank1]: diagnostics-1"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 6.0);
+}
+
+TEST(CliTest, BeatingWorkersAreNotHung) {
+  Outcome r = Trainlet("", "--hang-timeout 0.5 -- sh -c 'for i in 1 2 3 4 5 6 7 8 9 10; do "
+                           "touch $TRAINLET_HEARTBEAT_FILE; sleep 0.1; done'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  Outcome silent = Trainlet("", "--hang-timeout 0.3 --hang-start-timeout 5 -- sh -c 'sleep 1'");
+  EXPECT_EQ(silent.code, 0) << "the first heartbeat has its own, longer limit: " << silent.out;
+  Outcome never = Trainlet("", "--hang-timeout 0.3 --grace-period 1 -- sh -c 'sleep 5'");
+  EXPECT_EQ(never.code, 75) << never.out;
+  EXPECT_NE(never.out.find("never showed progress"), std::string::npos) << never.out;
+  Outcome bad = Trainlet("", "--hang-signal KILL -- true");
+  EXPECT_EQ(bad.code, 78) << bad.out;
+}
+
 TEST(CliTest, ExitCodeIsTheWorkersOr128PlusSignal) {
   EXPECT_EQ(Trainlet("", "-- sh -c 'exit 7'").code, 7);
   EXPECT_EQ(Trainlet("", "-- sh -c 'kill -KILL $$'").code, 128 + 9);

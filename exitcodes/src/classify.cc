@@ -76,6 +76,10 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
     return Make(FailureClass::kPeerFailed, codes.CodeFor(FailureClass::kPeerFailed),
                 *e.peer_failure, "gang");
   }
+  if (e.hang) {
+    return Make(FailureClass::kInfra, codes.CodeFor(FailureClass::kInfra), "hang: " + *e.hang,
+                "hang");
+  }
   if (e.first_failure) {
     const WorkerFailure& f = e.first_failure.value();
     std::string who = "local rank " + std::to_string(f.local_rank) + " (rank " +

@@ -27,6 +27,15 @@ struct PodOptions {
   std::uint16_t master_port = 29500;  // MASTER_PORT for the trainers' own store
   std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
   std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
+  // Hang detection (off when zero). Each worker gets TRAINLET_HEARTBEAT_FILE and
+  // shows progress by touching it (updating its mtime). A worker that has not
+  // touched it within `hang_start_timeout` of its start, or since its last touch
+  // within `hang_timeout`, is hung: every worker gets `hang_signal` (for stack
+  // dumps, e.g. faulthandler on SIGUSR1), and 2 s later the gang is stopped with
+  // class infra, reason "hang".
+  std::chrono::milliseconds hang_timeout{0};
+  std::chrono::milliseconds hang_start_timeout{0};  // zero: same as hang_timeout
+  int hang_signal = 10;  // SIGUSR1
   std::map<std::string, std::string> env;  // the agent's environment, passed on to workers
   exitcodes::ExitCodeTable codes;             // --exit-code, --fatal-exit-codes
   exitcodes::MarkerTable markers = exitcodes::MarkerTable::Defaults();  // --marker

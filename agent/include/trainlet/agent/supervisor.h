@@ -83,6 +83,9 @@ class Supervisor {
   // captured); evidence for the failure classification.
   std::string StderrTail(int local_rank) const;
 
+  // True once the workers are being stopped (a failure, a signal, a peer).
+  bool stopping() const;
+
   // Process ids of the workers (for tests and logs).
   std::vector<pid_t> worker_pids() const;
 

@@ -76,6 +76,8 @@ struct Evidence {
   // The gang's control channel says another pod failed first (or the leader was
   // lost): this pod is collateral, whatever its own workers then did.
   std::optional<std::string> peer_failure = std::nullopt;
+  // trainlet found a worker making no progress and stopped the workers.
+  std::optional<std::string> hang = std::nullopt;
 };
 
 struct Verdict {
