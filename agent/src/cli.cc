@@ -51,7 +51,7 @@ std::optional<std::string> ReadFile(const std::string& path) {
 
 // Every flag of the pod agent, as strings until validated.
 struct Flags {
-  std::string node_rank, nnodes, nproc_per_node, master_addr, job_id;
+  std::string node_rank, nnodes, nproc_per_node, master_addr, job_id, attempt;
   std::string podinfo_file = "/etc/podinfo/annotations";
   std::string rdzv_port = "29400", master_port = "29500";
   std::string rdzv_timeout = "600", grace_period = "25";
@@ -120,6 +120,9 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "job-id", &f.job_id,
           "the job's identity; pods of other jobs are refused (default: the leader's host "
           "label)");
+  AddFlag(app, f, "attempt", &f.attempt,
+          "the job's restart attempt; pods of other attempts are refused (default: JobSet's "
+          "restart-attempt annotation, else 0)");
   AddFlag(app, f, "podinfo-file", &f.podinfo_file,
           "downward-API annotations file (default /etc/podinfo/annotations)");
 }
@@ -347,6 +350,7 @@ int Main(int argc, char** argv) {
   in.nproc_per_node = Given(f, "nproc-per-node", env, &f.nproc_per_node);
   in.master_addr = Given(f, "master-addr", env, &f.master_addr);
   in.job_id = Given(f, "job-id", env, &f.job_id);
+  in.attempt = Given(f, "attempt", env, &f.attempt);
   in.podinfo_file = f.podinfo_file;
   in.env = env;
   utsname u{};

@@ -261,9 +261,40 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     id.leader_source = "derived from this pod's FQDN " + id.own_fqdn;
   }
 
-  // The job, which fences strangers at the rendezvous.
+  // The job and attempt, which fence strangers and stale pods at the rendezvous.
+  std::optional<std::string> annotations, labels;
+  if (in.read_file) {
+    annotations = in.read_file(in.podinfo_file);
+    std::string dir = in.podinfo_file.substr(0, in.podinfo_file.rfind('/') + 1);
+    labels = in.read_file(dir + "labels");
+  }
+  auto podinfo = [&](const std::string& key) -> std::optional<Sourced> {
+    if (annotations) {
+      if (auto v = LookupPodInfo(*annotations, key)) return Sourced{"annotation " + key, *v};
+    }
+    if (labels) {
+      if (auto v = LookupPodInfo(*labels, key)) return Sourced{"label " + key, *v};
+    }
+    return std::nullopt;
+  };
+  if (in.attempt) {
+    auto n = ParseCount("--attempt/TRAINLET_ATTEMPT", *in.attempt, 1'000'000'000);
+    if (!n.ok()) return n.status();
+    id.attempt = *n;
+  } else if (auto a = podinfo("jobset.sigs.k8s.io/restart-attempt")) {
+    auto n = ParseCount(a->source, a->value, 1'000'000'000);
+    if (!n.ok()) return n.status();
+    id.attempt = *n;
+  }
   if (in.job_id) {
     id.job_id = *in.job_id;
+    id.job_id_source = "--job-id";
+  } else if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
+    id.job_id = j->value;
+    id.job_id_source = j->source;
+  } else if (auto u = podinfo("batch.kubernetes.io/controller-uid")) {
+    id.job_id = u->value;
+    id.job_id_source = u->source;
   } else if (!id.leader_host.empty()) {
     // Every pod of a gang names the same leader, so its first label (the whole
     // literal for an IP) is a job id they agree on without configuration.

@@ -83,8 +83,8 @@ class Pod {
       // init, so we can reap them (prctl(2), PR_SET_CHILD_SUBREAPER).
       ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     }
-    spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}', {}", id.index,
-                 id.nnodes, id.index_source, id.nproc_per_node, id.job_id,
+    spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}' attempt {}, {}",
+                 id.index, id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
                  ::getpid() == 1 ? "PID 1" : "child subreaper");
     // Output never blocks the loop; what is still queued for a slow reader at
     // exit gets a bounded chance (exiting before the kubelet's SIGKILL matters
@@ -104,6 +104,7 @@ class Pod {
     const PodIdentity& id = options_.identity;
     rendezvous::wire::Hello hello;
     hello.job_id = id.job_id;
+    hello.attempt = id.attempt;
     hello.index = id.index;
     hello.nproc_per_node = id.nproc_per_node;
     hello.config = {{"nnodes", std::to_string(id.nnodes)},
@@ -408,6 +409,7 @@ class Pod {
       info.verdict = v;
       info.first_failure = e.first_failure;
       info.pod_index = options_.identity.index;
+      info.attempt = options_.identity.attempt;
       info.phase_ms = phase_ms_;
       if (auto it = options_.env.find("NODE_NAME"); it != options_.env.end()) {
         info.node_name = it->second;

@@ -195,6 +195,36 @@ TEST(IdentityTest, SinglePodNeedsNothing) {
   EXPECT_TRUE(id->leader_host.empty());
 }
 
+TEST(IdentityTest, JobAndAttemptFromDownwardApiFiles) {
+  IdentityInputs in = Pod(1, "4");
+  in.podinfo_file = "/etc/podinfo/annotations";
+  std::map<std::string, std::string> files = {
+      {"/etc/podinfo/annotations",
+       "jobset.sigs.k8s.io/restart-attempt=\"2\"\njobset.sigs.k8s.io/jobset-name=\"pytorch-ddp\"\n"},
+      {"/etc/podinfo/labels", "batch.kubernetes.io/controller-uid=\"abc-123\"\n"}};
+  in.read_file = [&files](const std::string& p) -> std::optional<std::string> {
+    auto it = files.find(p);
+    return it == files.end() ? std::nullopt : std::optional(it->second);
+  };
+  auto id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->attempt, 2u);
+  EXPECT_EQ(id->job_id, "pytorch-ddp") << "JobSet name before the Job's UID";
+  files.erase("/etc/podinfo/annotations");
+  id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->job_id, "abc-123") << "a plain Job: its controller-uid";
+  EXPECT_EQ(id->attempt, 0u);
+  in.attempt = "7";
+  in.job_id = "mine";
+  id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->attempt, 7u);
+  EXPECT_EQ(id->job_id, "mine");
+  in.attempt = "x";
+  EXPECT_FALSE(ResolveIdentity(in).ok());
+}
+
 TEST(PodInfoTest, ParsesDownwardApiFormat) {
   const std::string content =
       "batch.kubernetes.io/job-completion-index=\"3\"\n"

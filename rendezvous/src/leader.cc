@@ -289,8 +289,13 @@ void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
     return;
   }
   if (hello.attempt != own.attempt) {
-    Refuse(conn, {"attempt", who + " is from attempt " + std::to_string(hello.attempt) +
-                                 ", this leader runs attempt " + std::to_string(own.attempt)});
+    // JobSet restarts overlap old and new pods under the same names: whichever
+    // side is stale is about to be replaced, so the member keeps trying (until
+    // its deadline) rather than exiting with a code that could fail the Job.
+    Refuse(conn, {"attempt",
+                  who + " is from attempt " + std::to_string(hello.attempt) +
+                      ", this leader runs attempt " + std::to_string(own.attempt),
+                  /*retriable=*/true});
     return;
   }
   std::string lv, mv;
@@ -370,14 +375,17 @@ void Leader::MaybeAssign() {
   im.assigning = true;
   const std::uint32_t nproc = im.own->nproc_per_node;
   auto make = [nproc, nnodes = im.options.nnodes, port = im.options.master_port,
-               run_id = im.options.run_id](std::uint32_t index, std::string master_addr) {
+               run_id = im.options.run_id, job_id = im.own->job_id,
+               attempt = im.own->attempt](std::uint32_t index, std::string master_addr) {
     return wire::Assignment{.generation = 1,
                             .nnodes = nnodes,
                             .world_size = nnodes * nproc,
                             .rank_base = index * nproc,
                             .master_addr = std::move(master_addr),
                             .master_port = port,
-                            .run_id = run_id};
+                            .run_id = run_id,
+                            .job_id = job_id,
+                            .attempt = attempt};
   };
   // MASTER_ADDR for each member is the leader address that member itself
   // reached us on: proven reachable from there, and never loopback in a pod.

@@ -237,6 +237,15 @@ void Member::ReadReply() {
       return;
     }
     const wire::Hello& h = im.options.hello;
+    if (a->job_id != h.job_id || a->attempt != h.attempt) {
+      // A leader of another job or attempt (a stale pod still holding the
+      // name): never follow it; the right one may come up under the same name.
+      im.last_error = "leader belongs to job '" + a->job_id + "' attempt " +
+                      std::to_string(a->attempt) + ", this pod to '" + h.job_id + "' attempt " +
+                      std::to_string(h.attempt);
+      self->Retry("rendezvous: refused a leader of another job or attempt", im.last_error);
+      return;
+    }
     if (a->rank_base != h.index * h.nproc_per_node || a->nnodes == 0 ||
         a->world_size != a->nnodes * h.nproc_per_node || a->master_addr.empty() ||
         a->master_port == 0) {

@@ -102,6 +102,8 @@ void EncodePayload(Writer& w, const Assignment& m) {
   w.Str(m.master_addr);
   w.U16(m.master_port);
   w.Str(m.run_id);
+  w.Str(m.job_id);
+  w.U32(m.attempt);
 }
 
 void EncodePayload(Writer& w, const Reject& m) {
@@ -148,7 +150,8 @@ bool DecodePayload(Reader& r, Hello* m) {
 bool DecodePayload(Reader& r, Assignment* m) {
   return r.U32(&m->generation) && r.U32(&m->nnodes) && r.U32(&m->world_size) &&
          r.U32(&m->rank_base) && r.Str(&m->master_addr, "master_addr") &&
-         r.U16(&m->master_port) && r.Str(&m->run_id, "run_id");
+         r.U16(&m->master_port) && r.Str(&m->run_id, "run_id") && r.Str(&m->job_id, "job_id") &&
+         r.U32(&m->attempt);
 }
 
 bool DecodePayload(Reader& r, Reject* m) {

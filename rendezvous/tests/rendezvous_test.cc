@@ -214,6 +214,32 @@ TEST_F(RendezvousTest, DuplicateGetsInOnceTheStaleConnectionCloses) {
   ASSERT_TRUE(own && own->ok());
 }
 
+TEST_F(RendezvousTest, PodsOfAnotherAttemptNeverGetAnAssignment) {
+  // Attempt 2's leader; a stale member of attempt 1 keeps being refused (and
+  // retrying) while the attempt-2 member joins.
+  auto leader = MakeLeader(2);
+  Outcome own, stale, fresh;
+  wire::Hello lh = HelloFor(0, 2);
+  lh.attempt = 2;
+  leader->Start(lh, [&](auto r) { own = r; });
+  wire::Hello old_hello = HelloFor(1, 2);
+  old_hello.attempt = 1;
+  auto s = MakeMember(old_hello, leader->port(), 800ms);
+  s->Start([&](auto r) { stale = r; });
+  RunUntil([&] { return stale.has_value(); });
+  ASSERT_TRUE(stale && !stale->ok());
+  EXPECT_EQ(stale->status().failure_class(), FailureClass::kInfra);
+  EXPECT_NE(stale->status().message().find("attempt 1"), std::string::npos)
+      << stale->status().message();
+  wire::Hello new_hello = HelloFor(1, 2);
+  new_hello.attempt = 2;
+  auto m = MakeMember(new_hello, leader->port());
+  m->Start([&](auto r) { fresh = r; });
+  RunUntil([&] { return fresh && own; });
+  ASSERT_TRUE(fresh && fresh->ok());
+  EXPECT_EQ((*fresh)->attempt, 2u);
+}
+
 TEST_F(RendezvousTest, GarbageAndSilentConnectionsAreDroppedWithoutHarm) {
   auto leader = MakeLeader(2);
   Outcome own, got;

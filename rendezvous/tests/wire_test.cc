@@ -19,7 +19,8 @@ Hello SampleHello() {
 
 Assignment SampleAssignment() {
   return Assignment{.generation = 1, .nnodes = 16, .world_size = 128, .rank_base = 56,
-                    .master_addr = "10.0.0.10", .master_port = 29500, .run_id = "trainer"};
+                    .master_addr = "10.0.0.10", .master_port = 29500, .run_id = "trainer",
+                    .job_id = "trainer-0", .attempt = 2};
 }
 
 std::vector<Message> Samples() {

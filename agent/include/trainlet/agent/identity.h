@@ -26,6 +26,7 @@ struct IdentityInputs {
   std::optional<std::string> nproc_per_node;  // --nproc-per-node
   std::optional<std::string> master_addr;     // --master-addr
   std::optional<std::string> job_id;          // --job-id
+  std::optional<std::string> attempt;         // --attempt
   std::string podinfo_file = "/etc/podinfo/annotations";  // --podinfo-file
   // The process environment (JOB_COMPLETION_INDEX, PET_*, MASTER_ADDR, ...).
   std::map<std::string, std::string> env;
@@ -47,6 +48,8 @@ struct PodIdentity {
   std::string leader_source;         // "--master-addr", "MASTER_ADDR", "derived from FQDN ..."
   std::string own_fqdn;              // from /etc/hosts, empty if unknown
   std::string job_id;                // fences strangers at the rendezvous
+  std::string job_id_source;
+  std::uint32_t attempt = 0;         // restart attempt: pods of other attempts are refused
 
   bool is_leader() const { return index == 0; }
 };
@@ -64,8 +67,13 @@ struct PodIdentity {
 //           "<prefix>-0.<same domain>." (absolute, so no search domains are tried; the
 //           name the headless Service publishes,
 //           https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/).
-//   job id: --job-id, else the first label of the leader's name (the same on
-//           every pod of the gang), else "trainlet".
+//   job id: --job-id; else the `jobset.sigs.k8s.io/jobset-name` label or
+//           annotation (JobSet), else the `batch.kubernetes.io/controller-uid`
+//           label (the Job's UID), from the downward-API files (`labels` beside
+//           --podinfo-file); else the first label of the leader's name (the same on
+//           every pod of the gang); else "trainlet";
+//   attempt: --attempt, else JobSet's `jobset.sigs.k8s.io/restart-attempt`
+//           annotation or label, else 0.
 // Errors (class config): a value that is not a canonical non-negative decimal
 // ("03", " 3", "-1", "3x", overflow), an unexpanded "$(VAR)" reference, an index
 // not below nnodes, a missing nnodes, no way to find the leader, a leader name

@@ -66,6 +66,8 @@ struct Assignment {
   std::string master_addr;        // where rank 0's store listens (MASTER_ADDR)
   std::uint16_t master_port = 0;  // MASTER_PORT
   std::string run_id;             // TORCHELASTIC_RUN_ID
+  std::string job_id;             // the leader's job and attempt: a member checks them,
+  std::uint32_t attempt = 0;      // so a stale leader is never followed
   bool operator==(const Assignment&) const = default;
 };
 
