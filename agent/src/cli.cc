@@ -21,6 +21,7 @@
 #include "file_util.h"
 #include "output.h"
 #include "trainlet/agent/evidence.h"
+#include "trainlet/agent/health.h"
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/local.h"
 #include "trainlet/agent/pod.h"
@@ -60,6 +61,7 @@ struct Flags {
   std::string fatal_exit_codes;
   std::string termination_log;
   std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
+  std::string health_port = "0";
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
 };
@@ -120,6 +122,9 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "job-id", &f.job_id,
           "the job's identity; pods of other jobs are refused (default: the leader's host "
           "label)");
+  AddFlag(app, f, "health-port", &f.health_port,
+          "serve /readyz (the gang has formed) and /livez (no hang) over HTTP on this port; "
+          "0 = off (default); see also `trainlet probe`");
   AddFlag(app, f, "attempt", &f.attempt,
           "the job's restart attempt; pods of other attempts are refused (default: JobSet's "
           "restart-attempt annotation, else 0)");
@@ -245,6 +250,13 @@ int Main(int argc, char** argv) {
   AddAgentFlags(*local, local_flags, true);
   local->add_option("command", local_flags.command, "the trainer command, after --");
   CLI::App* exit_codes = app.add_subcommand("exit-codes", "print the exit-code contract");
+  std::string probe_what, probe_port = "0";
+  CLI::App* probe = app.add_subcommand(
+      "probe", "exec probe: exit 0 when the local agent is ready / live (needs --health-port)");
+  probe->add_option("what", probe_what, "ready or live")->required()->check(
+      CLI::IsMember({"ready", "live"}));
+  probe->add_option("--health-port", probe_port, "the agent's --health-port")
+      ->envname("TRAINLET_HEALTH_PORT");
   exitcodes::PolicyOptions policy_options;
   std::vector<std::string> policy_codes;
   CLI::App* policy = app.add_subcommand(
@@ -277,6 +289,11 @@ int Main(int argc, char** argv) {
   if (exit_codes->parsed()) {
     PrintExitCodes();
     return 0;
+  }
+  if (probe->parsed()) {
+    auto port = ParsePort("--health-port/TRAINLET_HEALTH_PORT", probe_port);
+    if (!port.ok()) return ConfigError(port.status().message());
+    return Probe(probe_what, *port);
   }
   if (policy->parsed()) {
     auto codes = exitcodes::ExitCodeTable::FromFlags(policy_codes, "");
@@ -380,6 +397,11 @@ int Main(int argc, char** argv) {
   po.codes = codes;
   po.markers = markers;
   po.termination_log = f.termination_log;
+  if (f.health_port != "0") {
+    auto health_port = ParsePort("--health-port/TRAINLET_HEALTH_PORT", f.health_port);
+    if (!health_port.ok()) return config_error(health_port.status().message());
+    po.health_port = *health_port;
+  }
   po.hang_timeout = *hang_timeout;
   po.hang_start_timeout = *hang_start_timeout;
   po.hang_signal = *hang_signal;

@@ -18,6 +18,7 @@
 
 #include "output.h"
 #include "trainlet/agent/evidence.h"
+#include "trainlet/agent/health.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
@@ -93,6 +94,15 @@ class Pod {
     auto signals = SignalSource::Create(io_.get_executor(), [this](int s) { OnSignal(s); });
     if (!signals.ok()) return Fail(signals.status());
     signals_ = std::move(signals).value();
+    if (options_.health_port != 0) {
+      auto health = HealthServer::Start(io_.get_executor(), options_.health_port, [this] {
+        // Ready: the gang formed and our workers run. Live: no hang found.
+        return HealthServer::State{.ready = supervisor_ != nullptr && !own_result_,
+                                   .live = !hang_reason_};
+      });
+      if (!health.ok()) return Fail(health.status());
+      health_ = std::move(health).value();
+    }
 
     if (Status s = StartRendezvous(); !s.ok()) return Fail(s);
     io_.run();
@@ -455,6 +465,7 @@ class Pod {
     if (leader_) leader_->Close();
     deadline_timer_.cancel();
     hang_timer_.cancel();
+    health_.reset();
     if (signals_) signals_->Close();
     if (!error_dir_.empty()) {
       std::error_code ec;
@@ -477,6 +488,7 @@ class Pod {
   std::optional<std::string> hang_reason_;
   Clock::time_point started_;
   std::unique_ptr<SignalSource> signals_;
+  std::unique_ptr<HealthServer> health_;
   std::shared_ptr<rendezvous::Leader> leader_;
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;

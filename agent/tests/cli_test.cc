@@ -136,6 +136,29 @@ TEST(CliTest, BeatingWorkersAreNotHung) {
   EXPECT_EQ(bad.code, 78) << bad.out;
 }
 
+TEST(CliTest, ReadinessMeansTheGangHasFormed) {
+  // A leader waiting for a pod that never comes is live but not ready; a lone
+  // pod whose worker runs is ready; after the exit nothing answers.
+  const std::string t = TRAINLET_BIN;
+  const std::string script =
+      t + " --health-port 29611 --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --rdzv-port "
+          "29612 --rdzv-timeout 1.5 -- true & sleep 0.5; " +
+      t + " probe ready --health-port 29611; echo waiting-ready=$?; " + t +
+      " probe live --health-port 29611; echo waiting-live=$?; wait; " + t +
+      " --health-port 29611 -- sleep 1.5 & sleep 0.5; " + t +
+      " probe ready --health-port 29611; echo running-ready=$?; wait; " + t +
+      " probe ready --health-port 29611; echo gone-ready=$?";
+  FILE* p = ::popen(("sh -c '" + script + "' 2>/dev/null").c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  ::pclose(p);
+  EXPECT_NE(out.find("waiting-ready=1"), std::string::npos) << out;
+  EXPECT_NE(out.find("waiting-live=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("running-ready=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("gone-ready=1"), std::string::npos) << out;
+}
+
 TEST(CliTest, ExitCodeIsTheWorkersOr128PlusSignal) {
   EXPECT_EQ(Trainlet("", "-- sh -c 'exit 7'").code, 7);
   EXPECT_EQ(Trainlet("", "-- sh -c 'kill -KILL $$'").code, 128 + 9);

@@ -33,6 +33,7 @@ struct PodOptions {
   // within `hang_timeout`, is hung: every worker gets `hang_signal` (for stack
   // dumps, e.g. faulthandler on SIGUSR1), and 2 s later the gang is stopped with
   // class infra, reason "hang".
+  std::uint16_t health_port = 0;  // /readyz and /livez (health.h); 0 = off
   std::chrono::milliseconds hang_timeout{0};
   std::chrono::milliseconds hang_start_timeout{0};  // zero: same as hang_timeout
   int hang_signal = 10;  // SIGUSR1
