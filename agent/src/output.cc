@@ -1,6 +1,7 @@
 #include "output.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,7 +52,14 @@ OutputSink::OutputSink(asio::any_io_executor executor, int fd) : fd_(fd) {
 
 void OutputSink::Install(asio::any_io_executor executor) {
   Slot(STDOUT_FILENO) = std::make_shared<OutputSink>(executor, STDOUT_FILENO);
-  Slot(STDERR_FILENO) = std::make_shared<OutputSink>(executor, STDERR_FILENO);
+  struct stat out{}, err{};
+  if (::fstat(STDOUT_FILENO, &out) == 0 && ::fstat(STDERR_FILENO, &err) == 0 &&
+      out.st_dev == err.st_dev && out.st_ino == err.st_ino) {
+    // `2>&1`: one queue, so the two streams never split each other's lines.
+    Slot(STDERR_FILENO) = Slot(STDOUT_FILENO);
+  } else {
+    Slot(STDERR_FILENO) = std::make_shared<OutputSink>(executor, STDERR_FILENO);
+  }
 }
 
 std::shared_ptr<OutputSink> OutputSink::For(int fd) { return Slot(fd); }
@@ -98,8 +106,17 @@ void OutputSink::WriteNext() {
     return;
   }
   writing_ = true;
+  // At most PIPE_BUF bytes ending on a line break: such a write to a pipe is
+  // atomic (pipe(7)), so other writers of the same pipe (other agents, the
+  // container runtime's other stream) never land in the middle of a line.
+  const std::string& front = queue_.front();
+  std::size_t n = std::min<std::size_t>(front.size(), PIPE_BUF);
+  if (n < front.size()) {
+    std::size_t nl = front.rfind('\n', n - 1);
+    if (nl != std::string::npos) n = nl + 1;  // else one line longer than PIPE_BUF
+  }
   stream_->async_write_some(
-      asio::buffer(queue_.front()),
+      asio::buffer(front.data(), n),
       [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
         if (ec) {
           // The reader is gone: drop output rather than block or spin.

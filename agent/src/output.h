@@ -62,7 +62,7 @@ class OutputSink : public std::enable_shared_from_this<OutputSink> {
 class ScopedOutputSinks {
  public:
   explicit ScopedOutputSinks(boost::asio::io_context& io,
-                             std::chrono::milliseconds drain_limit = std::chrono::seconds(2))
+                             std::chrono::milliseconds drain_limit = std::chrono::seconds(1))
       : io_(io), limit_(drain_limit) {
     OutputSink::Install(io.get_executor());
   }

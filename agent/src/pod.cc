@@ -65,12 +65,16 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
 
 namespace {
 
+// A hang's diagnostics signal (stack dumps) gets this long before the stop.
+constexpr std::chrono::seconds kDiagnosticsDelay{2};
+
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // One pod's run. Lives on the stack of RunPod; every callback runs on `io`.
 class Pod {
  public:
-  explicit Pod(const PodOptions& o) : options_(o), deadline_timer_(io_), hang_timer_(io_) {}
+  explicit Pod(const PodOptions& o)
+      : options_(o), deadline_timer_(io_), hang_timer_(io_), diag_timer_(io_) {}
 
   int Run() {
     started_ = Clock::now();
@@ -214,7 +218,6 @@ class Pod {
       GangFailure("local rank " + std::to_string(f.local_rank) + " (rank " +
                   std::to_string(rank_base_ + f.local_rank) + ") failed: " + f.exit.Describe());
     };
-    StartGangChannel();
     oom_baseline_ = ReadOomKillCount();
     workers_started_ = Clock::now();
     supervisor_ = std::make_unique<Supervisor>(
@@ -226,6 +229,8 @@ class Pod {
     }
     spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
                  Ms(Clock::now() - started_));
+    // Only now: gang events that arrived early (replayed here) can stop workers.
+    StartGangChannel();
     if (!heartbeat_files_.empty()) {
       heartbeat_started_ = std::filesystem::file_time_type::clock::now();
       WatchHeartbeats();
@@ -246,6 +251,7 @@ class Pod {
       auto now = std::filesystem::file_time_type::clock::now();
       std::string hung;
       for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
+        if (!supervisor_->running(static_cast<int>(lr))) continue;  // finished: not hung
         std::error_code fec;
         auto mtime = std::filesystem::last_write_time(heartbeat_files_[lr], fec);
         if (fec) continue;
@@ -266,8 +272,8 @@ class Pod {
       spdlog::error("hang: {}; sending {} for diagnostics, stopping in 2 s", hung,
                     exitcodes::SignalName(options_.hang_signal));
       supervisor_->OnSignal(options_.hang_signal);
-      GangFailure("hang: " + hung);
-      hang_timer_.expires_after(std::chrono::seconds(2));
+      GangFailure("hang: " + hung, /*hang=*/true);
+      hang_timer_.expires_after(kDiagnosticsDelay);
       hang_timer_.async_wait([this](boost::system::error_code ec) {
         if (!ec && supervisor_) supervisor_->StopForPeer();
       });
@@ -303,47 +309,72 @@ class Pod {
       member_->StartChannel(
           {.on_stop =
                [this, own](const rendezvous::wire::Stop& stop) {
-                 if (stop.failed_index == own) return;  // our own failure, already stopping
+                 // Our own failure (already stopping), or one we reported before
+                 // hearing of this one: ours stays ours.
+                 if (stop.failed_index == own || reported_failure_) return;
                  if (!peer_failure_) {
                    peer_failure_ = "pod " + std::to_string(stop.failed_index) +
                                    " failed first (" + stop.reason + ")";
                    spdlog::warn("the leader stops the gang: {}", *peer_failure_);
                  }
-                 if (supervisor_) supervisor_->StopForPeer();
+                 StopForPeer(stop.diagnostics_signal);
                },
            .on_lost =
                [this](const std::string& why) {
                  // After our own failure the leader may leave first: not a peer's fault.
-                 if (!peer_failure_ && !reported_failure_) {
-                   peer_failure_ = "lost the leader: " + why;
-                   spdlog::warn("{}; stopping the workers", *peer_failure_);
-                 }
-                 if (supervisor_) supervisor_->StopForPeer();
+                 if (peer_failure_ || reported_failure_) return;
+                 peer_failure_ = "lost the leader: " + why;
+                 spdlog::warn("{}; stopping the workers", *peer_failure_);
+                 StopForPeer(0);
                }});
     }
   }
 
-  // This pod failed (a worker, or a stop request): tell the gang, once.
-  void GangFailure(const std::string& reason) {
+  // Stops our workers because of another pod; with a diagnostics signal (a
+  // hang somewhere in the gang) the workers get it first, for stack dumps.
+  void StopForPeer(int diagnostics_signal) {
+    if (!supervisor_) return;
+    if (diagnostics_signal == 0 || supervisor_->stopping()) {
+      supervisor_->StopForPeer();
+      return;
+    }
+    supervisor_->OnSignal(diagnostics_signal);
+    diag_timer_.expires_after(kDiagnosticsDelay);
+    diag_timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec && supervisor_) supervisor_->StopForPeer();
+    });
+  }
+
+  // This pod failed (a worker, a stop request, a hang): tell the gang, once.
+  void GangFailure(const std::string& reason, bool hang = false) {
     if (reported_failure_) return;
     reported_failure_ = true;
     const std::uint32_t own = options_.identity.index;
     if (leader_) {
-      PodFailed(own, "pod " + std::to_string(own) + ": " + reason);
+      PodFailed(own, "pod " + std::to_string(own) + ": " + reason, hang);
     } else if (member_) {
-      member_->SendReport({.index = own, .ok = false, .failure_class = 0, .reason = reason});
+      member_->SendReport(
+          {.index = own,
+           .ok = false,
+           .failure_class = static_cast<std::uint16_t>(hang ? exitcodes::FailureClass::kInfra
+                                                            : exitcodes::FailureClass::kWorker),
+           .reason = reason});
     }
   }
 
   // Leader only: the first failure reported decides; everyone else is told.
-  void PodFailed(std::uint32_t index, const std::string& reason) {
+  void PodFailed(std::uint32_t index, const std::string& reason, bool hang = false) {
     if (first_failed_index_) return;
     first_failed_index_ = index;
+    hang = hang || reason.find(": hang: ") != std::string::npos;
     spdlog::warn("gang: {}; stopping every pod", reason);
-    leader_->BroadcastStop({.failed_index = index, .reason = reason});
+    leader_->BroadcastStop({.failed_index = index,
+                            .reason = reason,
+                            .diagnostics_signal = static_cast<std::uint16_t>(
+                                hang ? options_.hang_signal : 0)});
     if (index != options_.identity.index) {
       peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
-      if (supervisor_) supervisor_->StopForPeer();
+      StopForPeer(hang ? options_.hang_signal : 0);
       if (own_result_) MaybeConcludeLeader();
     }
   }
@@ -436,8 +467,16 @@ class Pod {
       if (signo == SIGCHLD) {
         supervisor_->Reap();
       } else {
-        if ((signo == SIGTERM || signo == SIGINT) && !own_result_) {
-          GangFailure("stopped by " + exitcodes::SignalName(signo));
+        if (signo == SIGTERM || signo == SIGINT) {
+          if (own_result_ && !concluded_) {
+            // The workers are done and the leader only waits for the others:
+            // stop them and leave now, or the kubelet's SIGKILL would come first.
+            GangFailure("stopped by " + exitcodes::SignalName(signo));
+            own_result_->stop_signal = signo;
+            ConcludeWorkers();
+            return;
+          }
+          if (!own_result_) GangFailure("stopped by " + exitcodes::SignalName(signo));
         }
         supervisor_->OnSignal(signo);
       }
@@ -465,6 +504,7 @@ class Pod {
     if (leader_) leader_->Close();
     deadline_timer_.cancel();
     hang_timer_.cancel();
+    diag_timer_.cancel();
     health_.reset();
     if (signals_) signals_->Close();
     if (!error_dir_.empty()) {
@@ -483,6 +523,7 @@ class Pod {
   asio::io_context io_;
   asio::steady_timer deadline_timer_;
   asio::steady_timer hang_timer_;
+  asio::steady_timer diag_timer_;  // diagnostics signal -> stop, after a hang elsewhere
   std::vector<std::string> heartbeat_files_;  // by local rank
   std::filesystem::file_time_type heartbeat_started_;
   std::optional<std::string> hang_reason_;

@@ -294,7 +294,15 @@ void Supervisor::Impl::CheckDone() {
   if (open_pumps > 0 && !drain_gave_up) {
     // Every child is gone, so the pipes reach EOF as soon as the kernel has
     // handed us what is buffered; bound the wait in case something outside the
-    // process tree inherited a write end.
+    // process tree inherited a write end. Pumps paused behind a stalled reader
+    // never get there: do not wait for them at all.
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      if (auto sink = OutputSink::For(fd); sink && sink->congested()) drain_gave_up = true;
+    }
+    if (drain_gave_up) {
+      Apply(policy->On(event::NoChildrenLeft{}));
+      return;
+    }
     if (drain_armed) return;
     drain_armed = true;
     drain_timer.expires_after(std::chrono::seconds(2));
@@ -359,6 +367,13 @@ std::string Supervisor::StderrTail(int local_rank) const {
   if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
   const std::string& t = impl_->stderr_pumps[local_rank]->tail;
   return t.size() > kTailBytes ? t.substr(t.size() - kTailBytes) : t;
+}
+
+bool Supervisor::running(int local_rank) const {
+  for (const auto& w : impl_->workers) {
+    if (w.local_rank == local_rank) return !w.exited;
+  }
+  return false;
 }
 
 bool Supervisor::stopping() const {
@@ -433,6 +448,10 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
       posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
       posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
     }
+    // Nothing of the agent's leaks into a worker: not the gang's sockets (an
+    // agent's death must close them at once), not the listeners, not other
+    // workers' pipes. Asio does not open its sockets close-on-exec.
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     pid_t pid = -1;
     int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);

@@ -124,6 +124,7 @@ void EncodePayload(Writer& w, const Report& m) {
 void EncodePayload(Writer& w, const Stop& m) {
   w.U32(m.failed_index);
   w.Str(m.reason);
+  w.U16(m.diagnostics_signal);
 }
 
 MessageType TypeOf(const Heartbeat&) { return MessageType::kHeartbeat; }
@@ -174,7 +175,7 @@ bool DecodePayload(Reader& r, Report* m) {
 }
 
 bool DecodePayload(Reader& r, Stop* m) {
-  return r.U32(&m->failed_index) && r.Str(&m->reason, "reason");
+  return r.U32(&m->failed_index) && r.Str(&m->reason, "reason") && r.U16(&m->diagnostics_signal);
 }
 
 template <typename T>

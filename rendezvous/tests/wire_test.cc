@@ -30,7 +30,8 @@ std::vector<Message> Samples() {
           Heartbeat{},
           Report{.index = 3, .ok = false, .failure_class = 1, .reason = "rank 7 exited 42"},
           Report{.index = 2, .ok = true, .failure_class = 0, .reason = ""},
-          Stop{.failed_index = 3, .reason = "pod 3 failed"}};
+          Stop{.failed_index = 3, .reason = "pod 3 failed"},
+          Stop{.failed_index = 1, .reason = "hang", .diagnostics_signal = 10}};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.

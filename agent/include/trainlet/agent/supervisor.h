@@ -85,6 +85,8 @@ class Supervisor {
 
   // True once the workers are being stopped (a failure, a signal, a peer).
   bool stopping() const;
+  // True while the worker with this local rank has not exited.
+  bool running(int local_rank) const;
 
   // Process ids of the workers (for tests and logs).
   std::vector<pid_t> worker_pids() const;

@@ -95,6 +95,9 @@ struct Report {
 struct Stop {
   std::uint32_t failed_index = 0;  // the pod whose failure the leader heard of first
   std::string reason;
+  // Non-zero: send this signal to the workers first (a hang: stack dumps from
+  // every rank), then stop them a moment later.
+  std::uint16_t diagnostics_signal = 0;
   bool operator==(const Stop&) const = default;
 };
 
