@@ -284,8 +284,12 @@ void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   const wire::Hello& own = *im.own;
   std::string who = "pod " + std::to_string(hello.index) + " (" + conn->peer + ")";
   if (hello.job_id != own.job_id) {
-    Refuse(conn, {"job_id", who + " belongs to job '" + hello.job_id + "', this leader to '" +
-                                own.job_id + "'"});
+    // Retriable like a stale attempt: a Job deleted and created again under the
+    // same name has a new UID while the old pods still hold the names.
+    Refuse(conn, {"job_id",
+                  who + " belongs to job '" + hello.job_id + "', this leader to '" + own.job_id +
+                      "'",
+                  /*retriable=*/true});
     return;
   }
   if (hello.attempt != own.attempt) {

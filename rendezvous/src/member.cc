@@ -47,6 +47,7 @@ struct Member::Impl {
   std::vector<std::string> tried;  // "10.0.0.10" of every address ever tried
   std::string state;               // last logged state, to log changes only
   std::string last_error;
+  std::string refusal;  // the leader's last retriable refusal, kept for the timeout message
   int attempts = 0;
   std::uint64_t connect_attempt = 0;  // which connect the timeout timer belongs to
   bool connecting = false;
@@ -105,7 +106,10 @@ void Member::Start(Done done) {
         "could not join the leader " + im.options.leader_host + " port " +
         std::to_string(im.options.port) + " within " + fmt::format("{:.1f}", secs) + " s (" +
         std::to_string(im.attempts) + " attempts; addresses tried: " +
-        (tried.empty() ? "none" : tried) + "; last error: " + im.last_error + ")"));
+        (tried.empty() ? "none" : tried) + "; last error: " + im.last_error +
+        (im.refusal.empty() || im.refusal == im.last_error ? ""
+                                                           : "; the leader refused: " + im.refusal) +
+        ")"));
   });
   Resolve();
 }
@@ -224,6 +228,7 @@ void Member::ReadReply() {
     const wire::Message& msg = **next;
     if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
       if (reject->retriable) {
+        im.refusal = reject->reason;
         self->Retry("rendezvous: leader refused this pod for now", reject->reason);
       } else {
         self->Finish(Status::Config("the leader refused this pod: " + reject->reason));

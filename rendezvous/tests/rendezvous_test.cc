@@ -149,7 +149,7 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   auto m1 = MakeMember(HelloFor(1, 3), leader->port());
   m1->Start([&](auto r) { first = r; });
   RunUntil([&] { return leader->admitted() == 2; });
-  auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port());
+  auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port(), 1500ms);
   s->Start([&](auto r) { stranger = r; });
   // A second pod with index 1 is told to wait (the first connection may be
   // stale); while the first holds the index it never gets in.
@@ -157,6 +157,7 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   d->Start([&](auto r) { dup = r; });
   RunUntil([&] { return stranger && dup; });
   ASSERT_TRUE(stranger && !stranger->ok());
+  EXPECT_EQ(stranger->status().failure_class(), FailureClass::kInfra) << "retried, then infra";
   EXPECT_NE(stranger->status().message().find("belongs to job 'other-job-0'"), std::string::npos)
       << stranger->status().message();
   ASSERT_TRUE(dup && !dup->ok());
