@@ -26,6 +26,7 @@
 #include "trainlet/agent/local.h"
 #include "trainlet/agent/pod.h"
 #include "trainlet/exitcodes/exit_code.h"
+#include "trainlet/rendezvous/auth.h"
 #include "trainlet/exitcodes/policy.h"
 #include "trainlet/exitcodes/termination.h"
 
@@ -62,6 +63,7 @@ struct Flags {
   std::string termination_log;
   std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
   std::string health_port = "0";
+  std::string token_file;
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
 };
@@ -125,6 +127,9 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "health-port", &f.health_port,
           "serve /readyz (the gang has formed) and /livez (no hang) over HTTP on this port; "
           "0 = off (default); see also `trainlet probe`");
+  AddFlag(app, f, "token-file", &f.token_file,
+          "file holding a shared secret (e.g. a mounted Secret): leader and members prove it "
+          "to each other by HMAC-SHA256; it never crosses the wire or reaches a log");
   AddFlag(app, f, "attempt", &f.attempt,
           "the job's restart attempt; pods of other attempts are refused (default: JobSet's "
           "restart-attempt annotation, else 0)");
@@ -355,6 +360,9 @@ int Main(int argc, char** argv) {
     if (!f.fatal_exit_codes.empty()) {
       lo.pass_through.insert(lo.pass_through.end(), {"--fatal-exit-codes", f.fatal_exit_codes});
     }
+    if (!f.token_file.empty()) {
+      lo.pass_through.insert(lo.pass_through.end(), {"--token-file", f.token_file});
+    }
     lo.pass_through.insert(lo.pass_through.end(),
                            {"--hang-timeout", f.hang_timeout, "--hang-start-timeout",
                             f.hang_start_timeout, "--hang-signal", f.hang_signal});
@@ -401,6 +409,11 @@ int Main(int argc, char** argv) {
     auto health_port = ParsePort("--health-port/TRAINLET_HEALTH_PORT", f.health_port);
     if (!health_port.ok()) return config_error(health_port.status().message());
     po.health_port = *health_port;
+  }
+  if (!f.token_file.empty()) {
+    auto token = rendezvous::ReadTokenFile(f.token_file);
+    if (!token.ok()) return config_error(token.status().message());
+    po.token = std::move(token).value();
   }
   po.hang_timeout = *hang_timeout;
   po.hang_start_timeout = *hang_start_timeout;

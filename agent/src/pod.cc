@@ -147,6 +147,7 @@ class Pod {
       lo.nnodes = id.nnodes;
       lo.master_port = options_.master_port;
       lo.run_id = id.job_id;
+      lo.token = options_.token;
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
@@ -158,6 +159,7 @@ class Pod {
     mo.port = options_.rdzv_port;
     mo.hello = hello;
     mo.deadline = started_ + options_.rdzv_timeout;
+    mo.token = options_.token;
     mo.seed = static_cast<std::uint64_t>(::getpid()) ^
               static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
     spdlog::info("joining leader {} port {} ({})", id.leader_host, options_.rdzv_port,

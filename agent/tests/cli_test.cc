@@ -66,6 +66,8 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"", "--rdzv-timeout 1e-9 -- true", "--rdzv-timeout='1e-9'"},
       {"", "--grace-period ' 1' -- true", "--grace-period=' 1'"},
       {"", "--nnodes 2 --master-addr x -- true", "this pod has no index"},
+      {"", "--token-file /nonexistent/token -- true", "'/nonexistent/token' cannot be read"},
+      {"", "--token-file /dev/null -- true", "'/dev/null' is empty"},
       {"", "--log-level loud -- true", "--log-level='loud'"},
       {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
   };

@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "frame_queue.h"
+#include "trainlet/rendezvous/auth.h"
 #include "logging.h"
 #include "net_util.h"
 
@@ -37,6 +38,9 @@ struct Leader::Conn {
   FrameQueue outq;
   std::chrono::steady_clock::time_point last_rx = std::chrono::steady_clock::now();
   bool settled = false;  // reported success, or reported as lost/failed
+  // Authentication in progress: the hello waits for the member's proof.
+  std::optional<wire::Hello> pending_hello;
+  std::string leader_nonce;
 };
 
 struct Leader::Impl {
@@ -266,8 +270,14 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
             if (conn->closed) return;
             continue;
           }
+          if (const auto* proof = std::get_if<wire::Proof>(&**next);
+              proof != nullptr && conn->pending_hello) {
+            self->OnProof(conn, *proof);
+            if (conn->closed) return;
+            continue;
+          }
           auto* hello = std::get_if<wire::Hello>(&**next);
-          if (hello == nullptr || conn->index) {
+          if (hello == nullptr || conn->index || conn->pending_hello) {
             im.log->warn("leader: closing {}: unexpected message", conn->peer);
             self->Drop(conn);
             return;
@@ -280,6 +290,48 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
 }
 
 void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
+  Impl& im = *impl_;
+  std::string who = "pod " + std::to_string(hello.index) + " (" + conn->peer + ")";
+  const std::string& token = im.options.token;
+  if (token.empty() && !hello.nonce.empty()) {
+    Refuse(conn, {"token", who + " authenticates with a token, but this leader has no "
+                                 "--token-file"});
+    return;
+  }
+  if (!token.empty()) {
+    if (hello.nonce.size() != kNonceBytes) {
+      Refuse(conn, {"token", who + " did not authenticate: this leader requires the shared "
+                                   "token (--token-file)"});
+      return;
+    }
+    // Prove we hold the token; the member proves it back (OnProof) before
+    // anything about the gang is decided or sent.
+    conn->leader_nonce = NewNonce();
+    wire::Challenge challenge{.nonce = conn->leader_nonce,
+                              .proof = LeaderProof(token, hello.job_id, hello.nonce,
+                                                   conn->leader_nonce)};
+    conn->pending_hello = std::move(hello);
+    Send(conn, wire::Encode(challenge));
+    return;
+  }
+  Admit(conn, std::move(hello));
+}
+
+void Leader::OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof) {
+  Impl& im = *impl_;
+  wire::Hello hello = std::move(*conn->pending_hello);
+  conn->pending_hello.reset();
+  std::string expected =
+      MemberProof(im.options.token, hello.job_id, conn->leader_nonce, hello.nonce);
+  if (!ProofsEqual(proof.proof, expected)) {
+    Refuse(conn, {"token", "pod " + std::to_string(hello.index) + " (" + conn->peer +
+                               ") failed authentication: its token differs from the leader's"});
+    return;
+  }
+  Admit(conn, std::move(hello));
+}
+
+void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   Impl& im = *impl_;
   const wire::Hello& own = *im.own;
   std::string who = "pod " + std::to_string(hello.index) + " (" + conn->peer + ")";

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "frame_queue.h"
+#include "trainlet/rendezvous/auth.h"
 #include "logging.h"
 #include "net_util.h"
 
@@ -48,6 +49,7 @@ struct Member::Impl {
   std::string state;               // last logged state, to log changes only
   std::string last_error;
   std::string refusal;  // the leader's last retriable refusal, kept for the timeout message
+  bool authenticated = false;  // the leader proved the token on this connection
   int attempts = 0;
   std::uint64_t connect_attempt = 0;  // which connect the timeout timer belongs to
   bool connecting = false;
@@ -94,6 +96,7 @@ void Member::Start(Done done) {
   Impl& im = *impl_;
   im.done = std::move(done);
   im.started = Clock::now();
+  if (!im.options.token.empty()) im.options.hello.nonce = NewNonce();
   im.hello_frame = wire::Encode(im.options.hello);
   im.deadline_timer.expires_at(im.options.deadline);
   im.deadline_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
@@ -183,6 +186,12 @@ void Member::ConnectNext() {
 void Member::SendHello() {
   Impl& im = *impl_;
   im.decoder = wire::Decoder();
+  im.authenticated = false;
+  if (!im.options.token.empty()) {
+    // A fresh nonce per connection: a recorded exchange is worth nothing.
+    im.options.hello.nonce = NewNonce();
+    im.hello_frame = wire::Encode(im.options.hello);
+  }
   asio::async_write(im.socket, asio::buffer(im.hello_frame),
                     [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
                       Impl& im = *self->impl_;
@@ -226,6 +235,26 @@ void Member::ReadReply() {
       return;
     }
     const wire::Message& msg = **next;
+    if (const auto* challenge = std::get_if<wire::Challenge>(&msg)) {
+      const wire::Hello& h = im.options.hello;
+      if (im.options.token.empty()) {
+        self->Finish(Status::Config("the leader requires authentication: give this pod the "
+                                    "shared token (--token-file)"));
+        return;
+      }
+      if (!ProofsEqual(challenge->proof,
+                       LeaderProof(im.options.token, h.job_id, h.nonce, challenge->nonce))) {
+        self->Finish(Status::Config("the leader failed authentication: its token differs "
+                                    "from this pod's (--token-file)"));
+        return;
+      }
+      im.authenticated = true;
+      self->Send(wire::Encode(
+          wire::Proof{.proof = MemberProof(im.options.token, h.job_id, challenge->nonce,
+                                           h.nonce)}));
+      self->ReadReply();
+      return;
+    }
     if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
       if (reject->retriable) {
         im.refusal = reject->reason;
@@ -242,6 +271,11 @@ void Member::ReadReply() {
       return;
     }
     const wire::Hello& h = im.options.hello;
+    if (!im.options.token.empty() && !im.authenticated) {
+      self->Finish(Status::Config("the leader did not authenticate (it has no --token-file?); "
+                                  "refusing its assignment"));
+      return;
+    }
     if (a->job_id != h.job_id || a->attempt != h.attempt) {
       // A leader of another job or attempt (a stale pod still holding the
       // name): never follow it; the right one may come up under the same name.

@@ -92,7 +92,18 @@ void EncodePayload(Writer& w, const Hello& m) {
     w.Str(m.config[i].first);
     w.Str(m.config[i].second);
   }
+  w.Str(m.nonce);
 }
+
+void EncodePayload(Writer& w, const Challenge& m) {
+  w.Str(m.nonce);
+  w.Str(m.proof);
+}
+
+void EncodePayload(Writer& w, const Proof& m) { w.Str(m.proof); }
+
+MessageType TypeOf(const Challenge&) { return MessageType::kChallenge; }
+MessageType TypeOf(const Proof&) { return MessageType::kProof; }
 
 void EncodePayload(Writer& w, const Assignment& m) {
   w.U32(m.generation);
@@ -145,8 +156,14 @@ bool DecodePayload(Reader& r, Hello* m) {
   for (auto& [k, v] : m->config) {
     if (!r.Str(&k, "config key") || !r.Str(&v, "config value")) return false;
   }
-  return true;
+  return r.Str(&m->nonce, "nonce");
 }
+
+bool DecodePayload(Reader& r, Challenge* m) {
+  return r.Str(&m->nonce, "nonce") && r.Str(&m->proof, "proof");
+}
+
+bool DecodePayload(Reader& r, Proof* m) { return r.Str(&m->proof, "proof"); }
 
 bool DecodePayload(Reader& r, Assignment* m) {
   return r.U32(&m->generation) && r.U32(&m->nnodes) && r.U32(&m->world_size) &&
@@ -265,7 +282,7 @@ exitcodes::Result<std::optional<Message>> Decoder::Next() {
     return fail(WireError("payload of " + std::to_string(len) + " bytes exceeds the limit of " +
                           std::to_string(kMaxPayload)));
   }
-  if (type < 1 || type > 6) return fail(WireError("unknown message type " + std::to_string(type)));
+  if (type < 1 || type > 8) return fail(WireError("unknown message type " + std::to_string(type)));
   if (buffered() < kHeaderSize + len) return std::optional<Message>();
   std::span<const std::uint8_t> payload(h + kHeaderSize, len);
   consumed_ += kHeaderSize + len;
@@ -277,6 +294,8 @@ exitcodes::Result<std::optional<Message>> Decoder::Next() {
     case MessageType::kHeartbeat: r = DecodeAs<Heartbeat>(payload); break;
     case MessageType::kReport: r = DecodeAs<Report>(payload); break;
     case MessageType::kStop: r = DecodeAs<Stop>(payload); break;
+    case MessageType::kChallenge: r = DecodeAs<Challenge>(payload); break;
+    case MessageType::kProof: r = DecodeAs<Proof>(payload); break;
   }
   if (!r.ok()) return fail(r.status());
   return r;

@@ -9,6 +9,7 @@
 #include <boost/asio/write.hpp>
 #include <gtest/gtest.h>
 
+#include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
 
@@ -36,8 +37,10 @@ wire::Hello HelloFor(std::uint32_t index, std::uint32_t nnodes, std::uint32_t np
 
 class RendezvousTest : public ::testing::Test {
  protected:
-  std::shared_ptr<Leader> MakeLeader(std::uint32_t nnodes, std::uint16_t port = 0) {
+  std::shared_ptr<Leader> MakeLeader(std::uint32_t nnodes, std::uint16_t port = 0,
+                                     std::string token = "") {
     LeaderOptions o;
+    o.token = std::move(token);
     o.nnodes = nnodes;
     o.run_id = "trainer-0";
     o.handshake_timeout = 500ms;
@@ -47,7 +50,8 @@ class RendezvousTest : public ::testing::Test {
   }
 
   std::shared_ptr<Member> MakeMember(wire::Hello hello, std::uint16_t port,
-                                     std::chrono::milliseconds budget = 10s) {
+                                     std::chrono::milliseconds budget = 10s,
+                                     std::string token = "") {
     MemberOptions o;
     o.leader_host = "127.0.0.1";
     o.port = port;
@@ -58,6 +62,7 @@ class RendezvousTest : public ::testing::Test {
     o.backoff.cap = 100ms;
     o.backoff.min_delay = 10ms;
     o.seed = 7;
+    o.token = std::move(token);
     auto m = Member::Create(io_.get_executor(), o);
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     return std::move(m).value();
@@ -239,6 +244,82 @@ TEST_F(RendezvousTest, PodsOfAnotherAttemptNeverGetAnAssignment) {
   RunUntil([&] { return fresh && own; });
   ASSERT_TRUE(fresh && fresh->ok());
   EXPECT_EQ((*fresh)->attempt, 2u);
+}
+
+TEST_F(RendezvousTest, SharedTokenMutualAuthentication) {
+  const std::string token = "s3cret-token-value";
+  auto leader = MakeLeader(3, 0, token);
+  Outcome own, good, wrong, none;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  auto w = MakeMember(HelloFor(1, 3), leader->port(), 3s, "another-token");
+  w->Start([&](auto r) { wrong = r; });
+  auto n = MakeMember(HelloFor(1, 3), leader->port(), 3s, "");
+  n->Start([&](auto r) { none = r; });
+  RunUntil([&] { return wrong && none; });
+  ASSERT_TRUE(wrong && !wrong->ok());
+  EXPECT_EQ(wrong->status().failure_class(), FailureClass::kConfig);
+  EXPECT_NE(wrong->status().message().find("failed authentication"), std::string::npos)
+      << wrong->status().message();
+  ASSERT_TRUE(none && !none->ok());
+  EXPECT_NE(none->status().message().find("requires the shared token"), std::string::npos)
+      << none->status().message();
+  for (const auto& r : {wrong, none}) {
+    EXPECT_EQ(r->status().message().find(token), std::string::npos) << "never in a message";
+  }
+  EXPECT_EQ(leader->admitted(), 1u) << "neither got in";
+  // The right token on both sides: the gang forms.
+  auto g1 = MakeMember(HelloFor(1, 3), leader->port(), 5s, token);
+  g1->Start([&](auto r) { good = r; });
+  Outcome good2;
+  auto g2 = MakeMember(HelloFor(2, 3), leader->port(), 5s, token);
+  g2->Start([&](auto r) { good2 = r; });
+  RunUntil([&] { return own && good && good2; });
+  ASSERT_TRUE(good && good->ok()) << (good ? good->status().ToString() : "none");
+  ASSERT_TRUE(own && own->ok());
+}
+
+TEST_F(RendezvousTest, TokenNeverCrossesTheWire) {
+  const std::string token = "a-token-nobody-may-see";
+  auto leader = MakeLeader(2, 0, token);
+  leader->Start(HelloFor(0, 2), [](auto) {});
+  asio::ip::tcp::socket raw(io_);
+  raw.connect({asio::ip::address_v4::loopback(), leader->port()});
+  wire::Hello h = HelloFor(1, 2);
+  h.nonce = std::string(32, 'n');
+  auto frame = wire::Encode(h);
+  asio::write(raw, asio::buffer(frame));
+  std::string received;
+  raw.non_blocking(true);
+  RunUntil([&] {
+    char buf[4096];
+    boost::system::error_code ec;
+    std::size_t n = raw.read_some(asio::buffer(buf), ec);
+    received.append(buf, n);
+    return received.size() >= wire::kHeaderSize + 64;
+  }, 3s);
+  wire::Decoder d;
+  ASSERT_TRUE(d.Feed(std::span(reinterpret_cast<const std::uint8_t*>(received.data()),
+                               received.size())).ok());
+  auto m = d.Next();
+  ASSERT_TRUE(m.ok() && m->has_value());
+  const auto* c = std::get_if<wire::Challenge>(&**m);
+  ASSERT_NE(c, nullptr) << "the leader challenges first";
+  EXPECT_EQ(c->nonce.size(), 32u);
+  EXPECT_EQ(received.find(token), std::string::npos);
+  EXPECT_EQ(c->proof, LeaderProof(token, h.job_id, h.nonce, c->nonce));
+}
+
+TEST(AuthTest, ProofsBindRoleJobAndBothNonces) {
+  const std::string t = "tok", a = NewNonce(), b = NewNonce();
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(LeaderProof(t, "job", a, b).size(), 32u);
+  EXPECT_NE(LeaderProof(t, "job", a, b), MemberProof(t, "job", a, b)) << "roles differ";
+  EXPECT_NE(LeaderProof(t, "job", a, b), LeaderProof(t, "job", b, a));
+  EXPECT_NE(LeaderProof(t, "job", a, b), LeaderProof(t, "job2", a, b));
+  EXPECT_NE(LeaderProof(t, "job", a, b), LeaderProof("tok2", "job", a, b));
+  EXPECT_TRUE(ProofsEqual(LeaderProof(t, "j", a, b), LeaderProof(t, "j", a, b)));
+  EXPECT_FALSE(ProofsEqual("abc", "abcd"));
 }
 
 TEST_F(RendezvousTest, GarbageAndSilentConnectionsAreDroppedWithoutHarm) {

@@ -31,7 +31,9 @@ std::vector<Message> Samples() {
           Report{.index = 3, .ok = false, .failure_class = 1, .reason = "rank 7 exited 42"},
           Report{.index = 2, .ok = true, .failure_class = 0, .reason = ""},
           Stop{.failed_index = 3, .reason = "pod 3 failed"},
-          Stop{.failed_index = 1, .reason = "hang", .diagnostics_signal = 10}};
+          Stop{.failed_index = 1, .reason = "hang", .diagnostics_signal = 10},
+          Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
+          Proof{.proof = std::string("\0\xff\x10", 3)}};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.

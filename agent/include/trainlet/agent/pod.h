@@ -34,6 +34,7 @@ struct PodOptions {
   // dumps, e.g. faulthandler on SIGUSR1), and 2 s later the gang is stopped with
   // class infra, reason "hang".
   std::uint16_t health_port = 0;  // /readyz and /livez (health.h); 0 = off
+  std::string token;  // shared token for the rendezvous (rendezvous/auth.h); empty = off
   std::chrono::milliseconds hang_timeout{0};
   std::chrono::milliseconds hang_start_timeout{0};  // zero: same as hang_timeout
   int hang_signal = 10;  // SIGUSR1

@@ -33,6 +33,9 @@ struct LeaderOptions {
   std::chrono::milliseconds handshake_timeout{10'000};
   // Connections allowed to be mid-handshake at once; beyond it new ones are closed.
   std::size_t max_pending_handshakes = 256;
+  // Shared token (auth.h); empty: no authentication. Then a member presenting
+  // one is refused, as is a member without one when the leader has it.
+  std::string token;
 };
 
 class Leader : public std::enable_shared_from_this<Leader> {
@@ -92,6 +95,8 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void OnAccept(std::shared_ptr<Conn> conn);
   void ReadFrom(std::shared_ptr<Conn> conn);
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
+  void OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof);
+  void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject);
   void Drop(const std::shared_ptr<Conn>& conn);
   void MaybeAssign();

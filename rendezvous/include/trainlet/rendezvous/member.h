@@ -37,6 +37,7 @@ struct MemberOptions {
   ResolverOptions resolver;
   BackoffOptions backoff;
   std::uint64_t seed = 0;  // jitter seed (tests pass a fixed one)
+  std::string token;       // shared token (auth.h); empty: no authentication
 };
 
 class Member : public std::enable_shared_from_this<Member> {

@@ -39,6 +39,9 @@ enum class MessageType : std::uint16_t {
   kHeartbeat = 4,   // both ways, every second: "I am alive"
   kReport = 5,      // member -> leader: my workers finished, or failed
   kStop = 6,        // leader -> members: the gang stops; names the pod that failed first
+  // With a shared token (--token-file), between Hello and admission:
+  kChallenge = 7,   // leader -> member: its nonce and its proof of the token
+  kProof = 8,       // member -> leader: the member's proof of the token
 };
 
 // The launch settings every pod of a gang must agree on, as ordered key/value
@@ -55,6 +58,7 @@ struct Hello {
   std::uint32_t nproc_per_node = 0;
   std::uint64_t fingerprint = 0;   // Fingerprint(config)
   LaunchConfig config;
+  std::string nonce;               // 32 random bytes when this pod has a token, else empty
   bool operator==(const Hello&) const = default;
 };
 
@@ -101,7 +105,19 @@ struct Stop {
   bool operator==(const Stop&) const = default;
 };
 
-using Message = std::variant<Hello, Assignment, Reject, Heartbeat, Report, Stop>;
+struct Challenge {
+  std::string nonce;  // the leader's 32 random bytes
+  std::string proof;  // HMAC-SHA256(token, "leader" | job | member nonce | leader nonce)
+  bool operator==(const Challenge&) const = default;
+};
+
+struct Proof {
+  std::string proof;  // HMAC-SHA256(token, "member" | job | leader nonce | member nonce)
+  bool operator==(const Proof&) const = default;
+};
+
+using Message =
+    std::variant<Hello, Assignment, Reject, Heartbeat, Report, Stop, Challenge, Proof>;
 
 // One complete frame (header and payload) for `message`.
 std::vector<std::uint8_t> Encode(const Message& message);

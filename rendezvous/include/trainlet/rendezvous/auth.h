@@ -1,0 +1,37 @@
+// trainlet/rendezvous/auth.h — optional mutual authentication of the gang.
+//
+// With a shared token (e.g. a mounted Kubernetes Secret, --token-file), leader
+// and member prove to each other that they hold it, by HMAC-SHA256 (RFC 2104)
+// over fresh 32-byte nonces from both sides: the token itself never crosses
+// the wire and is never logged. Replaying an old proof does not help: each
+// proof covers the other side's fresh nonce. Thread-safe (OpenSSL's one-shot
+// HMAC and RAND_bytes).
+#pragma once
+
+#include <string>
+
+#include "trainlet/exitcodes/status.h"
+
+namespace trainlet::rendezvous {
+
+inline constexpr std::size_t kNonceBytes = 32;
+
+// The token in `path` without trailing whitespace. Errors (class config): the
+// file cannot be read, or is empty. The message never contains the token.
+[[nodiscard]] exitcodes::Result<std::string> ReadTokenFile(const std::string& path);
+
+// kNonceBytes of cryptographically random bytes (OpenSSL RAND_bytes).
+std::string NewNonce();
+
+// The leader's and the member's proofs: HMAC-SHA256(token, role | job_id |
+// first nonce | second nonce), 32 raw bytes. The leader proves over
+// (member nonce, leader nonce), the member over (leader nonce, member nonce).
+std::string LeaderProof(const std::string& token, const std::string& job_id,
+                        const std::string& member_nonce, const std::string& leader_nonce);
+std::string MemberProof(const std::string& token, const std::string& job_id,
+                        const std::string& leader_nonce, const std::string& member_nonce);
+
+// Constant-time comparison (CRYPTO_memcmp), false for different lengths.
+bool ProofsEqual(const std::string& a, const std::string& b);
+
+}  // namespace trainlet::rendezvous
