@@ -239,6 +239,10 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
             });
             return;
           }
+          if (conn->pending_hello) {
+            im.log->warn("leader: pod {} ({}) hung up during authentication (its token differs?)",
+                         conn->pending_hello->index, conn->peer);
+          }
           if (conn->index) {
             // Before the assignment this frees the index for a restarted pod;
             // after it, the pod's agent has exited.
