@@ -203,10 +203,11 @@ void ConfigureLogging(const std::string& level_flag) {
 
 // Bad input: one line on stderr, the termination message, the config code.
 int ConfigError(const std::string& message, const exitcodes::ExitCodeTable& codes = {},
-                const std::string& termination_log = "") {
+                const std::string& termination_log = "", std::uint32_t pod_index = 0) {
   int code = codes.CodeFor(exitcodes::FailureClass::kConfig);
   exitcodes::TerminationInfo info;
   info.verdict = {exitcodes::FailureClass::kConfig, code, message, "phase"};
+  info.pod_index = pod_index;
   std::string summary = exitcodes::TerminationMessage(info);
   WriteTerminationLog(termination_log, summary);
   // The human line, then the same summary as every non-zero exit ends with.
@@ -318,8 +319,21 @@ int Main(int argc, char** argv) {
   auto table = exitcodes::ExitCodeTable::FromFlags(f.exit_codes, f.fatal_exit_codes);
   if (!table.ok()) return ConfigError(table.status().message(), {}, f.termination_log);
   const exitcodes::ExitCodeTable& codes = *table;
+  // The pod's index for the summary, when one of its sources parses (the
+  // failure may be about something else entirely).
+  std::uint32_t index_hint = 0;
+  for (const std::optional<std::string>& v :
+       {is_local ? std::nullopt : Given(f, "node-rank", env, &f.node_rank),
+        env.contains("JOB_COMPLETION_INDEX") ? std::optional(env.at("JOB_COMPLETION_INDEX"))
+                                             : std::nullopt}) {
+    if (!v) continue;
+    if (auto n = ParseCount("index", *v, 1'000'000); n.ok()) {
+      index_hint = *n;
+      break;
+    }
+  }
   auto config_error = [&](const std::string& m) {
-    return ConfigError(m, codes, f.termination_log);
+    return ConfigError(m, codes, f.termination_log, index_hint);
   };
   exitcodes::MarkerTable markers = exitcodes::MarkerTable::Defaults();
   if (auto s = markers.Add(f.markers); !s.ok()) return config_error(s.message());
