@@ -473,7 +473,8 @@ class Pod {
           if (own_result_ && !concluded_) {
             // The workers are done and the leader only waits for the others:
             // stop them and leave now, or the kubelet's SIGKILL would come first.
-            GangFailure("stopped by " + exitcodes::SignalName(signo));
+            // (A member in this state has already reported success.)
+            if (leader_) GangFailure("stopped by " + exitcodes::SignalName(signo));
             own_result_->stop_signal = signo;
             ConcludeWorkers();
             return;

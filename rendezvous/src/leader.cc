@@ -552,6 +552,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
       Drop(conn);
       return;
     }
+    if (conn->settled) return;  // one report per pod: the first one stands
     conn->settled = true;
     Deliver([self = shared_from_this(), index = *conn->index, report = *r] {
       if (self->impl_->callbacks.on_report) self->impl_->callbacks.on_report(index, report);
