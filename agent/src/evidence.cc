@@ -14,10 +14,6 @@
 namespace trainlet::agent {
 namespace {
 
-std::optional<std::string> Slurp(const std::string& path, std::size_t max = 64 * 1024) {
-  return ReadSmallFile(path, max);
-}
-
 // The value of "<key> <n>" in a flat-keyed file such as memory.events.
 std::optional<std::uint64_t> KeyedValue(const std::string& content, const std::string& key) {
   std::istringstream is(content);
@@ -32,7 +28,7 @@ std::optional<std::uint64_t> KeyedValue(const std::string& content, const std::s
 std::optional<std::uint64_t> CounterIn(const std::string& dir, const std::string& root,
                                        const std::string& file) {
   for (const std::string& d : {dir, root}) {
-    if (auto content = Slurp(d + "/" + file)) {
+    if (auto content = ReadSmallFile(d + "/" + file)) {
       if (auto v = KeyedValue(*content, "oom_kill")) return v;
     }
   }
@@ -69,13 +65,13 @@ std::optional<std::uint64_t> ReadOomKillCount(const std::string& proc_self_cgrou
 }
 
 std::optional<std::uint64_t> ReadOomKillCount() {
-  auto self = Slurp("/proc/self/cgroup");
+  auto self = ReadSmallFile("/proc/self/cgroup");
   if (!self) return std::nullopt;
   return ReadOomKillCount(*self);
 }
 
 std::string ReadErrorFileMessage(const std::string& path) {
-  auto content = Slurp(path);
+  auto content = ReadSmallFile(path);
   if (!content || content->empty()) return "";
   auto j = nlohmann::json::parse(*content, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("message")) return "";

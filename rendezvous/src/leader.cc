@@ -1,7 +1,6 @@
 #include "trainlet/rendezvous/leader.h"
 
 #include <array>
-#include <deque>
 #include <map>
 #include <optional>
 #include <vector>

@@ -1,7 +1,6 @@
 #include "trainlet/rendezvous/member.h"
 
 #include <array>
-#include <deque>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -96,7 +95,6 @@ void Member::Start(Done done) {
   Impl& im = *impl_;
   im.done = std::move(done);
   im.started = Clock::now();
-  if (!im.options.token.empty()) im.options.hello.nonce = NewNonce();
   im.hello_frame = wire::Encode(im.options.hello);
   im.deadline_timer.expires_at(im.options.deadline);
   im.deadline_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
