@@ -63,6 +63,7 @@ struct Flags {
   std::string termination_log;
   std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
   std::string health_port = "0";
+  std::string max_restarts = "0";
   std::string token_file;
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
@@ -89,6 +90,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "pod's terminationGracePeriodSeconds (default 25, for Kubernetes' default 30)");
   AddFlag(app, f, "rdzv-timeout", &f.rdzv_timeout,
           "seconds to find the leader and form the gang before exiting 75 (default 600)");
+  AddFlag(app, f, "max-restarts", &f.max_restarts,
+          "restart the whole gang in place up to this many times after a retriable failure "
+          "(worker, infra, oom, a lost pod): new rendezvous generation, pods keep running; "
+          "never after bug, config or hardware; also PET_MAX_RESTARTS (default 0)");
   AddFlag(app, f, "log-level", &f.log_level,
           "trace|debug|info|warn|error|off (default info, or SPDLOG_LEVEL)");
   AddFlag(app, f, "exit-code", &f.exit_codes,
@@ -351,6 +356,11 @@ int Main(int argc, char** argv) {
   if (!hang_start_timeout.ok()) return config_error(hang_start_timeout.status().message());
   auto hang_signal = ParseSignal("--hang-signal", f.hang_signal);
   if (!hang_signal.ok()) return config_error(hang_signal.status().message());
+  auto max_restarts = ParseCount(
+      "--max-restarts",
+      Given(f, "max-restarts", env, &f.max_restarts, "PET_MAX_RESTARTS").value_or(f.max_restarts),
+      1'000'000);
+  if (!max_restarts.ok()) return config_error(max_restarts.status().message());
 
   if (is_local) {
     LocalOptions lo;
@@ -378,7 +388,8 @@ int Main(int argc, char** argv) {
       lo.pass_through.insert(lo.pass_through.end(), {"--token-file", f.token_file});
     }
     lo.pass_through.insert(lo.pass_through.end(),
-                           {"--hang-timeout", f.hang_timeout, "--hang-start-timeout",
+                           {"--max-restarts", std::to_string(*max_restarts),
+                            "--hang-timeout", f.hang_timeout, "--hang-start-timeout",
                             f.hang_start_timeout, "--hang-signal", f.hang_signal});
     return RunLocal(lo);
   }
@@ -432,6 +443,7 @@ int Main(int argc, char** argv) {
   po.hang_timeout = *hang_timeout;
   po.hang_start_timeout = *hang_start_timeout;
   po.hang_signal = *hang_signal;
+  po.max_restarts = *max_restarts;
   return RunPod(po);
 }
 

@@ -50,8 +50,8 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
   set("MASTER_ADDR", p.master_addr);
   set("MASTER_PORT", std::to_string(p.master_port));
   set("TORCHELASTIC_RUN_ID", p.run_id);
-  set("TORCHELASTIC_RESTART_COUNT", "0");
-  set("TORCHELASTIC_MAX_RESTARTS", "0");
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(p.max_restarts));
   // The trainers' rank 0 hosts the store itself (init_process_group env://).
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);
@@ -123,9 +123,15 @@ class Pod {
     hello.nproc_per_node = id.nproc_per_node;
     hello.config = {{"nnodes", std::to_string(id.nnodes)},
                     {"nproc_per_node", std::to_string(id.nproc_per_node)},
-                    {"master_port", std::to_string(options_.master_port)}};
+                    {"master_port", std::to_string(options_.master_port)},
+                    {"max_restarts", std::to_string(options_.max_restarts)}};
     hello.fingerprint = rendezvous::wire::Fingerprint(hello.config);
-    auto on_assignment = [this](Result<rendezvous::wire::Assignment> a) { OnAssignment(a); };
+    hello.generation = generation_;
+    auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
+      if (epoch == epoch_) OnAssignment(a);
+    };
+    round_started_ = Clock::now();
+    const auto round_started = round_started_;
 
     deadline_timer_.expires_after(options_.rdzv_timeout);
     deadline_timer_.async_wait([this](boost::system::error_code ec) {
@@ -158,12 +164,19 @@ class Pod {
     mo.leader_host = id.leader_host;
     mo.port = options_.rdzv_port;
     mo.hello = hello;
-    mo.deadline = started_ + options_.rdzv_timeout;
+    mo.deadline = round_started + options_.rdzv_timeout;
+    if (generation_ > 0) {
+      // Rejoining after a restart: the leader re-listens the moment its own
+      // workers are gone, so retry sooner than a cold start would.
+      mo.backoff.initial = std::chrono::milliseconds(50);
+      mo.backoff.min_delay = std::chrono::milliseconds(10);
+    }
     mo.token = options_.token;
     mo.seed = static_cast<std::uint64_t>(::getpid()) ^
               static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
-    spdlog::info("joining leader {} port {} ({})", id.leader_host, options_.rdzv_port,
-                 id.leader_source);
+    spdlog::info("joining leader {} port {} ({}){}", id.leader_host, options_.rdzv_port,
+                 id.leader_source,
+                 generation_ > 0 ? " for generation " + std::to_string(generation_) : "");
     auto member = rendezvous::Member::Create(io_.get_executor(), mo);
     if (!member.ok()) return member.status();
     member_ = std::move(member).value();
@@ -179,11 +192,12 @@ class Pod {
     }
     const auto& a = *result;
     const PodIdentity& id = options_.identity;
-    phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
+    if (generation_ == 0) phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
     rank_base_ = a.rank_base;
+    generation_ = a.generation;
     spdlog::info("rendezvous {:.1f} ms: generation {}, world size {}, ranks {}..{}, "
                  "MASTER_ADDR={} MASTER_PORT={}",
-                 Ms(Clock::now() - started_), a.generation, a.world_size, a.rank_base,
+                 Ms(Clock::now() - round_started_), a.generation, a.world_size, a.rank_base,
                  a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port);
 
     std::string error_dir = MakeErrorDir();
@@ -200,7 +214,9 @@ class Pod {
                         .run_id = a.run_id,
                         .error_file = error_dir.empty()
                                           ? ""
-                                          : error_dir + "/error-" + std::to_string(lr) + ".json"};
+                                          : error_dir + "/error-" + std::to_string(lr) + ".json",
+                        .restart_count = a.generation,
+                        .max_restarts = options_.max_restarts};
       auto env = WorkerEnvironment(options_.env, p);
       if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);
@@ -218,7 +234,8 @@ class Pod {
     so.grace = options_.grace;
     so.on_first_failure = [this](const FirstFailure& f) {
       GangFailure("local rank " + std::to_string(f.local_rank) + " (rank " +
-                  std::to_string(rank_base_ + f.local_rank) + ") failed: " + f.exit.Describe());
+                      std::to_string(rank_base_ + f.local_rank) + ") failed: " + f.exit.Describe(),
+                  ClassOf(f));
     };
     oom_baseline_ = ReadOomKillCount();
     workers_started_ = Clock::now();
@@ -229,8 +246,13 @@ class Pod {
       Finish(s);
       return;
     }
-    spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
-                 Ms(Clock::now() - started_));
+    if (generation_ == 0) {
+      spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
+                   Ms(Clock::now() - started_));
+    } else {
+      spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure", generation_,
+                   id.nproc_per_node, Ms(Clock::now() - failed_at_));
+    }
     // Only now: gang events that arrived early (replayed here) can stop workers.
     StartGangChannel();
     if (!heartbeat_files_.empty()) {
@@ -274,7 +296,7 @@ class Pod {
       spdlog::error("hang: {}; sending {} for diagnostics, stopping in 2 s", hung,
                     exitcodes::SignalName(options_.hang_signal));
       supervisor_->OnSignal(options_.hang_signal);
-      GangFailure("hang: " + hung, /*hang=*/true);
+      GangFailure("hang: " + hung, exitcodes::FailureClass::kInfra, /*hang=*/true);
       hang_timer_.expires_after(kDiagnosticsDelay);
       hang_timer_.async_wait([this](boost::system::error_code ec) {
         if (!ec && supervisor_) supervisor_->StopForPeer();
@@ -293,27 +315,61 @@ class Pod {
 
   void StartGangChannel() {
     const std::uint32_t own = options_.identity.index;
+    const std::uint64_t epoch = epoch_;
     if (leader_) {
       leader_->StartChannel(
           {.on_report =
-               [this](std::uint32_t index, const rendezvous::wire::Report& r) {
-                 if (!r.ok) {
-                   PodFailed(index, "pod " + std::to_string(index) + ": " + r.reason);
-                 } else if (own_result_) {
-                   MaybeConcludeLeader();
+               [this, epoch](std::uint32_t index, const rendezvous::wire::Report& r) {
+                 if (epoch != epoch_) return;
+                 const auto c = static_cast<exitcodes::FailureClass>(r.failure_class);
+                 if (!r.ok && c == exitcodes::FailureClass::kTerminated && GangSucceeded()) {
+                   // A Job successPolicy (or JobSet's) met: the controller stops the
+                   // pods still running. Not a failure of the gang.
+                   spdlog::info("pod {} stopped after the gang succeeded ({}); not a failure",
+                                index, r.reason);
+                   if (own_result_) MaybeConcludeLeader();
+                   return;
                  }
+                 if (!r.ok) {
+                   PodFailed(index, "pod " + std::to_string(index) + ": " + r.reason,
+                             static_cast<exitcodes::FailureClass>(r.failure_class));
+                   return;
+                 }
+                 member_succeeded_ = true;
+                 if (own_result_) MaybeConcludeLeader();
                },
            .on_lost =
-               [this](std::uint32_t index, const std::string& why) {
-                 PodFailed(index, "pod " + std::to_string(index) + " was lost: " + why);
+               [this, epoch](std::uint32_t index, const std::string& why) {
+                 if (epoch != epoch_) return;
+                 PodFailed(index, "pod " + std::to_string(index) + " was lost: " + why,
+                           exitcodes::FailureClass::kInfra);
                }});
     } else if (member_) {
       member_->StartChannel(
           {.on_stop =
-               [this, own](const rendezvous::wire::Stop& stop) {
+               [this, own, epoch](const rendezvous::wire::Stop& stop) {
+                 if (epoch != epoch_) return;
+                 if (stop.restart) {
+                   if (restarting_) return;
+                   restarting_ = true;
+                   if (!reported_failure_) failed_at_ = Clock::now();
+                   spdlog::warn("the leader restarts the gang in place (generation {}): pod {} "
+                                "failed first ({})",
+                                stop.next_generation, stop.failed_index, stop.reason);
+                   if (own_result_) {
+                     PostNextGeneration();  // our workers are already gone
+                   } else if (stop.failed_index != own) {
+                     StopForPeer(stop.diagnostics_signal);
+                   }
+                   return;
+                 }
+                 gang_over_ = true;
                  // Our own failure (already stopping), or one we reported before
                  // hearing of this one: ours stays ours.
-                 if (stop.failed_index == own || reported_failure_) return;
+                 if (stop.failed_index == own || reported_failure_) {
+                   if (awaiting_verdict_) ConcludeWorkers();
+                   return;
+                 }
                  if (!peer_failure_) {
                    peer_failure_ = "pod " + std::to_string(stop.failed_index) +
                                    " failed first (" + stop.reason + ")";
@@ -322,14 +378,71 @@ class Pod {
                  StopForPeer(stop.diagnostics_signal);
                },
            .on_lost =
-               [this](const std::string& why) {
+               [this, epoch](const std::string& why) {
+                 if (epoch != epoch_ || restarting_) return;
+                 leader_lost_ = true;
+                 if (awaiting_verdict_) {
+                   // We failed and waited for the leader's word; it is gone.
+                   if (CanRestart(own_class_)) {
+                     restarting_ = true;
+                     spdlog::warn("lost the leader ({}); restarting in place", why);
+                     PostNextGeneration();
+                   } else {
+                     ConcludeWorkers();
+                   }
+                   return;
+                 }
                  // After our own failure the leader may leave first: not a peer's fault.
                  if (peer_failure_ || reported_failure_) return;
+                 if (CanRestart(exitcodes::FailureClass::kInfra)) {
+                   restarting_ = true;
+                   failed_at_ = Clock::now();
+                   spdlog::warn("lost the leader: {}; stopping the workers, then rejoining "
+                                "(restart {} of {})",
+                                why, generation_ + 1, options_.max_restarts);
+                   StopForPeer(0);
+                   return;
+                 }
                  peer_failure_ = "lost the leader: " + why;
                  spdlog::warn("{}; stopping the workers", *peer_failure_);
                  StopForPeer(0);
                }});
     }
+  }
+
+  // Leader: some pod's workers (its own included) all finished with success.
+  bool GangSucceeded() const {
+    return member_succeeded_ || (own_result_ && !own_result_->first_failure &&
+                                 !own_result_->stop_signal && !own_result_->peer_stop);
+  }
+
+  // Whether a failure of class `c` in this generation restarts the gang in
+  // place (PodOptions::max_restarts says which classes and when).
+  bool CanRestart(exitcodes::FailureClass c) const {
+    using exitcodes::FailureClass;
+    if (generation_ >= options_.max_restarts || stop_signal_seen_) return false;
+    return c == FailureClass::kWorker || c == FailureClass::kInfra || c == FailureClass::kOom ||
+           c == FailureClass::kPeerFailed;
+  }
+
+  // The class a worker's failure will have, from what is known when it fails
+  // (exit status, stderr tail, error file, OOM counter): decides the restart.
+  exitcodes::FailureClass ClassOf(const FirstFailure& f) {
+    exitcodes::Evidence e;
+    exitcodes::WorkerFailure w;
+    w.local_rank = f.local_rank;
+    w.rank = static_cast<int>(rank_base_) + f.local_rank;
+    w.exit = f.exit;
+    w.stderr_tail = supervisor_->StderrTail(f.local_rank);
+    if (!error_dir_.empty()) {
+      w.error_file_message =
+          ReadErrorFileMessage(error_dir_ + "/error-" + std::to_string(f.local_rank) + ".json");
+    }
+    e.first_failure = w;
+    if (auto now = ReadOomKillCount(); now && oom_baseline_ && *now > *oom_baseline_) {
+      e.oom_kills = *now - *oom_baseline_;
+    }
+    return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
 
   // Stops our workers because of another pod; with a diagnostics signal (a
@@ -348,42 +461,66 @@ class Pod {
   }
 
   // This pod failed (a worker, a stop request, a hang): tell the gang, once.
-  void GangFailure(const std::string& reason, bool hang = false) {
+  void GangFailure(const std::string& reason, exitcodes::FailureClass c, bool hang = false) {
     if (reported_failure_) return;
     reported_failure_ = true;
+    own_class_ = c;
+    failed_at_ = Clock::now();
     const std::uint32_t own = options_.identity.index;
     if (leader_) {
-      PodFailed(own, "pod " + std::to_string(own) + ": " + reason, hang);
+      PodFailed(own, "pod " + std::to_string(own) + ": " + reason, c, hang);
     } else if (member_) {
-      member_->SendReport(
-          {.index = own,
-           .ok = false,
-           .failure_class = static_cast<std::uint16_t>(hang ? exitcodes::FailureClass::kInfra
-                                                            : exitcodes::FailureClass::kWorker),
-           .reason = reason});
+      member_->SendReport({.index = own,
+                           .ok = false,
+                           .failure_class = static_cast<std::uint16_t>(c),
+                           .reason = reason});
     }
   }
 
-  // Leader only: the first failure reported decides; everyone else is told.
-  void PodFailed(std::uint32_t index, const std::string& reason, bool hang = false) {
+  // Leader only: the first failure reported decides, for the whole gang,
+  // whether it restarts in place or stops; everyone else is told.
+  void PodFailed(std::uint32_t index, const std::string& reason, exitcodes::FailureClass c,
+                 bool hang = false) {
     if (first_failed_index_) return;
     first_failed_index_ = index;
+    if (index != options_.identity.index) failed_at_ = Clock::now();
     hang = hang || reason.find(": hang: ") != std::string::npos;
-    spdlog::warn("gang: {}; stopping every pod", reason);
+    const bool restart = CanRestart(c) && !GangSucceeded();
+    if (restart) {
+      restarting_ = true;
+      spdlog::warn("gang: {}; restarting in place (restart {} of {})", reason, generation_ + 1,
+                   options_.max_restarts);
+    } else {
+      spdlog::warn("gang: {}; stopping every pod", reason);
+    }
     leader_->BroadcastStop({.failed_index = index,
                             .reason = reason,
-                            .diagnostics_signal = static_cast<std::uint16_t>(
-                                hang ? options_.hang_signal : 0)});
+                            .diagnostics_signal =
+                                static_cast<std::uint16_t>(hang ? options_.hang_signal : 0),
+                            .restart = restart,
+                            .next_generation = generation_ + 1});
     if (index != options_.identity.index) {
-      peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
+      if (!restart) peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
       StopForPeer(hang ? options_.hang_signal : 0);
-      if (own_result_) MaybeConcludeLeader();
+    }
+    if (own_result_) {
+      if (restart) {
+        PostNextGeneration();
+      } else {
+        MaybeConcludeLeader();
+      }
     }
   }
 
   void OnWorkersDone(const SupervisorResult& r) {
-    phase_ms_["run"] = Ms(Clock::now() - workers_started_);
+    phase_ms_[generation_ == 0 ? "run" : "run_generation_" + std::to_string(generation_)] =
+        Ms(Clock::now() - workers_started_);
     own_result_ = r;
+    if (r.stop_signal) stop_signal_seen_ = true;
+    if (restarting_ && !r.stop_signal) {
+      PostNextGeneration();
+      return;
+    }
     const bool clean = !r.first_failure && !r.stop_signal && !r.peer_stop;
     if (member_ && clean) {
       // Tell the leader before leaving, so our exit is not read as a loss.
@@ -397,7 +534,62 @@ class Pod {
       spdlog::info("workers finished; waiting for the other pods to finish");
       return;
     }
+    if (member_ && reported_failure_ && !gang_over_ && CanRestart(own_class_)) {
+      if (leader_lost_) {
+        restarting_ = true;
+        PostNextGeneration();
+        return;
+      }
+      // The leader decides for the gang whether this failure restarts it.
+      awaiting_verdict_ = true;
+      spdlog::info("workers stopped; waiting for the leader's decision (restart or stop)");
+      return;
+    }
     ConcludeWorkers();
+  }
+
+  // ---- In-place restart: a new rendezvous generation, same process ----
+
+  void PostNextGeneration() {
+    if (next_generation_posted_ || concluded_) return;
+    next_generation_posted_ = true;
+    // Not from inside the supervisor's or the channel's callback: both go now.
+    asio::post(io_, [this] {
+      if (!concluded_) BeginNextGeneration();
+    });
+  }
+
+  void BeginNextGeneration() {
+    ++epoch_;  // callbacks of the old generation's objects are ignored from now on
+    generation_ += 1;
+    spdlog::info("restart {} of {}: joining the rendezvous for generation {}", generation_,
+                 options_.max_restarts, generation_);
+    supervisor_.reset();
+    hang_timer_.cancel();
+    diag_timer_.cancel();
+    if (member_) member_->Close();
+    member_.reset();
+    if (leader_) leader_->Close();
+    leader_.reset();
+    if (!error_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(error_dir_, ec);
+      error_dir_.clear();
+    }
+    heartbeat_files_.clear();
+    hang_reason_.reset();
+    own_result_.reset();
+    peer_failure_.reset();
+    first_failed_index_.reset();
+    reported_failure_ = false;
+    restarting_ = false;
+    awaiting_verdict_ = false;
+    next_generation_posted_ = false;
+    leader_lost_ = false;
+    gang_over_ = false;
+    member_succeeded_ = false;
+    own_class_ = exitcodes::FailureClass::kOk;
+    if (Status s = StartRendezvous(); !s.ok()) Finish(s);
   }
 
   void MaybeConcludeLeader() {
@@ -474,12 +666,23 @@ class Pod {
             // The workers are done and the leader only waits for the others:
             // stop them and leave now, or the kubelet's SIGKILL would come first.
             // (A member in this state has already reported success.)
-            if (leader_) GangFailure("stopped by " + exitcodes::SignalName(signo));
+            // After our own success there is no failure to tell: the members see
+            // the leader leave (and exit 76 unless they are being stopped too, as
+            // when a successPolicy completes the Job).
+            if (leader_ && !GangSucceeded()) {
+              GangFailure("stopped by " + exitcodes::SignalName(signo),
+                          exitcodes::FailureClass::kTerminated);
+            }
+            stop_signal_seen_ = true;
             own_result_->stop_signal = signo;
             ConcludeWorkers();
             return;
           }
-          if (!own_result_) GangFailure("stopped by " + exitcodes::SignalName(signo));
+          stop_signal_seen_ = true;
+          if (!own_result_) {
+            GangFailure("stopped by " + exitcodes::SignalName(signo),
+                        exitcodes::FailureClass::kTerminated);
+          }
         }
         supervisor_->OnSignal(signo);
       }
@@ -546,7 +749,20 @@ class Pod {
   std::optional<std::string> peer_failure_;       // another pod failed first / leader lost
   std::optional<std::uint32_t> first_failed_index_;  // leader: whose failure came first
   bool reported_failure_ = false;
+  exitcodes::FailureClass own_class_ = exitcodes::FailureClass::kOk;  // of our own failure
   bool concluded_ = false;
+  // In-place restarts.
+  std::uint32_t generation_ = 0;   // the generation running, or being joined
+  std::uint64_t epoch_ = 0;        // bumped per generation: stale callbacks check it
+  bool restarting_ = false;        // this generation ends in a restart
+  bool awaiting_verdict_ = false;  // member: failed, workers gone, waiting for the leader
+  bool next_generation_posted_ = false;
+  bool leader_lost_ = false;       // member: the leader's connection is gone
+  bool gang_over_ = false;         // member: the leader stopped the gang for good
+  bool member_succeeded_ = false;  // leader: some pod's workers all finished
+  bool stop_signal_seen_ = false;  // SIGTERM/SIGINT: never restart after it
+  Clock::time_point failed_at_;    // when this generation's failure was first seen here
+  Clock::time_point round_started_;  // this rendezvous round began
   int exit_code_ = 0;
 };
 

@@ -108,6 +108,32 @@ TEST(CliTest, WorkersGetTorchrunEnvironment) {
   EXPECT_NE(r.out.find("[rank0]: has-files"), std::string::npos) << r.out;
 }
 
+TEST(CliTest, MaxRestartsRestartsInPlaceThenFollowsTheContract) {
+  // Fails in generations 0 and 1, succeeds in 2: two restarts are enough
+  // (PET_MAX_RESTARTS is torchrun's variable).
+  const std::string flaky =
+      "-- sh -c 'echo gen=$TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS; "
+      "test $TORCHELASTIC_RESTART_COUNT -ge 2 || exit 3'";
+  Outcome r = Trainlet("PET_MAX_RESTARTS=2", flaky);
+  EXPECT_EQ(r.code, 0) << r.out;
+  for (const char* g : {"gen=0/2", "gen=1/2", "gen=2/2"}) {
+    EXPECT_NE(r.out.find(g), std::string::npos) << g << "\n" << r.out;
+  }
+  // One restart is not enough: the worker's own code, after generation 1.
+  r = Trainlet("", "--max-restarts 1 " + flaky);
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("gen=1/1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("gen=2/1"), std::string::npos) << r.out;
+  // bug (a --fatal-exit-codes code) is never restarted.
+  r = Trainlet("", "--max-restarts 3 -- sh -c 'echo gen=$TORCHELASTIC_RESTART_COUNT; exit 42'");
+  EXPECT_EQ(r.code, 42) << r.out;
+  EXPECT_EQ(r.out.find("gen=1"), std::string::npos) << r.out;
+  // Not a count: a config error.
+  r = Trainlet("", "--max-restarts many -- true");
+  EXPECT_EQ(r.code, 78) << r.out;
+  EXPECT_NE(r.out.find("--max-restarts"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, HangIsDetectedFromTheHeartbeatFile) {
   // Worker 1 beats twice then stops; worker 0 keeps beating. Worker 0 also shows
   // it got the diagnostics signal.

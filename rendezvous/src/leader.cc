@@ -1,5 +1,6 @@
 #include "trainlet/rendezvous/leader.h"
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <optional>
@@ -32,6 +33,7 @@ struct Leader::Conn {
   std::array<std::uint8_t, 4096> buf{};
   std::string peer;                    // "10.0.0.12:41234", for messages
   std::optional<std::uint32_t> index;  // set once admitted
+  std::uint32_t generation = 0;        // the generation its hello asked for
   bool closed = false;
   // Control channel.
   FrameQueue outq;
@@ -391,6 +393,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
     return;
   }
   conn->index = hello.index;
+  conn->generation = hello.generation;
   conn->timer.cancel();
   --im.pending;
   im.members[hello.index] = conn;
@@ -433,10 +436,14 @@ void Leader::MaybeAssign() {
   if (im.finished || im.assigning || admitted() < im.options.nnodes) return;
   im.assigning = true;
   const std::uint32_t nproc = im.own->nproc_per_node;
-  auto make = [nproc, nnodes = im.options.nnodes, port = im.options.master_port,
+  // The gang's generation: the highest any pod asks for (a replaced pod starts
+  // at 0, the survivors of a restart ask for their last generation + 1).
+  std::uint32_t generation = im.own->generation;
+  for (const auto& [index, conn] : im.members) generation = std::max(generation, conn->generation);
+  auto make = [nproc, generation, nnodes = im.options.nnodes, port = im.options.master_port,
                run_id = im.options.run_id, job_id = im.own->job_id,
                attempt = im.own->attempt](std::uint32_t index, std::string master_addr) {
-    return wire::Assignment{.generation = 1,
+    return wire::Assignment{.generation = generation,
                             .nnodes = nnodes,
                             .world_size = nnodes * nproc,
                             .rank_base = index * nproc,

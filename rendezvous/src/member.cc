@@ -283,6 +283,14 @@ void Member::ReadReply() {
       self->Retry("rendezvous: refused a leader of another job or attempt", im.last_error);
       return;
     }
+    if (a->generation < h.generation) {
+      // A leader behind this pod's own count: a pod of an earlier generation
+      // still holding the name. The current leader comes back under it.
+      im.last_error = "leader runs generation " + std::to_string(a->generation) +
+                      ", this pod joins generation " + std::to_string(h.generation);
+      self->Retry("rendezvous: refused a leader of an earlier generation", im.last_error);
+      return;
+    }
     if (a->rank_base != h.index * h.nproc_per_node || a->nnodes == 0 ||
         a->world_size != a->nnodes * h.nproc_per_node || a->master_addr.empty() ||
         a->master_port == 0) {

@@ -93,6 +93,7 @@ void EncodePayload(Writer& w, const Hello& m) {
     w.Str(m.config[i].second);
   }
   w.Str(m.nonce);
+  w.U32(m.generation);
 }
 
 void EncodePayload(Writer& w, const Challenge& m) {
@@ -136,6 +137,8 @@ void EncodePayload(Writer& w, const Stop& m) {
   w.U32(m.failed_index);
   w.Str(m.reason);
   w.U16(m.diagnostics_signal);
+  w.U16(m.restart ? 1 : 0);
+  w.U32(m.next_generation);
 }
 
 MessageType TypeOf(const Heartbeat&) { return MessageType::kHeartbeat; }
@@ -156,7 +159,7 @@ bool DecodePayload(Reader& r, Hello* m) {
   for (auto& [k, v] : m->config) {
     if (!r.Str(&k, "config key") || !r.Str(&v, "config value")) return false;
   }
-  return r.Str(&m->nonce, "nonce");
+  return r.Str(&m->nonce, "nonce") && r.U32(&m->generation);
 }
 
 bool DecodePayload(Reader& r, Challenge* m) {
@@ -192,7 +195,13 @@ bool DecodePayload(Reader& r, Report* m) {
 }
 
 bool DecodePayload(Reader& r, Stop* m) {
-  return r.U32(&m->failed_index) && r.Str(&m->reason, "reason") && r.U16(&m->diagnostics_signal);
+  std::uint16_t flags = 0;
+  if (!(r.U32(&m->failed_index) && r.Str(&m->reason, "reason") &&
+        r.U16(&m->diagnostics_signal) && r.U16(&flags) && r.U32(&m->next_generation))) {
+    return false;
+  }
+  m->restart = (flags & 1) != 0;
+  return true;
 }
 
 template <typename T>

@@ -109,9 +109,32 @@ TEST_F(RendezvousTest, GangOfFourFormsWithRanksFromTheIndex) {
     EXPECT_EQ(a.rank_base, i * 2);
     EXPECT_EQ(a.world_size, 8u);
     EXPECT_EQ(a.nnodes, 4u);
-    EXPECT_EQ(a.generation, 1u);
+    EXPECT_EQ(a.generation, 0u);  // nobody restarted yet
     EXPECT_EQ(a.master_addr, "127.0.0.1");
     EXPECT_EQ(a.master_port, 29500);
+  }
+}
+
+// After an in-place restart the survivors ask for their last generation + 1; a
+// replaced pod (the leader here) starts at 0 and continues the gang's count.
+TEST_F(RendezvousTest, GenerationIsTheHighestAnyPodAsksFor) {
+  auto leader = MakeLeader(3);
+  Outcome own;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });  // a fresh leader: generation 0
+  std::map<int, Outcome> got;
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i : {1u, 2u}) {
+    wire::Hello h = HelloFor(i, 3);
+    h.generation = i == 1 ? 2 : 1;
+    members.push_back(MakeMember(h, leader->port()));
+    members.back()->Start([&got, i](auto r) { got[i] = r; });
+  }
+  RunUntil([&] { return own && got.size() == 2; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  EXPECT_EQ((*own)->generation, 2u);
+  for (std::uint32_t i : {1u, 2u}) {
+    ASSERT_TRUE(got[i] && got[i]->ok()) << i;
+    EXPECT_EQ((*got[i])->generation, 2u) << i;
   }
 }
 

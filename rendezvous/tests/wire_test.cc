@@ -14,6 +14,7 @@ Hello SampleHello() {
   h.nproc_per_node = 8;
   h.config = {{"nnodes", "16"}, {"nproc_per_node", "8"}, {"master_port", "29500"}};
   h.fingerprint = Fingerprint(h.config);
+  h.generation = 3;
   return h;
 }
 
@@ -32,6 +33,8 @@ std::vector<Message> Samples() {
           Report{.index = 2, .ok = true, .failure_class = 0, .reason = ""},
           Stop{.failed_index = 3, .reason = "pod 3 failed"},
           Stop{.failed_index = 1, .reason = "hang", .diagnostics_signal = 10},
+          Stop{.failed_index = 2, .reason = "rank 5 exited 1", .restart = true,
+               .next_generation = 4},
           Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
           Proof{.proof = std::string("\0\xff\x10", 3)}};
 }

@@ -369,6 +369,7 @@ class Cluster:
         self.dns_log = os.path.join(self.workdir, "dnsmasq.log")
         self.events_log = os.path.join(self.workdir, "events.log")
         self.pods = {}
+        self._ip_override = {}
         self._timers = []
         self._dnsmasq = None
         self._created_ns = []
@@ -386,7 +387,22 @@ class Cluster:
     def pod_ip(self, i):
         if not 0 <= i < 200:
             raise ValueError("podsim supports indices 0..199")
-        return f"{SUBNET}.{10 + i}"
+        return self._ip_override.get(i, f"{SUBNET}.{10 + i}")
+
+    def readdress(self, i, ip):
+        """Gives pod i a new IP, as when a pod is replaced (rescheduled): its eth0 gets
+        `ip` instead of the old address, its /etc/hosts is rewritten for the next start,
+        and its DNS records are republished (returns once dnsmasq has read them). Call it
+        while pod i is not running."""
+        if i in self.pods and self.pods[i].running():
+            raise PodsimError(f"pod {i} is still running")
+        self._ip_override[i] = ip
+        ns = self.pod_ns(i)
+        _run("ip", "-n", ns, "addr", "flush", "dev", "eth0")
+        _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        self._write_pod_files(i)
+        self.event(f"pod {self.hostname(i)} readdressed to {ip}")
+        self.publish(i)
 
     def pod_ns(self, i):
         return f"{self.tag}p{i}"

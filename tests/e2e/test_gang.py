@@ -54,16 +54,9 @@ esac
 """
 
 
-class GangTest(PodsimTestCase):
-    needs_trainlet = True
+class GangHelpers:
+    """Helpers for gang tests (mixed into a PodsimTestCase; no tests of its own)."""
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        if BIN and os.path.basename(BIN) == "standin_trainlet.py":
-            raise unittest.SkipTest("the stand-in has no gang control channel")
-
-    # -- helpers -----------------------------------------------------------------------
     def tlog(self, c, i):
         return os.path.join(c.workdir, f"termination-log-pod{i}")
 
@@ -175,6 +168,15 @@ class GangTest(PodsimTestCase):
             self.assertIn("TERM", self.marks(c, i),
                           f"pod {i}'s worker never got SIGTERM\n" + c.pods[i].tail())
         self.assertNothingLeft(c)
+
+class GangTest(GangHelpers, PodsimTestCase):
+    needs_trainlet = True
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        if BIN and os.path.basename(BIN) == "standin_trainlet.py":
+            raise unittest.SkipTest("the stand-in has no gang control channel")
 
     # -- 1: a member's worker fails ----------------------------------------------------------
     def test_member_worker_failure_stops_the_gang(self):

@@ -27,6 +27,16 @@ struct PodOptions {
   std::uint16_t master_port = 29500;  // MASTER_PORT for the trainers' own store
   std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
   std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
+  // In-place restarts (torchrun's --max-restarts): after a failure of class
+  // worker, infra, oom or peer-lost, while fewer than this many restarts were
+  // made, every agent stops its workers and joins the rendezvous again for a
+  // new generation, without its pod exiting; the trainers see
+  // TORCHELASTIC_RESTART_COUNT = the generation. Never for bug, config or
+  // hardware (a bad GPU must leave the node), nor after a stop signal, nor once
+  // any pod's workers have all succeeded. The new rendezvous is bounded by
+  // rdzv_timeout again; a replaced pod (same index, new IP) joins it, and
+  // members re-resolve the leader's name (a replaced leader has a new IP).
+  std::uint32_t max_restarts = 0;
   // Hang detection (off when zero). Each worker gets TRAINLET_HEARTBEAT_FILE and
   // shows progress by touching it (updating its mtime). A worker that has not
   // touched it within `hang_start_timeout` of its start, or since its last touch
@@ -67,6 +77,8 @@ struct WorkerPlacement {
   std::uint16_t master_port = 0;
   std::string run_id;
   std::string error_file;
+  std::uint32_t restart_count = 0;  // the rendezvous generation
+  std::uint32_t max_restarts = 0;
 };
 std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
                                            const WorkerPlacement& p);

@@ -56,6 +56,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   // Starts admitting members. `own` is the leader pod's hello (index 0), checked
   // like any other. `done` runs exactly once, on the executor:
   //  - with the leader pod's own Assignment once every pod has been sent its own;
+  //    its generation is the highest any hello (own included) asked for;
   //  - with class config when a member's launch configuration differs from the
   //    leader's (the member is sent a Reject naming the field first);
   //  - never for strangers, stale attempts or duplicate indices: those members

@@ -59,11 +59,16 @@ struct Hello {
   std::uint64_t fingerprint = 0;   // Fingerprint(config)
   LaunchConfig config;
   std::string nonce;               // 32 random bytes when this pod has a token, else empty
+  // The rendezvous generation this pod asks to join: 0 for a pod that has not
+  // trained yet, the last generation it ran + 1 after an in-place restart. The
+  // leader runs max(its own, every member's), so a replaced leader (a fresh pod
+  // at 0) continues the gang's count instead of starting over.
+  std::uint32_t generation = 0;
   bool operator==(const Hello&) const = default;
 };
 
 struct Assignment {
-  std::uint32_t generation = 0;   // rendezvous round, starts at 1
+  std::uint32_t generation = 0;   // rendezvous round = restarts so far (TORCHELASTIC_RESTART_COUNT)
   std::uint32_t nnodes = 0;       // pods in the gang
   std::uint32_t world_size = 0;   // workers in the gang
   std::uint32_t rank_base = 0;    // global rank of this pod's local rank 0
@@ -102,6 +107,11 @@ struct Stop {
   // Non-zero: send this signal to the workers first (a hang: stack dumps from
   // every rank), then stop them a moment later.
   std::uint16_t diagnostics_signal = 0;
+  // True: the gang restarts in place (--max-restarts): every agent stops its
+  // workers, then joins the rendezvous again for generation `next_generation`.
+  // False: the gang is over; every agent exits.
+  bool restart = false;
+  std::uint32_t next_generation = 0;
   bool operator==(const Stop&) const = default;
 };
 
