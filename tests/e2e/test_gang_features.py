@@ -92,14 +92,8 @@ def probe(cluster, i, what):
     return r.returncode
 
 
-class GangFeatureTest(PodsimTestCase):
+class GangFeatureTest(test_gang.GangHelpers, PodsimTestCase):
     needs_trainlet = True
-
-    # test_gang.GangTest's helpers (not the class itself, so its tests don't run twice).
-    tlog = test_gang.GangTest.tlog
-    marks_path = test_gang.GangTest.marks_path
-    marks = test_gang.GangTest.marks
-    watch = test_gang.GangTest.watch
 
     @classmethod
     def setUpClass(cls):
