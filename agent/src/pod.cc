@@ -693,7 +693,10 @@ class Pod {
     } else if (signo == SIGTERM || signo == SIGINT) {
       // No worker runs yet: nothing to forward, nothing to wait for.
       Finish(Status(exitcodes::FailureClass::kTerminated,
-                    "received " + exitcodes::SignalName(signo) + " before the workers started"));
+                    "received " + exitcodes::SignalName(signo) +
+                        (generation_ > 0 ? " while the gang restarted (generation " +
+                                               std::to_string(generation_) + ")"
+                                         : " before the workers started")));
     } else {
       spdlog::debug("ignoring {} before the workers started", exitcodes::SignalName(signo));
     }
