@@ -44,9 +44,10 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
   set("LOCAL_WORLD_SIZE", std::to_string(p.nproc_per_node));
   set("GROUP_RANK", std::to_string(p.group_rank));
   set("GROUP_WORLD_SIZE", std::to_string(p.nnodes));
-  set("ROLE_NAME", "default");
-  set("ROLE_RANK", std::to_string(rank));
-  set("ROLE_WORLD_SIZE", std::to_string(p.world_size));
+  set("ROLE_NAME", p.role_name);
+  set("ROLE_RANK", std::to_string(rank - std::min(rank, p.role_rank_base)));
+  set("ROLE_WORLD_SIZE",
+      std::to_string(p.role_world_size == 0 ? p.world_size : p.role_world_size));
   set("MASTER_ADDR", p.master_addr);
   set("MASTER_PORT", std::to_string(p.master_port));
   set("TORCHELASTIC_RUN_ID", p.run_id);
@@ -123,7 +124,8 @@ class Pod {
     hello.nproc_per_node = id.nproc_per_node;
     hello.config = {{"nnodes", std::to_string(id.nnodes)},
                     {"nproc_per_node", std::to_string(id.nproc_per_node)},
-                    {"master_port", std::to_string(options_.master_port)}};
+                    {"master_port", std::to_string(options_.master_port)},
+                    {"gang", id.gang}};
     hello.fingerprint = rendezvous::wire::Fingerprint(hello.config);
     auto on_assignment = [this](Result<rendezvous::wire::Assignment> a) { OnAssignment(a); };
 
@@ -200,7 +202,10 @@ class Pod {
                         .run_id = a.run_id,
                         .error_file = error_dir.empty()
                                           ? ""
-                                          : error_dir + "/error-" + std::to_string(lr) + ".json"};
+                                          : error_dir + "/error-" + std::to_string(lr) + ".json",
+                        .role_name = id.role_name,
+                        .role_rank_base = id.role_rank_base,
+                        .role_world_size = id.role_world_size};
       auto env = WorkerEnvironment(options_.env, p);
       if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);
