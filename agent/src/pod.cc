@@ -71,6 +71,12 @@ constexpr std::chrono::seconds kDiagnosticsDelay{2};
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// A gang stop reason that is a pod's stop request ("pod 3: stopped by SIGTERM",
+// GangFailure below), not a failure.
+bool IsTermination(const std::string& reason) {
+  return reason.find(": stopped by SIG") != std::string::npos;
+}
+
 // One pod's run. Lives on the stack of RunPod; every callback runs on `io`.
 class Pod {
  public:
@@ -320,6 +326,7 @@ class Pod {
                  // hearing of this one: ours stays ours.
                  if (stop.failed_index == own || reported_failure_) return;
                  if (!peer_failure_) {
+                   peer_terminated_ = IsTermination(stop.reason);
                    peer_failure_ = "pod " + std::to_string(stop.failed_index) +
                                    " failed first (" + stop.reason + ")";
                    spdlog::warn("the leader stops the gang: {}", *peer_failure_);
@@ -374,12 +381,18 @@ class Pod {
     if (first_failed_index_) return;
     first_failed_index_ = index;
     hang = hang || reason.find(": hang: ") != std::string::npos;
-    spdlog::warn("gang: {}; stopping every pod", reason);
+    if (index == options_.identity.index && leader_->AllMembersSettled()) {
+      // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
+      spdlog::info("gang: {}; every other pod has finished", reason);
+    } else {
+      spdlog::warn("gang: {}; stopping every pod", reason);
+    }
     leader_->BroadcastStop({.failed_index = index,
                             .reason = reason,
                             .diagnostics_signal = static_cast<std::uint16_t>(
                                 hang ? options_.hang_signal : 0)});
     if (index != options_.identity.index) {
+      peer_terminated_ = IsTermination(reason);
       peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
       StopForPeer(hang ? options_.hang_signal : 0);
       if (own_result_) MaybeConcludeLeader();
@@ -413,7 +426,11 @@ class Pod {
   void ConcludeWorkers() {
     if (concluded_) return;
     concluded_ = true;
-    const SupervisorResult& r = *own_result_;
+    SupervisorResult& r = *own_result_;
+    // A preempted gang gets SIGTERM in every pod, in some order: a pod already
+    // stopping because a peer was terminated, that then gets its own SIGTERM
+    // before it is done, was preempted too (143), not collateral (76).
+    if (!r.stop_signal && peer_terminated_ && own_stop_signal_) r.stop_signal = own_stop_signal_;
     exitcodes::Evidence e;
     // The gang failed elsewhere first: collateral, even if our own workers had
     // finished (a leader must not report success for a gang that failed). A
@@ -464,7 +481,10 @@ class Pod {
       }
       std::string summary = exitcodes::TerminationMessage(info);
       WriteTerminationLog(options_.termination_log, summary);
-      spdlog::error("exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class), summary);
+      // A stop request (preemption, deletion, successPolicy) is no error.
+      spdlog::log(v.failure_class == exitcodes::FailureClass::kTerminated ? spdlog::level::info
+                                                                          : spdlog::level::err,
+                  "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class), summary);
     }
     Stop();
   }
@@ -475,6 +495,7 @@ class Pod {
         supervisor_->Reap();
       } else {
         if (signo == SIGTERM || signo == SIGINT) {
+          if (!own_stop_signal_) own_stop_signal_ = signo;
           if (own_result_ && !concluded_) {
             // The workers are done and the leader only waits for the others:
             // stop them and leave now, or the kubelet's SIGKILL would come first.
@@ -543,6 +564,8 @@ class Pod {
   std::unique_ptr<Supervisor> supervisor_;
   std::string error_dir_;
   std::uint32_t rank_base_ = 0;
+  bool peer_terminated_ = false;          // the peer stop was a pod's SIGTERM/SIGINT
+  std::optional<int> own_stop_signal_;    // this pod's first SIGTERM/SIGINT
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;

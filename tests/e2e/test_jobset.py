@@ -23,6 +23,9 @@ those files and names.
   deletes the leader pod (SIGTERM): it exits 143, class terminated, without warnings.
 - test_preempted_gang: Kueue preemption (SIGTERM to every pod at once): every pod stops its
   workers and exits 143 within the grace period.
+- test_preempted_gang_staggered: the kubelets deliver SIGTERM at different times: pod 2 first,
+  the others only after the leader has told the gang to stop. Pods that get their own
+  SIGTERM while still stopping exit 143 too; a pod that never gets one is collateral (76).
 """
 
 import json
@@ -241,6 +244,26 @@ class JobSetTest(PodsimTestCase):
                 self.assertIn("checkpointed", pod.output(), f"pod {i}: workers got SIGTERM")
                 self.assertEqual(self.termination(c, i)["class"], "terminated", f"pod {i}")
             self.assertNothingLeft(c)
+
+    def test_preempted_gang_staggered(self):
+        with self.jobset() as c:
+            c.publish_all()
+            cmd = ["sh", "-c", "trap 'sleep 1; echo checkpointed; exit 0' TERM; echo up; "
+                   "while :; do sleep 0.1; done"]
+            grace = 5
+            for i in range(5):
+                self.start(c, i, cmd, grace=grace)
+            for i in range(5):
+                c.pods[i].wait_for_output(r"\]: up$", 30)
+            t0 = time.monotonic()
+            c.pods[2].signal(15)
+            c.pods[0].wait_for_output(r"gang: pod 2: stopped by SIGTERM; stopping every pod", 5)
+            for i in (0, 1, 3):  # pod 4's kubelet is slow: no SIGTERM before it is done
+                c.pods[i].signal(15)
+            codes = c.wait_all(grace + 5)
+            self.assertLess(time.monotonic() - t0, grace)
+            self.assertEqual(codes, {0: 143, 1: 143, 2: 143, 3: 143, 4: 76})
+            self.assertEqual(self.termination(c, 4)["class"], "peer_failed")
 
 
 if __name__ == "__main__":
