@@ -217,13 +217,48 @@ std::optional<std::string> LookupPodInfo(const std::string& content, const std::
     if (eq == std::string::npos || line.compare(0, eq, key) != 0 || eq != key.size()) continue;
     std::string raw = line.substr(eq + 1);
     if (raw.size() < 2 || raw.front() != '"' || raw.back() != '"') return raw;
+    // The kubelet writes each value with Go's %q (strconv.Quote): \a \b \f \n
+    // \r \t \v \\ \" and \xNN, \uNNNN, \UNNNNNNNN for the rest.
     std::string out;
-    for (std::size_t i = 1; i + 1 < raw.size(); ++i) {
-      if (raw[i] == '\\' && i + 2 < raw.size()) {
-        char c = raw[++i];
-        out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
-      } else {
+    const std::size_t end = raw.size() - 1;  // the closing quote
+    for (std::size_t i = 1; i < end; ++i) {
+      if (raw[i] != '\\' || i + 1 >= end) {
         out += raw[i];
+        continue;
+      }
+      char c = raw[++i];
+      std::size_t hex = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
+      if (hex == 0) {
+        const std::string from = "abfnrtv", to = "\a\b\f\n\r\t\v";
+        auto k = from.find(c);
+        out += k == std::string::npos ? c : to[k];
+        continue;
+      }
+      std::uint32_t cp = 0;
+      if (i + hex >= end) {  // the digits must end before the closing quote
+        out += c;
+        continue;
+      }
+      auto [ptr, ec] = std::from_chars(raw.data() + i + 1, raw.data() + i + 1 + hex, cp, 16);
+      if (ec != std::errc() || ptr != raw.data() + i + 1 + hex) {
+        out += c;
+        continue;
+      }
+      i += hex;
+      if (c == 'x' || cp < 0x80) {
+        out += static_cast<char>(cp);  // \xNN is a raw byte
+      } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
       }
     }
     return out;

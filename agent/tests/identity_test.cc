@@ -236,6 +236,19 @@ TEST(PodInfoTest, ParsesDownwardApiFormat) {
   EXPECT_EQ(LookupPodInfo(content, "batch.kubernetes.io/job-completion"), std::nullopt);
 }
 
+TEST(PodInfoTest, GoQuotedEscapes) {
+  // The kubelet writes values with Go's %q.
+  const std::string content =
+      "a=\"x\\\\y\\tz\\r\"\n"
+      "b=\"caf\\u00e9 \\U0001f600 \\x41\"\n"
+      "c=\"{\\\"kind\\\":\\\"JobSet\\\"}\\n\"\n"
+      "d=\"bad \\x4\"\n";
+  EXPECT_EQ(LookupPodInfo(content, "a"), "x\\y\tz\r");
+  EXPECT_EQ(LookupPodInfo(content, "b"), "caf\xc3\xa9 \xf0\x9f\x98\x80 A");
+  EXPECT_EQ(LookupPodInfo(content, "c"), "{\"kind\":\"JobSet\"}\n");
+  EXPECT_EQ(LookupPodInfo(content, "d"), "bad x4") << "a cut escape stays text";
+}
+
 TEST(FqdnTest, FromKubeletHostsFile) {
   EXPECT_EQ(FqdnFromHosts(kHosts, "trainer-1"), "trainer-1.trainer.default.svc.cluster.local");
   EXPECT_EQ(FqdnFromHosts(kHosts, "trainer-2"), "");
