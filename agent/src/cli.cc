@@ -53,8 +53,8 @@ std::optional<std::string> ReadFile(const std::string& path) {
 
 // Every flag of the pod agent, as strings until validated.
 struct Flags {
-  std::string node_rank, nnodes, nproc_per_node, master_addr, job_id, attempt;
-  std::string podinfo_file = "/etc/podinfo/annotations";
+  std::string node_rank, nnodes, nproc_per_node, master_addr, job_id, attempt, gang;
+  std::string podinfo_file, podinfo_dir = "/etc/podinfo";
   std::string rdzv_port = "29400", master_port = "29500";
   std::string rdzv_timeout = "600", grace_period = "25";
   std::string log_level;
@@ -138,8 +138,16 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "attempt", &f.attempt,
           "the job's restart attempt; pods of other attempts are refused (default: JobSet's "
           "restart-attempt annotation, else 0)");
+  AddFlag(app, f, "podinfo-dir", &f.podinfo_dir,
+          "downward-API volume folder with the pod's `labels` and `annotations` files "
+          "(default /etc/podinfo)");
   AddFlag(app, f, "podinfo-file", &f.podinfo_file,
-          "downward-API annotations file (default /etc/podinfo/annotations)");
+          "the downward-API annotations file alone (default <podinfo-dir>/annotations)");
+  AddFlag(app, f, "gang", &f.gang,
+          "one gang across a JobSet's replicated Jobs, in their order: NAME=PODS or "
+          "NAME=REPLICASxPODS, comma-separated (e.g. leader=1,workers=4); the pod's role and "
+          "job index come from JobSet's labels in --podinfo-dir or its hostname; implies "
+          "--nnodes; workers get ROLE_NAME/ROLE_RANK/ROLE_WORLD_SIZE per role");
 }
 
 // --flag, else TRAINLET_FLAG (both through CLI11), else PET_FLAG.
@@ -401,7 +409,9 @@ int Main(int argc, char** argv) {
   in.master_addr = Given(f, "master-addr", env, &f.master_addr);
   in.job_id = Given(f, "job-id", env, &f.job_id);
   in.attempt = Given(f, "attempt", env, &f.attempt);
-  in.podinfo_file = f.podinfo_file;
+  in.gang = Given(f, "gang", env, &f.gang);
+  in.podinfo_dir = Given(f, "podinfo-dir", env, &f.podinfo_dir);
+  in.podinfo_file = Given(f, "podinfo-file", env, &f.podinfo_file);
   in.env = env;
   utsname u{};
   ::uname(&u);

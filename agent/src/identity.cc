@@ -54,7 +54,134 @@ bool IsIpLiteral(const std::string& s) {
   return !s.empty();
 }
 
+bool AllDigits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// JobSet's pod hostname <jobset>-<role>-<jobIndex>-<podIndex> for a known role
+// (role names may hold '-', so the layout's names anchor the split).
+struct JobSetHost {
+  std::string jobset;
+  std::size_t role = 0;
+  std::string job_index, pod_index;
+};
+std::optional<JobSetHost> ParseJobSetHost(const std::string& host, const GangLayout& layout) {
+  auto last = host.rfind('-');
+  if (last == std::string::npos || last == 0) return std::nullopt;
+  auto mid = host.rfind('-', last - 1);
+  if (mid == std::string::npos || mid == 0) return std::nullopt;
+  std::string job = host.substr(mid + 1, last - mid - 1), pod = host.substr(last + 1);
+  if (!AllDigits(job) || !AllDigits(pod)) return std::nullopt;
+  std::string head = host.substr(0, mid);  // <jobset>-<role>
+  for (std::size_t r = 0; r < layout.roles.size(); ++r) {
+    const std::string suffix = "-" + layout.roles[r].name;
+    if (head.size() > suffix.size() && head.ends_with(suffix)) {
+      return JobSetHost{head.substr(0, head.size() - suffix.size()), r, job, pod};
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::uint32_t GangLayout::total_pods() const { return pods_before(roles.size()); }
+
+std::uint32_t GangLayout::pods_before(std::size_t role) const {
+  std::uint32_t n = 0;
+  for (std::size_t r = 0; r < role && r < roles.size(); ++r) n += roles[r].pods();
+  return n;
+}
+
+std::string GangLayout::ToString() const {
+  std::string out;
+  for (const auto& r : roles) {
+    if (!out.empty()) out += ",";
+    out += r.name + "=";
+    if (r.replicas != 1) out += std::to_string(r.replicas) + "x";
+    out += std::to_string(r.pods_per_job);
+  }
+  return out;
+}
+
+Result<GangLayout> ParseGang(const std::string& what, const std::string& value) {
+  GangLayout layout;
+  const std::string form = " (expected NAME=PODS or NAME=REPLICASxPODS, comma-separated, in the "
+                           "order of the JobSet's replicatedJobs, e.g. leader=1,workers=4)";
+  if (value.empty()) return Status::Config(what + "='' is empty" + form);
+  std::uint64_t total = 0;
+  for (const std::string& part : Split(value + ",", ',')) {
+    auto eq = part.find('=');
+    if (eq == std::string::npos) {
+      return Status::Config(what + "=" + Quote(value) + ": " + Quote(part) + " has no '='" + form);
+    }
+    GangRole role;
+    role.name = part.substr(0, eq);
+    bool label = !role.name.empty() && role.name.size() <= 63 &&
+                 role.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") ==
+                     std::string::npos &&
+                 role.name.front() != '-' && role.name.back() != '-';
+    if (!label) {
+      return Status::Config(what + "=" + Quote(value) + ": role " + Quote(role.name) +
+                            " is not a replicatedJob name (a DNS label: 1 to 63 of a-z, 0-9, "
+                            "'-', not starting or ending with '-')");
+    }
+    for (const auto& r : layout.roles) {
+      if (r.name == role.name) {
+        return Status::Config(what + "=" + Quote(value) + ": role " + Quote(role.name) +
+                              " appears twice");
+      }
+    }
+    std::string count = part.substr(eq + 1);
+    auto x = count.find('x');
+    std::string replicas = x == std::string::npos ? "1" : count.substr(0, x);
+    std::string pods = x == std::string::npos ? count : count.substr(x + 1);
+    auto r = ParseCount(what + " replicas of " + role.name, replicas, kMaxPods);
+    if (!r.ok()) return r.status();
+    auto p = ParseCount(what + " pods of " + role.name, pods, kMaxPods);
+    if (!p.ok()) return p.status();
+    if (*r == 0 || *p == 0) {
+      return Status::Config(what + "=" + Quote(value) + ": role " + Quote(role.name) +
+                            " has no pods; every role needs at least one");
+    }
+    role.replicas = *r;
+    role.pods_per_job = *p;
+    total += static_cast<std::uint64_t>(*r) * *p;
+    if (total > kMaxPods) {
+      return Status::Config(what + "=" + Quote(value) + " has more than " +
+                            std::to_string(kMaxPods) + " pods");
+    }
+    layout.roles.push_back(role);
+  }
+  return layout;
+}
+
+Status ValidateDnsName(const std::string& what, const std::string& name) {
+  std::string n = name;
+  if (!n.empty() && n.back() == '.') n.pop_back();
+  if (n.size() > 253) {
+    return Status::Config(what + "=" + Quote(name) + " is " + std::to_string(n.size()) +
+                          " characters; a DNS name has at most 253 (RFC 1035 2.3.4)");
+  }
+  for (const std::string& label : Split(n, '.')) {
+    if (label.size() > 63) {
+      return Status::Config(what + "=" + Quote(name) + ": label " + Quote(label) + " is " +
+                            std::to_string(label.size()) +
+                            " characters; a DNS label has at most 63 (RFC 1035 2.3.4; "
+                            "Kubernetes truncates longer pod hostnames)");
+    }
+    bool ok = !label.empty() && label.front() != '-' && label.back() != '-';
+    for (char c : label) {
+      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-');
+    }
+    if (!ok) {
+      return Status::Config(what + "=" + Quote(name) + ": label " + Quote(label) +
+                            " is not a DNS label (1 to 63 letters, digits and '-', not starting "
+                            "or ending with '-'; RFC 1123 2.1)");
+    }
+  }
+  return Status::Ok();
+}
 
 Result<std::uint32_t> ParseCount(const std::string& what, const std::string& value,
                                  std::uint32_t max) {
@@ -90,13 +217,48 @@ std::optional<std::string> LookupPodInfo(const std::string& content, const std::
     if (eq == std::string::npos || line.compare(0, eq, key) != 0 || eq != key.size()) continue;
     std::string raw = line.substr(eq + 1);
     if (raw.size() < 2 || raw.front() != '"' || raw.back() != '"') return raw;
+    // The kubelet writes each value with Go's %q (strconv.Quote): \a \b \f \n
+    // \r \t \v \\ \" and \xNN, \uNNNN, \UNNNNNNNN for the rest.
     std::string out;
-    for (std::size_t i = 1; i + 1 < raw.size(); ++i) {
-      if (raw[i] == '\\' && i + 2 < raw.size()) {
-        char c = raw[++i];
-        out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
-      } else {
+    const std::size_t end = raw.size() - 1;  // the closing quote
+    for (std::size_t i = 1; i < end; ++i) {
+      if (raw[i] != '\\' || i + 1 >= end) {
         out += raw[i];
+        continue;
+      }
+      char c = raw[++i];
+      std::size_t hex = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
+      if (hex == 0) {
+        const std::string from = "abfnrtv", to = "\a\b\f\n\r\t\v";
+        auto k = from.find(c);
+        out += k == std::string::npos ? c : to[k];
+        continue;
+      }
+      std::uint32_t cp = 0;
+      if (i + hex >= end) {  // the digits must end before the closing quote
+        out += c;
+        continue;
+      }
+      auto [ptr, ec] = std::from_chars(raw.data() + i + 1, raw.data() + i + 1 + hex, cp, 16);
+      if (ec != std::errc() || ptr != raw.data() + i + 1 + hex) {
+        out += c;
+        continue;
+      }
+      i += hex;
+      if (c == 'x' || cp < 0x80) {
+        out += static_cast<char>(cp);  // \xNN is a raw byte
+      } else if (cp < 0x800) {
+        out += static_cast<char>(0xC0 | (cp >> 6));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        out += static_cast<char>(0xE0 | (cp >> 12));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
+      } else {
+        out += static_cast<char>(0xF0 | (cp >> 18));
+        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (cp & 0x3F));
       }
     }
     return out;
@@ -134,20 +296,55 @@ std::string FqdnFromHosts(const std::string& etc_hosts, const std::string& hostn
 Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   PodIdentity id;
 
-  // Completion index.
+  // The downward-API files (a volume with `labels` and `annotations`): JobSet
+  // puts its keys in both, the Job controller its completion index in the
+  // annotations and its UID in the labels.
+  const std::string dir = in.podinfo_dir.value_or(
+      in.podinfo_file ? in.podinfo_file->substr(0, in.podinfo_file->rfind('/') + 1)
+                      : std::string("/etc/podinfo"));
+  auto in_dir = [&dir](const std::string& file) {
+    return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
+  };
+  const std::string annotations_path = in.podinfo_file.value_or(in_dir("annotations"));
+  std::optional<std::string> annotations, labels;
+  if (in.read_file) {
+    annotations = in.read_file(annotations_path);
+    labels = in.read_file(in_dir("labels"));
+  }
+  auto podinfo = [&](const std::string& key) -> std::optional<Sourced> {
+    if (annotations) {
+      if (auto v = LookupPodInfo(*annotations, key)) return Sourced{"annotation " + key, *v};
+    }
+    if (labels) {
+      if (auto v = LookupPodInfo(*labels, key)) return Sourced{"label " + key, *v};
+    }
+    return std::nullopt;
+  };
+
+  std::optional<GangLayout> layout;
+  if (in.gang) {
+    auto g = ParseGang("--gang/TRAINLET_GANG", *in.gang);
+    if (!g.ok()) return g.status();
+    layout = std::move(g).value();
+    id.gang = layout->ToString();
+  }
+
+  // Completion index (with --gang, --node-rank and PET_NODE_RANK are the gang
+  // index itself: torchrun's node rank).
   std::optional<Sourced> index;
+  bool index_is_gang_index = false;
   if (in.node_rank) {
     index = Sourced{"--node-rank/TRAINLET_NODE_RANK", *in.node_rank};
+    index_is_gang_index = layout.has_value();
   } else if (auto v = Env(in, "JOB_COMPLETION_INDEX")) {
     index = Sourced{"JOB_COMPLETION_INDEX", *v};
+  } else if (auto v = Env(in, "PET_NODE_RANK"); v && !layout) {
+    index = Sourced{"PET_NODE_RANK", *v};
+  } else if (auto a = annotations ? LookupPodInfo(*annotations, kIndexAnnotation) : std::nullopt) {
+    index = Sourced{annotations_path + " (" + kIndexAnnotation + ")", *a};
   } else if (auto v = Env(in, "PET_NODE_RANK")) {
     index = Sourced{"PET_NODE_RANK", *v};
-  } else if (in.read_file) {
-    if (auto content = in.read_file(in.podinfo_file)) {
-      if (auto v = LookupPodInfo(*content, kIndexAnnotation)) {
-        index = Sourced{in.podinfo_file + " (" + kIndexAnnotation + ")", *v};
-      }
-    }
+    index_is_gang_index = true;
   }
 
   // Gang size.
@@ -166,7 +363,15 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     auto n = ParseCount(nnodes->source, nnodes->value, kMaxPods);
     if (!n.ok()) return n.status();
     if (*n == 0) return Status::Config(nnodes->source + "='0': a gang needs at least one pod");
+    if (layout && *n != layout->total_pods()) {
+      return Status::Config(nnodes->source + "=" + Quote(nnodes->value) + " but --gang " +
+                            Quote(id.gang) + " has " + std::to_string(layout->total_pods()) +
+                            " pods; leave --nnodes out with --gang");
+    }
     id.nnodes = *n;
+  } else if (layout) {
+    id.nnodes = layout->total_pods();
+    nnodes = Sourced{"--gang/TRAINLET_GANG", id.gang};
   } else if (index) {
     return Status::Config(
         "the number of pods is missing: set --nnodes (or TRAINLET_NNODES / PET_NNODES) to the "
@@ -174,7 +379,90 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
         index->source + " and pods cannot read the Job's completions (kubernetes#106009)");
   }
 
-  if (index) {
+  // The role of this pod in the gang's layout.
+  std::size_t role = 0;
+  std::optional<JobSetHost> host_parts;
+  if (layout) host_parts = ParseJobSetHost(in.hostname, *layout);
+  if (layout && index && index_is_gang_index) {
+    auto n = ParseCount(index->source, index->value, kMaxPods);
+    if (!n.ok()) return n.status();
+    if (*n >= id.nnodes) {
+      return Status::Config(index->source + "=" + Quote(index->value) +
+                            " is not below the gang's " + std::to_string(id.nnodes) +
+                            " pods (--gang " + Quote(id.gang) + ")");
+    }
+    while (*n >= layout->pods_before(role + 1)) ++role;
+    id.index = *n;
+    id.index_source = index->source;
+  } else if (layout && !index && id.nnodes == 1) {
+    id.index_source = "default (single pod)";
+  } else if (layout) {
+    if (!index) {
+      return Status::Config("--gang " + Quote(id.gang) +
+                            " but this pod has no completion index: run it in a JobSet (Indexed "
+                            "Jobs set JOB_COMPLETION_INDEX), or set --node-rank to its gang index");
+    }
+    std::optional<Sourced> role_name = podinfo("jobset.sigs.k8s.io/replicatedjob-name");
+    if (!role_name && host_parts) {
+      role_name = Sourced{"hostname " + Quote(in.hostname), layout->roles[host_parts->role].name};
+    }
+    if (!role_name) {
+      return Status::Config(
+          "--gang " + Quote(id.gang) + " but this pod's replicated Job is unknown: mount the "
+          "pod's labels (downward API) at " + in_dir("labels") + " or give it a JobSet hostname "
+          "<jobset>-<role>-<jobIndex>-<podIndex> (hostname is " + Quote(in.hostname) + ")");
+    }
+    bool found = false;
+    for (role = 0; role < layout->roles.size(); ++role) {
+      if (layout->roles[role].name == role_name->value) {
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      return Status::Config(role_name->source + "=" + Quote(role_name->value) +
+                            " is not a role of --gang " + Quote(id.gang));
+    }
+    const GangRole& r = layout->roles[role];
+    if (auto reps = podinfo("jobset.sigs.k8s.io/replicatedjob-replicas")) {
+      auto n = ParseCount(reps->source, reps->value, kMaxPods);
+      if (!n.ok()) return n.status();
+      if (*n != r.replicas) {
+        return Status::Config(reps->source + "=" + Quote(reps->value) + " but --gang " +
+                              Quote(id.gang) + " gives role " + r.name + " " +
+                              std::to_string(r.replicas) + " replica(s)");
+      }
+    }
+    std::optional<Sourced> job_index = podinfo("jobset.sigs.k8s.io/job-index");
+    if (!job_index && host_parts && host_parts->role == role) {
+      job_index = Sourced{"hostname " + Quote(in.hostname), host_parts->job_index};
+    }
+    if (!job_index && r.replicas == 1) job_index = Sourced{"default (one replica)", "0"};
+    if (!job_index) {
+      return Status::Config("role " + r.name + " has " + std::to_string(r.replicas) +
+                            " replicas but this pod's job index is unknown: mount the pod's "
+                            "labels (jobset.sigs.k8s.io/job-index) at " + in_dir("labels"));
+    }
+    auto j = ParseCount(job_index->source, job_index->value, kMaxPods);
+    if (!j.ok()) return j.status();
+    if (*j >= r.replicas) {
+      return Status::Config(job_index->source + "=" + Quote(job_index->value) +
+                            " is not below role " + r.name + "'s " + std::to_string(r.replicas) +
+                            " replica(s) in --gang " + Quote(id.gang));
+    }
+    auto c = ParseCount(index->source, index->value, kMaxPods);
+    if (!c.ok()) return c.status();
+    if (*c >= r.pods_per_job) {
+      return Status::Config(index->source + "=" + Quote(index->value) +
+                            " is not below role " + r.name + "'s " +
+                            std::to_string(r.pods_per_job) + " pods per Job in --gang " +
+                            Quote(id.gang));
+    }
+    id.index = layout->pods_before(role) + *j * r.pods_per_job + *c;
+    id.index_source = "--gang: role " + r.name + " (" + role_name->source + "), job " +
+                      std::to_string(*j) + ", completion index " + std::to_string(*c) + " (" +
+                      index->source + ")";
+  } else if (index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
     if (*n >= id.nnodes) {
@@ -191,7 +479,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
         nnodes->source + "=" + Quote(nnodes->value) +
         " but this pod has no index: run it in an Indexed Job (JOB_COMPLETION_INDEX), or set "
         "--node-rank / PET_NODE_RANK, or mount the job-completion-index annotation at " +
-        in.podinfo_file);
+        annotations_path);
   } else {
     id.index_source = "default (single pod)";
   }
@@ -210,6 +498,16 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     id.nproc_per_node = *n;
   }
 
+  // Roles: every pod runs nproc_per_node workers, so a role's ranks are its
+  // pods' ranks, contiguous because pods are numbered role by role.
+  if (layout) {
+    id.role_name = layout->roles[role].name;
+    id.role_rank_base = layout->pods_before(role) * id.nproc_per_node;
+    id.role_world_size = layout->roles[role].pods() * id.nproc_per_node;
+  } else {
+    id.role_world_size = id.nnodes * id.nproc_per_node;
+  }
+
   // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`).
   id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
   std::optional<std::string> own_prefix = IndexedPrefix(in.hostname);
@@ -223,11 +521,45 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   } else if (auto v = Env(in, "MASTER_ADDR")) {
     leader = Sourced{"MASTER_ADDR", *v};
   }
-  if (leader) {
+  std::optional<Sourced> coordinator;
+  if (layout && !leader && id.nnodes > 1) {
+    // JobSet's coordinator: the pod whose name it publishes to every pod
+    // (spec.coordinator -> annotation jobset.sigs.k8s.io/coordinator,
+    // "<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>").
+    coordinator = podinfo("jobset.sigs.k8s.io/coordinator");
+  }
+  if (coordinator) {
+    const std::string& name = coordinator->value;
+    if (auto s = ValidateDnsName(coordinator->source, name); !s.ok()) return s;
+    std::string first = name.substr(0, name.find('.'));
+    auto parts = ParseJobSetHost(first, *layout);
+    bool is_zero = parts && parts->role == 0 && parts->job_index == "0" && parts->pod_index == "0";
+    if (!is_zero) {
+      return Status::Config(
+          coordinator->source + "=" + Quote(name) + " is not gang index 0, trainlet's leader: "
+          "set the JobSet's spec.coordinator to replicatedJob " + layout->roles[0].name +
+          ", jobIndex 0, podIndex 0 (the first role of --gang " + Quote(id.gang) + ")");
+    }
+    // "<host>.<subdomain>": complete it with this pod's own domain so the
+    // resolver asks for exactly that name (see the derived case below).
+    auto own_labels = Split(id.own_fqdn, '.');
+    auto labels_of = Split(name, '.');
+    if (labels_of.size() == 2 && own_labels.size() > 2 && labels_of[1] == own_labels[1] &&
+        name.back() != '.') {
+      id.leader_host = name + id.own_fqdn.substr(id.own_fqdn.find('.', in.hostname.size() + 1)) +
+                       ".";
+    } else {
+      id.leader_host = name;
+    }
+    id.leader_source = coordinator->source;
+  } else if (leader) {
     const std::string& name = leader->value;
     if (name.empty() || name.find("$(") != std::string::npos ||
         name.find_first_of(" \t/") != std::string::npos) {
       return Status::Config(leader->source + "=" + Quote(name) + " is not a host name or address");
+    }
+    if (!IsIpLiteral(name)) {
+      if (auto s = ValidateDnsName(leader->source, name); !s.ok()) return s;
     }
     // A leader name in another subdomain than this pod's never resolves to a
     // member of this Job (kubernetes-sigs/jobset#603): fail now, not after the
@@ -246,6 +578,36 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     }
     id.leader_host = name;
     id.leader_source = leader->source;
+  } else if (id.nnodes > 1 && layout) {
+    // JobSet names pods <jobset>-<replicatedJob>-<jobIndex>-<podIndex> in the
+    // subdomain of its headless Service (network.enableDNSHostnames); gang
+    // index 0 is the first pod of the first Job of the first role.
+    std::optional<std::string> jobset;
+    std::string jobset_source;
+    if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
+      jobset = j->value;
+      jobset_source = j->source;
+    } else if (host_parts) {
+      jobset = host_parts->jobset;
+      jobset_source = "hostname " + Quote(in.hostname);
+    }
+    if (id.own_fqdn.empty() || !jobset) {
+      return Status::Config(
+          "cannot find the gang's leader: set --master-addr to the name of the first pod of "
+          "role " + layout->roles[0].name + ", or run the pods in a JobSet with "
+          "network.enableDNSHostnames so the leader's name can be derived (hostname " +
+          Quote(in.hostname) +
+          (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " is not <jobset>-<role>-<j>-<i>)"));
+    }
+    std::string host = *jobset + "-" + layout->roles[0].name + "-0-0";
+    id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
+    if (auto s = ValidateDnsName("the leader's name derived from " + jobset_source +
+                                     " and --gang",
+                                 id.leader_host);
+        !s.ok()) {
+      return s;
+    }
+    id.leader_source = "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn;
   } else if (id.nnodes > 1) {
     if (id.own_fqdn.empty() || !own_prefix) {
       return Status::Config(
@@ -258,33 +620,35 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     // of first trying it under every search domain (ndots:5 in pods), which
     // would cost queries and seed negative caches with names that never exist.
     id.leader_host = *own_prefix + "-0" + id.own_fqdn.substr(in.hostname.size()) + ".";
+    if (auto s = ValidateDnsName("the leader's name derived from this pod's FQDN",
+                                 id.leader_host);
+        !s.ok()) {
+      return s;
+    }
     id.leader_source = "derived from this pod's FQDN " + id.own_fqdn;
   }
 
   // The job and attempt, which fence strangers and stale pods at the rendezvous.
-  std::optional<std::string> annotations, labels;
-  if (in.read_file) {
-    annotations = in.read_file(in.podinfo_file);
-    std::string dir = in.podinfo_file.substr(0, in.podinfo_file.rfind('/') + 1);
-    labels = in.read_file(dir + "labels");
-  }
-  auto podinfo = [&](const std::string& key) -> std::optional<Sourced> {
-    if (annotations) {
-      if (auto v = LookupPodInfo(*annotations, key)) return Sourced{"annotation " + key, *v};
-    }
-    if (labels) {
-      if (auto v = LookupPodInfo(*labels, key)) return Sourced{"label " + key, *v};
-    }
-    return std::nullopt;
-  };
   if (in.attempt) {
     auto n = ParseCount("--attempt/TRAINLET_ATTEMPT", *in.attempt, 1'000'000'000);
     if (!n.ok()) return n.status();
     id.attempt = *n;
-  } else if (auto a = podinfo("jobset.sigs.k8s.io/restart-attempt")) {
-    auto n = ParseCount(a->source, a->value, 1'000'000'000);
-    if (!n.ok()) return n.status();
-    id.attempt = *n;
+    id.attempt_source = "--attempt";
+  } else {
+    if (auto a = podinfo("jobset.sigs.k8s.io/restart-attempt")) {
+      auto n = ParseCount(a->source, a->value, 1'000'000'000);
+      if (!n.ok()) return n.status();
+      id.restart_attempt = *n;
+      id.attempt_source = a->source;
+    }
+    if (auto a = podinfo("jobset.sigs.k8s.io/job-restart-attempt")) {
+      auto n = ParseCount(a->source, a->value, 1'000'000'000);
+      if (!n.ok()) return n.status();
+      id.job_restart_attempt = *n;
+      id.attempt_source += (id.attempt_source.empty() ? "" : " + ") + a->source;
+    }
+    id.attempt = id.restart_attempt + id.job_restart_attempt.value_or(0);
+    if (id.attempt_source.empty()) id.attempt_source = "default";
   }
   if (in.job_id) {
     id.job_id = *in.job_id;

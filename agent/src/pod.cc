@@ -44,9 +44,10 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
   set("LOCAL_WORLD_SIZE", std::to_string(p.nproc_per_node));
   set("GROUP_RANK", std::to_string(p.group_rank));
   set("GROUP_WORLD_SIZE", std::to_string(p.nnodes));
-  set("ROLE_NAME", "default");
-  set("ROLE_RANK", std::to_string(rank));
-  set("ROLE_WORLD_SIZE", std::to_string(p.world_size));
+  set("ROLE_NAME", p.role_name);
+  set("ROLE_RANK", std::to_string(rank - std::min(rank, p.role_rank_base)));
+  set("ROLE_WORLD_SIZE",
+      std::to_string(p.role_world_size == 0 ? p.world_size : p.role_world_size));
   set("MASTER_ADDR", p.master_addr);
   set("MASTER_PORT", std::to_string(p.master_port));
   set("TORCHELASTIC_RUN_ID", p.run_id);
@@ -69,6 +70,12 @@ namespace {
 constexpr std::chrono::seconds kDiagnosticsDelay{2};
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// A gang stop reason that is a pod's stop request ("pod 3: stopped by SIGTERM",
+// GangFailure below), not a failure.
+bool IsTermination(const std::string& reason) {
+  return reason.find(": stopped by SIG") != std::string::npos;
+}
 
 // One pod's run. Lives on the stack of RunPod; every callback runs on `io`.
 class Pod {
@@ -124,7 +131,8 @@ class Pod {
     hello.config = {{"nnodes", std::to_string(id.nnodes)},
                     {"nproc_per_node", std::to_string(id.nproc_per_node)},
                     {"master_port", std::to_string(options_.master_port)},
-                    {"max_restarts", std::to_string(options_.max_restarts)}};
+                    {"max_restarts", std::to_string(options_.max_restarts)},
+                    {"gang", id.gang}};
     hello.fingerprint = rendezvous::wire::Fingerprint(hello.config);
     hello.generation = generation_;
     auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
@@ -216,7 +224,10 @@ class Pod {
                                           ? ""
                                           : error_dir + "/error-" + std::to_string(lr) + ".json",
                         .restart_count = a.generation,
-                        .max_restarts = options_.max_restarts};
+                        .max_restarts = options_.max_restarts,
+                        .role_name = id.role_name,
+                        .role_rank_base = id.role_rank_base,
+                        .role_world_size = id.role_world_size};
       auto env = WorkerEnvironment(options_.env, p);
       if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);
@@ -371,6 +382,7 @@ class Pod {
                    return;
                  }
                  if (!peer_failure_) {
+                   peer_terminated_ = IsTermination(stop.reason);
                    peer_failure_ = "pod " + std::to_string(stop.failed_index) +
                                    " failed first (" + stop.reason + ")";
                    spdlog::warn("the leader stops the gang: {}", *peer_failure_);
@@ -490,6 +502,9 @@ class Pod {
       restarting_ = true;
       spdlog::warn("gang: {}; restarting in place (restart {} of {})", reason, generation_ + 1,
                    options_.max_restarts);
+    } else if (index == options_.identity.index && leader_->AllMembersSettled()) {
+      // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
+      spdlog::info("gang: {}; every other pod has finished", reason);
     } else {
       spdlog::warn("gang: {}; stopping every pod", reason);
     }
@@ -500,7 +515,10 @@ class Pod {
                             .restart = restart,
                             .next_generation = generation_ + 1});
     if (index != options_.identity.index) {
-      if (!restart) peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
+      if (!restart) {
+        peer_terminated_ = IsTermination(reason);
+        peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
+      }
       StopForPeer(hang ? options_.hang_signal : 0);
     }
     if (own_result_) {
@@ -580,6 +598,7 @@ class Pod {
     hang_reason_.reset();
     own_result_.reset();
     peer_failure_.reset();
+    peer_terminated_ = false;
     first_failed_index_.reset();
     reported_failure_ = false;
     restarting_ = false;
@@ -600,7 +619,11 @@ class Pod {
   void ConcludeWorkers() {
     if (concluded_) return;
     concluded_ = true;
-    const SupervisorResult& r = *own_result_;
+    SupervisorResult& r = *own_result_;
+    // A preempted gang gets SIGTERM in every pod, in some order: a pod already
+    // stopping because a peer was terminated, that then gets its own SIGTERM
+    // before it is done, was preempted too (143), not collateral (76).
+    if (!r.stop_signal && peer_terminated_ && own_stop_signal_) r.stop_signal = own_stop_signal_;
     exitcodes::Evidence e;
     // The gang failed elsewhere first: collateral, even if our own workers had
     // finished (a leader must not report success for a gang that failed). A
@@ -651,7 +674,10 @@ class Pod {
       }
       std::string summary = exitcodes::TerminationMessage(info);
       WriteTerminationLog(options_.termination_log, summary);
-      spdlog::error("exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class), summary);
+      // A stop request (preemption, deletion, successPolicy) is no error.
+      spdlog::log(v.failure_class == exitcodes::FailureClass::kTerminated ? spdlog::level::info
+                                                                          : spdlog::level::err,
+                  "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class), summary);
     }
     Stop();
   }
@@ -662,6 +688,7 @@ class Pod {
         supervisor_->Reap();
       } else {
         if (signo == SIGTERM || signo == SIGINT) {
+          if (!own_stop_signal_) own_stop_signal_ = signo;
           if (own_result_ && !concluded_) {
             // The workers are done and the leader only waits for the others:
             // stop them and leave now, or the kubelet's SIGKILL would come first.
@@ -744,6 +771,8 @@ class Pod {
   std::unique_ptr<Supervisor> supervisor_;
   std::string error_dir_;
   std::uint32_t rank_base_ = 0;
+  bool peer_terminated_ = false;          // the peer stop was a pod's SIGTERM/SIGINT
+  std::optional<int> own_stop_signal_;    // this pod's first SIGTERM/SIGINT
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;

@@ -134,6 +134,19 @@ TEST(CliTest, MaxRestartsRestartsInPlaceThenFollowsTheContract) {
   EXPECT_NE(r.out.find("--max-restarts"), std::string::npos) << r.out;
 }
 
+TEST(CliTest, GangFromEnvironmentGivesRoles) {
+  // TRAINLET_GANG like --gang: a one-pod gang whose only role is "solo".
+  Outcome r = Trainlet("TRAINLET_GANG=solo=1", "--nproc-per-node 2 -- sh -c "
+                       "'echo role=$ROLE_NAME/$ROLE_RANK/$ROLE_WORLD_SIZE'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: role=solo/1/2"), std::string::npos) << r.out;
+  r = Trainlet("", "-- sh -c 'echo role=$ROLE_NAME/$ROLE_RANK/$ROLE_WORLD_SIZE'");
+  EXPECT_NE(r.out.find("[rank0]: role=default/0/1"), std::string::npos) << r.out;
+  r = Trainlet("TRAINLET_GANG=solo", "-- true");
+  EXPECT_EQ(r.code, 78) << r.out;
+  EXPECT_NE(r.out.find("--gang/TRAINLET_GANG='solo'"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, HangIsDetectedFromTheHeartbeatFile) {
   // Worker 1 beats twice then stops; worker 0 keeps beating. Worker 0 also shows
   // it got the diagnostics signal.

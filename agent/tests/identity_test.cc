@@ -236,10 +236,288 @@ TEST(PodInfoTest, ParsesDownwardApiFormat) {
   EXPECT_EQ(LookupPodInfo(content, "batch.kubernetes.io/job-completion"), std::nullopt);
 }
 
+TEST(PodInfoTest, GoQuotedEscapes) {
+  // The kubelet writes values with Go's %q.
+  const std::string content =
+      "a=\"x\\\\y\\tz\\r\"\n"
+      "b=\"caf\\u00e9 \\U0001f600 \\x41\"\n"
+      "c=\"{\\\"kind\\\":\\\"JobSet\\\"}\\n\"\n"
+      "d=\"bad \\x4\"\n";
+  EXPECT_EQ(LookupPodInfo(content, "a"), "x\\y\tz\r");
+  EXPECT_EQ(LookupPodInfo(content, "b"), "caf\xc3\xa9 \xf0\x9f\x98\x80 A");
+  EXPECT_EQ(LookupPodInfo(content, "c"), "{\"kind\":\"JobSet\"}\n");
+  EXPECT_EQ(LookupPodInfo(content, "d"), "bad x4") << "a cut escape stays text";
+}
+
 TEST(FqdnTest, FromKubeletHostsFile) {
   EXPECT_EQ(FqdnFromHosts(kHosts, "trainer-1"), "trainer-1.trainer.default.svc.cluster.local");
   EXPECT_EQ(FqdnFromHosts(kHosts, "trainer-2"), "");
   EXPECT_EQ(FqdnFromHosts("10.0.0.5 other.example.com trainer-1\n", "trainer-1"), "");
+}
+
+}  // namespace
+}  // namespace trainlet::agent
+
+namespace trainlet::agent {
+namespace {
+
+// A pod of the seed's JobSet pytorch-ddp (leader: 1 pod, workers: 4 pods) as
+// JobSet creates it: hostname, /etc/hosts, JOB_COMPLETION_INDEX and the
+// downward-API files.
+struct JobSetPod {
+  IdentityInputs in;
+  std::map<std::string, std::string> files;
+
+  JobSetPod(const std::string& role, int job_index, int completion_index,
+            const std::string& replicas = "1") {
+    std::string host = "pytorch-ddp-" + role + "-" + std::to_string(job_index) + "-" +
+                       std::to_string(completion_index);
+    in.hostname = host;
+    in.etc_hosts = "10.0.0.7\t" + host + ".pytorch-ddp.default.svc.cluster.local\t" + host + "\n";
+    in.env["JOB_COMPLETION_INDEX"] = std::to_string(completion_index);
+    in.gang = "leader=1,workers=4";
+    files["/etc/podinfo/labels"] =
+        "batch.kubernetes.io/job-completion-index=\"" + std::to_string(completion_index) +
+        "\"\njobset.sigs.k8s.io/jobset-name=\"pytorch-ddp\"\n"
+        "jobset.sigs.k8s.io/replicatedjob-name=\"" + role + "\"\n"
+        "jobset.sigs.k8s.io/job-index=\"" + std::to_string(job_index) + "\"\n"
+        "jobset.sigs.k8s.io/replicatedjob-replicas=\"" + replicas + "\"\n"
+        "jobset.sigs.k8s.io/restart-attempt=\"0\"\n";
+    files["/etc/podinfo/annotations"] = "";
+    in.read_file = [this](const std::string& p) -> std::optional<std::string> {
+      auto it = files.find(p);
+      return it == files.end() ? std::nullopt : std::optional(it->second);
+    };
+  }
+  JobSetPod(const JobSetPod&) = delete;
+};
+
+TEST(GangTest, ParsesLayouts) {
+  auto g = ParseGang("--gang", "leader=1,workers=4");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ(g->roles.size(), 2u);
+  EXPECT_EQ(g->total_pods(), 5u);
+  EXPECT_EQ(g->pods_before(1), 1u);
+  EXPECT_EQ(g->ToString(), "leader=1,workers=4");
+  g = ParseGang("--gang", "driver=1,workers=2x4");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->roles[1].replicas, 2u);
+  EXPECT_EQ(g->roles[1].pods_per_job, 4u);
+  EXPECT_EQ(g->total_pods(), 9u);
+  EXPECT_EQ(g->ToString(), "driver=1,workers=2x4");
+  EXPECT_EQ(ParseGang("--gang", "w=1x3")->ToString(), "w=3") << "canonical text";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"", "is empty"},
+      {"leader", "has no '='"},
+      {"leader=1,,workers=4", "has no '='"},
+      {"Leader=1", "not a replicatedJob name"},
+      {"-x=1", "not a replicatedJob name"},
+      {"a=1,a=2", "appears twice"},
+      {"a=0", "has no pods"},
+      {"a=0x3", "has no pods"},
+      {"a=04", "not a canonical"},
+      {"a=2y3", "not a canonical"},
+      {"a=1000x1001", "more than 1000000 pods"},
+  };
+  for (const auto& [value, error] : bad) {
+    auto r = ParseGang("--gang", value);
+    ASSERT_FALSE(r.ok()) << value;
+    EXPECT_EQ(r.status().failure_class(), exitcodes::FailureClass::kConfig);
+    EXPECT_NE(r.status().message().find(error), std::string::npos)
+        << value << ": " << r.status().message();
+  }
+}
+
+TEST(GangTest, SeedJobSetPodsGetGangIndicesAndRoles) {
+  struct Row {
+    std::string role;
+    int completion;
+    std::uint32_t index, role_rank_base, role_world_size;
+  };
+  for (const Row& r : std::vector<Row>{{"leader", 0, 0, 0, 2},
+                                       {"workers", 0, 1, 2, 8},
+                                       {"workers", 3, 4, 2, 8}}) {
+    JobSetPod pod(r.role, 0, r.completion);
+    pod.in.nproc_per_node = "2";
+    auto id = ResolveIdentity(pod.in);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    EXPECT_EQ(id->index, r.index) << r.role << r.completion;
+    EXPECT_EQ(id->nnodes, 5u) << "--gang implies --nnodes";
+    EXPECT_EQ(id->role_name, r.role);
+    EXPECT_EQ(id->role_rank_base, r.role_rank_base);
+    EXPECT_EQ(id->role_world_size, r.role_world_size);
+    EXPECT_EQ(id->gang, "leader=1,workers=4");
+    EXPECT_EQ(id->job_id, "pytorch-ddp");
+    if (r.index != 0) {
+      EXPECT_EQ(id->leader_host, "pytorch-ddp-leader-0-0.pytorch-ddp.default.svc.cluster.local.");
+    }
+  }
+}
+
+TEST(GangTest, ReplicatedJobsAndHostnameFallback) {
+  // workers=2x4: the second Job's pod 1 is 1 + 1*4 + 1 = 6.
+  JobSetPod pod("workers", 1, 1, "2");
+  pod.in.gang = "leader=1,workers=2x4";
+  auto id = ResolveIdentity(pod.in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->index, 6u);
+  EXPECT_EQ(id->role_world_size, 8u);
+  // No downward-API files: the role and job index come from JobSet's hostname.
+  pod.files.clear();
+  id = ResolveIdentity(pod.in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->index, 6u);
+  EXPECT_EQ(id->leader_host, "pytorch-ddp-leader-0-0.pytorch-ddp.default.svc.cluster.local.");
+  // --node-rank is the gang index itself; the role follows from the layout.
+  pod.in.node_rank = "5";
+  id = ResolveIdentity(pod.in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->index, 5u);
+  EXPECT_EQ(id->role_name, "workers");
+  EXPECT_EQ(id->role_rank_base, 1u);
+}
+
+TEST(GangTest, CoordinatorAnnotation) {
+  JobSetPod pod("workers", 0, 2);
+  pod.files["/etc/podinfo/annotations"] =
+      "jobset.sigs.k8s.io/coordinator=\"pytorch-ddp-leader-0-0.pytorch-ddp\"\n";
+  auto id = ResolveIdentity(pod.in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(id->leader_host, "pytorch-ddp-leader-0-0.pytorch-ddp.default.svc.cluster.local.");
+  EXPECT_EQ(id->leader_source, "annotation jobset.sigs.k8s.io/coordinator");
+  pod.files["/etc/podinfo/annotations"] =
+      "jobset.sigs.k8s.io/coordinator=\"pytorch-ddp-workers-0-0.pytorch-ddp\"\n";
+  id = ResolveIdentity(pod.in);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("is not gang index 0"), std::string::npos)
+      << id.status().message();
+}
+
+TEST(GangTest, BadInputsNameTheField) {
+  struct Row {
+    const char* name;
+    std::function<void(JobSetPod&)> change;
+    std::string expected;
+  };
+  const std::vector<Row> rows = {
+      {"unknown role", [](JobSetPod& p) { p.in.gang = "driver=1,workers=4"; },
+       "label jobset.sigs.k8s.io/replicatedjob-name='leader' is not a role of --gang"},
+      {"replicas disagree", [](JobSetPod& p) { p.in.gang = "leader=2x1,workers=4"; },
+       "label jobset.sigs.k8s.io/replicatedjob-replicas='1' but --gang"},
+      {"completion index outside the role",
+       [](JobSetPod& p) { p.in.env["JOB_COMPLETION_INDEX"] = "1"; },
+       "JOB_COMPLETION_INDEX='1' is not below role leader's 1 pods per Job"},
+      {"nnodes disagrees", [](JobSetPod& p) { p.in.nnodes = "4"; },
+       "--nnodes/TRAINLET_NNODES='4' but --gang 'leader=1,workers=4' has 5 pods"},
+      {"no role anywhere",
+       [](JobSetPod& p) {
+         p.files.clear();
+         p.in.hostname = "trainer-1";
+       },
+       "this pod's replicated Job is unknown"},
+      {"bad layout", [](JobSetPod& p) { p.in.gang = "leader"; }, "--gang/TRAINLET_GANG='leader'"},
+      {"leader name too long",
+       [](JobSetPod& p) {
+         p.files["/etc/podinfo/labels"] +=
+             "jobset.sigs.k8s.io/jobset-name=\"" + std::string(60, 'j') + "\"\n";
+         p.files["/etc/podinfo/annotations"] =
+             "jobset.sigs.k8s.io/jobset-name=\"" + std::string(60, 'j') + "\"\n";
+       },
+       "is 71 characters; a DNS label has at most 63"},
+  };
+  for (const Row& r : rows) {
+    JobSetPod pod("leader", 0, 0);
+    pod.in.hostname = "pytorch-ddp-workers-0-1";  // so the leader is derived
+    pod.in.etc_hosts =
+        "10.0.0.7 pytorch-ddp-workers-0-1.pytorch-ddp.default.svc.cluster.local "
+        "pytorch-ddp-workers-0-1\n";
+    r.change(pod);
+    auto id = ResolveIdentity(pod.in);
+    ASSERT_FALSE(id.ok()) << r.name;
+    EXPECT_EQ(id.status().failure_class(), exitcodes::FailureClass::kConfig) << r.name;
+    EXPECT_NE(id.status().message().find(r.expected), std::string::npos)
+        << r.name << ": " << id.status().message();
+  }
+}
+
+TEST(NamesTest, DnsLengthsAndCharacters) {
+  EXPECT_TRUE(ValidateDnsName("x", "trainer-0.trainer.default.svc.cluster.local.").ok());
+  EXPECT_TRUE(ValidateDnsName("x", std::string(63, 'a') + ".b").ok());
+  auto s = ValidateDnsName("MASTER_ADDR", std::string(64, 'a') + ".b");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("MASTER_ADDR='aaaa"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("64 characters"), std::string::npos) << s.message();
+  std::string long_name;
+  for (int i = 0; i < 5; ++i) long_name += std::string(50, 'a' + i) + ".";
+  long_name += "x";  // 257 characters
+  s = ValidateDnsName("x", long_name);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("at most 253"), std::string::npos) << s.message();
+  EXPECT_FALSE(ValidateDnsName("x", "a..b").ok());
+  EXPECT_FALSE(ValidateDnsName("x", "-a.b").ok());
+  EXPECT_FALSE(ValidateDnsName("x", "a_b.c").ok());
+  // Through ResolveIdentity: a given leader name too long is refused, naming the source.
+  IdentityInputs in = Pod(1, "4");
+  in.master_addr = std::string(70, 'l') + ".trainer";
+  auto id = ResolveIdentity(in);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("--master-addr/TRAINLET_MASTER_ADDR='llll"),
+            std::string::npos)
+      << id.status().message();
+}
+
+TEST(AttemptTest, RestartAndJobRestartAttemptsBothFence) {
+  JobSetPod pod("workers", 0, 1);
+  auto id = ResolveIdentity(pod.in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  const std::uint32_t first = id->attempt;
+  EXPECT_EQ(first, 0u);
+  EXPECT_FALSE(id->job_restart_attempt.has_value());
+  // A JobSet restart (RestartJobSet) bumps restart-attempt: a new fence.
+  pod.files["/etc/podinfo/labels"] += "jobset.sigs.k8s.io/restart-attempt=\"1\"\n";
+  pod.files["/etc/podinfo/annotations"] = "jobset.sigs.k8s.io/restart-attempt=\"1\"\n";
+  id = ResolveIdentity(pod.in);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->restart_attempt, 1u);
+  const std::uint32_t second = id->attempt;
+  EXPECT_NE(second, first);
+  // Recreating only this pod's Job (RestartJob) bumps job-restart-attempt: a new fence too.
+  pod.files["/etc/podinfo/annotations"] +=
+      "jobset.sigs.k8s.io/job-restart-attempt=\"2\"\n";
+  id = ResolveIdentity(pod.in);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->job_restart_attempt, 2u);
+  EXPECT_NE(id->attempt, second);
+  EXPECT_NE(id->attempt_source.find("job-restart-attempt"), std::string::npos);
+  pod.files["/etc/podinfo/annotations"] =
+      "jobset.sigs.k8s.io/restart-attempt=\"1\"\njobset.sigs.k8s.io/job-restart-attempt=\"x\"\n";
+  id = ResolveIdentity(pod.in);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("annotation jobset.sigs.k8s.io/job-restart-attempt='x'"),
+            std::string::npos)
+      << id.status().message();
+}
+
+TEST(PodInfoTest, PodInfoDirAndFile) {
+  IdentityInputs in = Pod(1, "4");
+  std::map<std::string, std::string> files = {
+      {"/podinfo/annotations", "jobset.sigs.k8s.io/restart-attempt=\"3\"\n"},
+      {"/podinfo/labels", "batch.kubernetes.io/controller-uid=\"uid-1\"\n"},
+      {"/other/ann", "jobset.sigs.k8s.io/restart-attempt=\"4\"\n"}};
+  in.read_file = [&files](const std::string& p) -> std::optional<std::string> {
+    auto it = files.find(p);
+    return it == files.end() ? std::nullopt : std::optional(it->second);
+  };
+  in.podinfo_dir = "/podinfo";
+  auto id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->attempt, 3u);
+  EXPECT_EQ(id->job_id, "uid-1");
+  in.podinfo_file = "/other/ann";  // the annotations file alone; labels still from the dir
+  id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->attempt, 4u);
+  EXPECT_EQ(id->job_id, "uid-1");
 }
 
 }  // namespace

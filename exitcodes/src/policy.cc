@@ -68,10 +68,10 @@ std::string GeneratePolicy(const ExitCodeTable& codes, const PolicyOptions& o) {
       << "failurePolicy:\n"
       << "  maxRestarts: " << o.max_restarts << "\n"
       << "  rules:\n"
-      << "  - name: fail-on-trainer-defect\n"
+      << "  - name: FailJobSetOnDefect\n"
       << "    action: FailJobSet\n"
       << "    onJobFailureReasons: " << fatal_reasons << "\n"
-      << "  - name: restart-on-other-failures\n"
+      << "  - name: RestartJobSetOtherwise\n"
       << "    action: RestartJobSet\n"
       << "    onJobFailureReasons: " << retry_reasons << "\n";
   }

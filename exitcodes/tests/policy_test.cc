@@ -108,5 +108,53 @@ TEST(PolicyTest, JobSetDocument) {
   EXPECT_TRUE(failed_indexes_fatal);
 }
 
+// JobSet's rule-name pattern ^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$, by hand
+// (<regex> trips GCC 12's -Wmaybe-uninitialized under the sanitizers).
+bool IsJobSetRuleName(const std::string& n) {
+  auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  auto word = [&](char c) { return alpha(c) || (c >= '0' && c <= '9') || c == '_'; };
+  if (n.empty() || !alpha(n.front()) || (n.size() > 1 && !word(n.back()))) return false;
+  for (char c : n) {
+    if (!word(c) && c != ',' && c != ':') return false;
+  }
+  return true;
+}
+
+// Evaluates a JobSet failurePolicy as the JobSet controller does (KEP-262,
+// jobset.x-k8s.io/v1alpha2): rules in order, the first whose onJobFailureReasons
+// holds the failed Job's reason (an empty list matches any) acts; no match means
+// RestartJobSet.
+std::string JobSetAction(const YAML::Node& fp, const std::string& job_failure_reason) {
+  for (const auto& r : fp["rules"]) {
+    const YAML::Node& reasons = r["onJobFailureReasons"];
+    bool match = !reasons || reasons.size() == 0;
+    for (const auto& reason : reasons) match = match || reason.as<std::string>() == job_failure_reason;
+    if (match) return r["action"].as<std::string>();
+  }
+  return "RestartJobSet";
+}
+
+TEST(PolicyTest, JobSetRulesPassJobSetValidationAndAct) {
+  for (bool per_index : {false, true}) {
+    auto docs = YAML::LoadAll(
+        GeneratePolicy(ExitCodeTable(), {.per_index = per_index, .jobset = true}));
+    const YAML::Node& fp = docs[1]["failurePolicy"];
+    // JobSet's webhook: rule names match this pattern (no '-'), actions are an enum.
+    EXPECT_FALSE(IsJobSetRuleName("fail-on-defect"));
+    EXPECT_FALSE(IsJobSetRuleName("Rule:"));
+    for (const auto& r : fp["rules"]) {
+      EXPECT_TRUE(IsJobSetRuleName(r["name"].as<std::string>())) << r["name"];
+      const std::string action = r["action"].as<std::string>();
+      EXPECT_TRUE(action == "FailJobSet" || action == "RestartJobSet") << action;
+    }
+    // A Job failed by a FailJob rule (bug 42, config 78) fails the JobSet; any other
+    // Job failure restarts it (counted against maxRestarts).
+    EXPECT_EQ(JobSetAction(fp, "PodFailurePolicy"), "FailJobSet");
+    EXPECT_EQ(JobSetAction(fp, "BackoffLimitExceeded"), "RestartJobSet");
+    EXPECT_EQ(JobSetAction(fp, "DeadlineExceeded"), "RestartJobSet");
+    EXPECT_EQ(JobSetAction(fp, "FailedIndexes"), per_index ? "FailJobSet" : "RestartJobSet");
+  }
+}
+
 }  // namespace
 }  // namespace trainlet::exitcodes

@@ -78,12 +78,12 @@ class PodsimTestCase(unittest.TestCase):
             raise unittest.SkipTest(f"no trainlet binary (TRAINLET_E2E_BIN={BIN!r})")
 
     @contextlib.contextmanager
-    def cluster(self, pods, svc="trainer"):
+    def cluster(self, pods, svc="trainer", **kwargs):
         """A started podsim.Cluster that is always torn down. On failure the pods' log
         tails, the event timeline and the DNS log go to stderr and the logs are kept."""
         workdir = os.path.join(workdir_root(), self.id())
         shutil.rmtree(workdir, ignore_errors=True)
-        c = podsim.Cluster(svc=svc, pods=pods, workdir=workdir)
+        c = podsim.Cluster(svc=svc, pods=pods, workdir=workdir, **kwargs)
         ok = False
         try:
             c.start()

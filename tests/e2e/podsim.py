@@ -1,5 +1,8 @@
 """podsim: a simulated Kubernetes Indexed Job + headless Service, built from namespaces.
 
+Pods are named <svc>-<i> like an Indexed Job's, or by an explicit list (Cluster(hostnames=...))
+for JobSet-style names in the same subdomain <svc>.
+
 What a Cluster is:
   * one "network" network namespace holding a Linux bridge (br0, 10.213.0.1/24) and a
     real dnsmasq that serves the headless Service's records from a --hostsdir, so tests
@@ -350,13 +353,18 @@ class Cluster:
     """
 
     def __init__(self, svc="trainer", pods=3, namespace="default", workdir=None,
-                 keep=False, log=None):
+                 keep=False, log=None, hostnames=None):
         global _cluster_seq
         with _seq_lock:
             _cluster_seq += 1
             seq = _cluster_seq
         self.svc = svc
         self.npods = pods
+        # Pod i's hostname: <svc>-<i> (an Indexed Job's), or hostnames[i] when given, e.g.
+        # JobSet's <jobset>-<replicatedJob>-<jobIndex>-<podIndex>; the subdomain stays svc.
+        if hostnames is not None and (len(hostnames) != pods or len(set(hostnames)) != pods):
+            raise ValueError("hostnames: one distinct name per pod")
+        self._hostnames = list(hostnames) if hostnames is not None else None
         self.namespace = namespace
         self.domain = f"{svc}.{namespace}.svc.cluster.local"
         self.tag = f"{NS_PREFIX}{os.getpid()}c{seq}"
@@ -379,7 +387,7 @@ class Cluster:
 
     # -- names -------------------------------------------------------------------
     def hostname(self, i):
-        return f"{self.svc}-{i}"
+        return self._hostnames[i] if self._hostnames else f"{self.svc}-{i}"
 
     def fqdn(self, i):
         return f"{self.hostname(i)}.{self.domain}"

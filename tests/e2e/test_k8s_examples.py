@@ -19,8 +19,16 @@ No root, no cluster; stdlib + python3-yaml (skipped without it).
 - README.md next to the manifests lists every file.
 - docker/: the Debian packages of the binary's shared libraries (ldd + dpkg -S) are the ones
   docker/Dockerfile, docker/Dockerfile.add-to-image and docker/README.md install.
-- With kubernetes-validate importable (it is not installed for you), core kinds (v1, batch/v1)
-  are validated strictly against its latest schema; skipped otherwise.
+- Gangs across a JobSet's roles (--gang): every trainlet of the JobSet gives the same layout,
+  which lists the replicatedJobs in order with their replicas and completions; the pods mount
+  their labels and annotations (downward API) at --podinfo-dir; enableDNSHostnames is on and
+  a spec.coordinator, if any, is gang index 0. Pods serving --health-port have a readiness
+  probe on /readyz.
+- Schemas: with kubernetes-validate importable (scripts/install-deps puts it in
+  /opt/trainlet-pylib; skipped without it), core kinds (v1, batch/v1) and every JobSet
+  replicatedJob's Job template are validated strictly against its latest schema. JobSet and
+  Kueue kinds are checked field by field against their APIs (jobset.x-k8s.io/v1alpha2,
+  kueue.x-k8s.io/v1beta2): required fields, enums, names and cross-references.
 
 The binary comes from TRAINLET_E2E_BIN (run_e2e.py --trainlet); checks needing it skip without
 it, or with the Python stand-in.
@@ -36,6 +44,8 @@ import subprocess
 import unittest
 
 from harness import BIN, REPO
+
+PYLIB = "/opt/trainlet-pylib"  # where scripts/install-deps puts kubernetes-validate
 
 try:
     import yaml
@@ -195,6 +205,23 @@ def container_env(container):
     return {e["name"]: e.get("value") for e in container.get("env") or [] if "name" in e}
 
 
+def parse_gang(value):
+    """[(name, replicas, pods per Job)] from --gang NAME=PODS or NAME=REPLICASxPODS."""
+    out = []
+    for part in value.split(","):
+        name, _, count = part.partition("=")
+        replicas, _, pods = count.rpartition("x")
+        out.append((name, int(replicas or 1), int(pods)))
+    return out
+
+
+def jobset_layout(jobset):
+    """[(name, replicas, pods per Job)] of a JobSet's replicatedJobs, in order."""
+    return [(r["name"], int(r.get("replicas", 1)),
+             int(r["template"]["spec"].get("completions", 1)))
+            for r in jobset["spec"]["replicatedJobs"]]
+
+
 def apt_installed(text):
     """Packages named by every `apt-get install` in a Dockerfile or shell snippet."""
     text = re.sub(r"\\\n", " ", text)  # join continuation lines
@@ -282,9 +309,21 @@ class K8sExamplesTest(unittest.TestCase):
                         env = container_env(c)
                         nnodes = setting(flags, env, "--nnodes", "TRAINLET_NNODES", "PET_NNODES")
                         rank = setting(flags, env, "--node-rank", "TRAINLET_NODE_RANK")
+                        gang = setting(flags, env, "--gang", "TRAINLET_GANG")
                         completions = int(w.spec.get("completions", 1))
                         parallelism = int(w.spec.get("parallelism", 1))
-                        if rank is not None:
+                        if gang is not None:
+                            self.assertIsNotNone(w.jobset, "--gang spans a JobSet's roles")
+                            layout = parse_gang(gang)
+                            self.assertEqual(layout, jobset_layout(w.jobset),
+                                             "--gang must list the replicatedJobs in order: "
+                                             "name=[replicasx]completions")
+                            total = sum(r * p for _, r, p in layout)
+                            if nnodes is not None:
+                                self.assertEqual(int(nnodes), total, "--nnodes != --gang's pods")
+                            self.assertEqual(parallelism, completions,
+                                             "a gang needs all its pods at once")
+                        elif rank is not None:
                             # Every pod gets the same fixed rank: only "index 0 of 1" is sane.
                             self.assertEqual((nnodes, rank), ("1", "0"),
                                              "a pinned --node-rank means one pod per gang: "
@@ -320,6 +359,18 @@ class K8sExamplesTest(unittest.TestCase):
                             subdomain = w.pod.get("subdomain")
                             dns = False
                             leader0 = f"{w.job_name}-0" if w.job_name else None
+                        gang = setting(flags, env, "--gang", "TRAINLET_GANG")
+                        if gang is not None and leader is None:
+                            self.assertTrue(dns, "trainlet derives the gang's leader from "
+                                            "JobSet's pod names: enableDNSHostnames: true")
+                            first = w.jobset["spec"]["replicatedJobs"][0]["name"]
+                            coord = w.jobset["spec"].get("coordinator")
+                            if coord is not None:
+                                self.assertEqual(
+                                    (coord.get("replicatedJob"), int(coord.get("jobIndex", 0)),
+                                     int(coord.get("podIndex", 0))), (first, 0, 0),
+                                    "the coordinator must be gang index 0 (trainlet's leader)")
+                            continue
                         if leader is None and nnodes is not None and int(nnodes) > 1:
                             if w.jobset is not None:
                                 self.assertTrue(dns, "trainlet derives the leader from the pod's "
@@ -346,6 +397,73 @@ class K8sExamplesTest(unittest.TestCase):
                                 self.assertEqual(parts[1], subdomain, "--master-addr subdomain")
                             if leader0:
                                 self.assertEqual(parts[0], leader0, "the leader is index 0")
+
+
+    def test_one_gang_per_jobset(self):
+        seen = 0
+        for m in self.manifests:
+            for i, obj in enumerate(m.docs):
+                if obj.get("kind") != "JobSet":
+                    continue
+                gangs = set()
+                for w in workloads(m):
+                    if w.doc != i:
+                        continue
+                    for c, argv in w.trainlet_containers():
+                        flags = parse_flags(argv[1:argv.index("--")])
+                        gangs.add(setting(flags, container_env(c), "--gang", "TRAINLET_GANG"))
+                with self.subTest(f"{m.name}: JobSet {obj['metadata']['name']}"):
+                    self.assertEqual(len(gangs), 1, f"every trainlet of a JobSet gives the same "
+                                     f"--gang (else exit 78): {gangs}")
+                    seen += 1
+        self.assertGreater(seen, 0, "no JobSet example")
+
+    def test_podinfo_is_mounted(self):
+        """Pods that read JobSet's labels (--gang) mount them where trainlet looks."""
+        for m in self.manifests:
+            for w in workloads(m):
+                for c, argv in w.trainlet_containers():
+                    flags = parse_flags(argv[1:argv.index("--")])
+                    env = container_env(c)
+                    mounts = {v["name"]: v["mountPath"] for v in c.get("volumeMounts") or []}
+                    needs = setting(flags, env, "--gang", "TRAINLET_GANG") is not None
+                    if not needs and not mounts:
+                        continue
+                    where = setting(flags, env, "--podinfo-dir", "TRAINLET_PODINFO_DIR") or \
+                        "/etc/podinfo"
+                    with self.subTest(f"{w.where} container {c['name']}"):
+                        volumes = {v["name"]: v for v in w.pod.get("volumes") or []}
+                        found = None
+                        for name, path in mounts.items():
+                            api = (volumes.get(name) or {}).get("downwardAPI")
+                            if api and path.rstrip("/") == where.rstrip("/"):
+                                found = {i["path"]: i["fieldRef"]["fieldPath"]
+                                         for i in api["items"]}
+                        if needs or found is not None:
+                            self.assertEqual(found, {"labels": "metadata.labels",
+                                                     "annotations": "metadata.annotations"},
+                                             f"a downwardAPI volume with `labels` and "
+                                             f"`annotations` mounted at {where}")
+
+    def test_readiness_probes(self):
+        for m in self.manifests:
+            for w in workloads(m):
+                for c, argv in w.trainlet_containers():
+                    flags = parse_flags(argv[1:argv.index("--")])
+                    port = setting(flags, container_env(c), "--health-port",
+                                   "TRAINLET_HEALTH_PORT")
+                    if port in (None, "0"):
+                        continue
+                    with self.subTest(f"{w.where} container {c['name']}"):
+                        probe = c.get("readinessProbe") or {}
+                        if "httpGet" in probe:
+                            self.assertEqual(probe["httpGet"]["path"], "/readyz")
+                            self.assertEqual(str(probe["httpGet"]["port"]), port)
+                        else:
+                            cmd = (probe.get("exec") or {}).get("command") or []
+                            self.assertEqual(cmd[:3], ["trainlet", "probe", "ready"],
+                                             "readinessProbe: httpGet /readyz or "
+                                             "`trainlet probe ready`")
 
 
 @unittest.skipIf(yaml is None, "python3-yaml not installed")
@@ -449,25 +567,167 @@ class K8sPoliciesTest(unittest.TestCase):
                                           "container (trainlet policy --container NAME)")
 
 
+def kubernetes_validate_module():
+    """kubernetes_validate, from /opt/trainlet-pylib or the path; None when absent."""
+    import sys
+    if os.path.isdir(PYLIB) and PYLIB not in sys.path:
+        sys.path.append(PYLIB)
+    try:
+        import kubernetes_validate
+    except ImportError:
+        return None
+    return kubernetes_validate
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# JobSet failurePolicy (jobset.x-k8s.io/v1alpha2): actions, rule names, the Job failure
+# reasons of batch/v1 that onJobFailureReasons may name.
+JOBSET_ACTIONS = {"FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts"}
+JOB_FAILURE_REASONS = {"BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes",
+                       "MaxFailedIndexesExceeded", "PodFailurePolicy"}
+RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
 @unittest.skipIf(yaml is None, "python3-yaml not installed")
 class K8sSchemaTest(unittest.TestCase):
-    """Only when kubernetes-validate is importable; it is never installed by the tests."""
+    """Kubernetes kinds against kubernetes-validate's schemas (skipped without it); JobSet
+    and Kueue kinds field by field against their APIs (always)."""
+
+    def validate_core(self, kv, version, obj, what):
+        try:
+            kv.validate(obj, version, strict=True)
+        except kv.ValidationError as e:
+            self.fail(f"{what}: {e.message} at {'.'.join(map(str, e.path))}")
 
     def test_core_kinds_validate(self):
-        try:
-            import kubernetes_validate
-        except ImportError:
-            self.skipTest("kubernetes-validate not importable")
-        version = kubernetes_validate.latest_version()
+        kv = kubernetes_validate_module()
+        if kv is None:
+            self.skipTest("kubernetes-validate not importable (scripts/install-deps)")
+        version = kv.latest_version()
+        seen = 0
         for m in load_all():
             for d in m.docs:
-                if d["apiVersion"] not in ("v1", "batch/v1"):
-                    continue  # CRDs (JobSet, Kueue): no schema there
-                with self.subTest(f"{m.name} {d['kind']} (Kubernetes {version})"):
-                    try:
-                        kubernetes_validate.validate(d, version, strict=True)
-                    except kubernetes_validate.ValidationError as e:
-                        self.fail(f"{e.message} at {'.'.join(map(str, e.path))}")
+                if d["apiVersion"] in ("v1", "batch/v1"):
+                    with self.subTest(f"{m.name} {d['kind']} (Kubernetes {version})"):
+                        self.validate_core(kv, version, d, m.name)
+                        seen += 1
+                elif d["kind"] == "JobSet":
+                    # Each replicatedJob's template is a batch/v1 JobTemplateSpec.
+                    for r in d["spec"]["replicatedJobs"]:
+                        job = {"apiVersion": "batch/v1", "kind": "Job",
+                               "metadata": {"name": r["name"]}, **r["template"]}
+                        with self.subTest(f"{m.name} JobSet replicatedJob {r['name']}"):
+                            self.validate_core(kv, version, job, m.name)
+                            seen += 1
+        self.assertGreater(seen, 0)
+
+    def test_jobset_fields(self):
+        seen = 0
+        for m in load_all():
+            for d in m.docs:
+                if d["kind"] != "JobSet":
+                    continue
+                seen += 1
+                with self.subTest(f"{m.name} JobSet {d['metadata']['name']}"):
+                    self.assertEqual(d["apiVersion"], "jobset.x-k8s.io/v1alpha2")
+                    spec = d["spec"]
+                    self.assertEqual(set(spec) - {"replicatedJobs", "network", "successPolicy",
+                                                  "failurePolicy", "coordinator", "suspend",
+                                                  "startupPolicy", "managedBy",
+                                                  "ttlSecondsAfterFinished"}, set(),
+                                     "unknown JobSet spec fields")
+                    rjobs = spec["replicatedJobs"]
+                    names = [r["name"] for r in rjobs]
+                    self.assertEqual(len(names), len(set(names)), "replicatedJob names unique")
+                    for r in rjobs:
+                        self.assertRegex(r["name"], DNS_LABEL)
+                        self.assertEqual(set(r) - {"name", "replicas", "template",
+                                                   "dependsOn", "groupName"}, set())
+                        self.assertGreaterEqual(int(r.get("replicas", 1)), 1)
+                        self.assertIn("template", r["template"]["spec"])
+                        # JobSet's pod names must stay within a 63-character DNS label.
+                        longest = (f"{d['metadata']['name']}-{r['name']}-"
+                                   f"{int(r.get('replicas', 1)) - 1}-"
+                                   f"{int(r['template']['spec'].get('completions', 1)) - 1}")
+                        self.assertLessEqual(len(longest), 63, longest)
+                    net = spec.get("network") or {}
+                    self.assertEqual(set(net) - {"enableDNSHostnames", "subdomain",
+                                                 "publishNotReadyAddresses"}, set())
+                    sp = spec.get("successPolicy")
+                    if sp is not None:
+                        self.assertIn(sp["operator"], ("All", "Any"))
+                        self.assertLessEqual(set(sp.get("targetReplicatedJobs") or []),
+                                             set(names))
+                    fp = spec.get("failurePolicy")
+                    if fp is not None:
+                        self.assertGreaterEqual(int(fp.get("maxRestarts", 0)), 0)
+                        for rule in fp.get("rules") or []:
+                            self.assertRegex(rule["name"], RULE_NAME)
+                            self.assertIn(rule["action"], JOBSET_ACTIONS)
+                            self.assertLessEqual(set(rule.get("onJobFailureReasons") or []),
+                                                 JOB_FAILURE_REASONS)
+                            self.assertLessEqual(set(rule.get("targetReplicatedJobs") or []),
+                                                 set(names))
+                    coord = spec.get("coordinator")
+                    if coord is not None:
+                        self.assertIn(coord["replicatedJob"], names)
+                        r = rjobs[names.index(coord["replicatedJob"])]
+                        self.assertLess(int(coord.get("jobIndex", 0)), int(r.get("replicas", 1)))
+                        self.assertLess(int(coord.get("podIndex", 0)),
+                                        int(r["template"]["spec"].get("completions", 1)))
+        self.assertGreater(seen, 0, "no JobSet example")
+
+    def test_kueue_fields(self):
+        seen = 0
+        for m in load_all():
+            kinds = {}
+            for d in m.docs:
+                kinds.setdefault(d["kind"], []).append(d)
+            if not any(d["apiVersion"].startswith("kueue.x-k8s.io/") for d in m.docs):
+                continue
+            seen += 1
+            with self.subTest(m.name):
+                flavors = {f["metadata"]["name"] for f in kinds.get("ResourceFlavor", [])}
+                cqs = {q["metadata"]["name"]: q for q in kinds.get("ClusterQueue", [])}
+                for d in m.docs:
+                    if d["apiVersion"].startswith("kueue.x-k8s.io/"):
+                        self.assertEqual(d["apiVersion"], "kueue.x-k8s.io/v1beta2")
+                        self.assertIn(d["kind"], ("ResourceFlavor", "ClusterQueue", "LocalQueue"))
+                for f in kinds.get("ResourceFlavor", []):
+                    self.assertNotIn("namespace", f["metadata"], "ResourceFlavor is cluster-wide")
+                    for k, v in (f["spec"].get("nodeLabels") or {}).items():
+                        self.assertIsInstance(v, str)
+                for q in cqs.values():
+                    self.assertNotIn("namespace", q["metadata"], "ClusterQueue is cluster-wide")
+                    self.assertNotIn("cohort", q["spec"], "v1beta2 calls it cohortName")
+                    pre = q["spec"].get("preemption") or {}
+                    for k, allowed in (("reclaimWithinCohort", {"Never", "LowerPriority", "Any"}),
+                                       ("withinClusterQueue", {"Never", "LowerPriority",
+                                                               "LowerOrNewerEqualPriority"})):
+                        if k in pre:
+                            self.assertIn(pre[k], allowed, k)
+                    for g in q["spec"]["resourceGroups"]:
+                        covered = g["coveredResources"]
+                        for f in g["flavors"]:
+                            self.assertIn(f["name"], flavors, "a flavor of this file")
+                            self.assertEqual([r["name"] for r in f["resources"]], covered,
+                                             "each flavor lists the covered resources in order")
+                            for r in f["resources"]:
+                                self.assertIn("nominalQuota", r)
+                queues = {}
+                for lq in kinds.get("LocalQueue", []):
+                    self.assertIn("namespace", lq["metadata"], "LocalQueue is namespaced")
+                    self.assertIn(lq["spec"]["clusterQueue"], cqs)
+                    queues[(lq["metadata"]["namespace"], lq["metadata"]["name"])] = lq
+                for job in kinds.get("Job", []) + kinds.get("JobSet", []):
+                    name = (job["metadata"].get("labels") or {}).get("kueue.x-k8s.io/queue-name")
+                    if name is None:
+                        continue
+                    ns = job["metadata"].get("namespace", "default")
+                    self.assertIn((ns, name), queues, "queue-name names a LocalQueue of the "
+                                  "Job's namespace")
+                    self.assertTrue(job["spec"].get("suspend"), "queued workloads start suspended")
+        self.assertGreater(seen, 0, "no Kueue example")
 
 
 class DockerRuntimeLibsTest(unittest.TestCase):

@@ -39,6 +39,22 @@ class PodsimTest(PodsimTestCase):
             self.assertIsNotNone(pod.pid1)
             self.assertNotEqual(pod.pid1, 1)
 
+    def test_jobset_hostnames(self):
+        names = ["pytorch-ddp-leader-0-0", "pytorch-ddp-workers-0-0"]
+        with self.cluster(pods=2, svc="pytorch-ddp", hostnames=names) as c:
+            c.publish_all()
+            pod = c.start_pod(1, ["sh", "-c", "hostname; cat /etc/hosts; "
+                                  + getent("pytorch-ddp-leader-0-0.pytorch-ddp.default.svc."
+                                           "cluster.local")])
+            self.assertEqual(pod.wait(10), 0, pod.tail())
+            out = pod.stdout()
+            self.assertEqual(out.splitlines()[0], "pytorch-ddp-workers-0-0")
+            self.assertRegex(out, r"(?m)^10\.213\.0\.11\s+pytorch-ddp-workers-0-0\.pytorch-ddp"
+                                  r"\.default\.svc\.cluster\.local\s+pytorch-ddp-workers-0-0$")
+            self.assertRegex(out, r"(?m)^10\.213\.0\.10\s+pytorch-ddp-leader-0-0\.pytorch-ddp")
+        with self.assertRaises(ValueError):
+            podsim.Cluster(pods=2, hostnames=["a", "a"])
+
     def test_dns_publish_change_unpublish(self):
         with self.cluster(pods=2) as c:
             def lookup(*names):

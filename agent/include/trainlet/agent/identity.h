@@ -13,10 +13,52 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "trainlet/exitcodes/status.h"
 
 namespace trainlet::agent {
+
+// One replicated Job of a JobSet gang (`--gang leader=1,workers=2x4`): its name
+// (JobSet's replicatedJobs[].name), how many Jobs it stamps out (replicas) and
+// the pods of each Job (the Job's completions = parallelism).
+struct GangRole {
+  std::string name;
+  std::uint32_t replicas = 1;
+  std::uint32_t pods_per_job = 1;
+
+  std::uint32_t pods() const { return replicas * pods_per_job; }
+};
+
+// The gang's layout: its replicated Jobs in order. Every pod of the gang must
+// be given the same layout (it is part of the launch configuration the leader
+// compares). Pods are numbered role by role, Job by Job, completion index by
+// completion index; that number is the pod's gang index (its rendezvous index,
+// 0 = leader), so RANKs follow the roles' order.
+struct GangLayout {
+  std::vector<GangRole> roles;
+
+  std::uint32_t total_pods() const;
+  // Pods of the roles before roles[role].
+  std::uint32_t pods_before(std::size_t role) const;
+  // The canonical text: "name=P" for one replica, "name=RxP" otherwise, joined by ",".
+  std::string ToString() const;
+};
+
+// Parses `--gang`: comma-separated NAME=PODS or NAME=REPLICASxPODS, in the
+// order of the JobSet's replicatedJobs; NAME is a DNS label (1 to 63 of a-z,
+// 0-9, '-'; JobSet's rule for replicatedJob names), counts are canonical
+// decimals >= 1, names are unique, at most 1,000,000 pods in all. `what` names
+// the source in errors ("--gang/TRAINLET_GANG"). Errors: class config.
+[[nodiscard]] exitcodes::Result<GangLayout> ParseGang(const std::string& what,
+                                                      const std::string& value);
+
+// Checks a DNS name the way resolvers and Kubernetes do (RFC 1035 2.3.4,
+// RFC 1123 2.1): at most 253 characters without the trailing dot, labels of
+// 1 to 63 letters, digits and '-', not starting or ending with '-'. IP
+// literals are not checked here. `what` names the source in the error.
+// Errors: class config, naming the name and the offending label.
+[[nodiscard]] exitcodes::Status ValidateDnsName(const std::string& what, const std::string& name);
 
 // The raw inputs. Values are as the user gave them; std::nullopt = not given.
 struct IdentityInputs {
@@ -27,7 +69,13 @@ struct IdentityInputs {
   std::optional<std::string> master_addr;     // --master-addr
   std::optional<std::string> job_id;          // --job-id
   std::optional<std::string> attempt;         // --attempt
-  std::string podinfo_file = "/etc/podinfo/annotations";  // --podinfo-file
+  std::optional<std::string> gang;            // --gang
+  // Downward-API volume folder with the files `labels` and `annotations`
+  // (--podinfo-dir, default /etc/podinfo). --podinfo-file names the annotations
+  // file alone (older flag); its folder then also holds `labels` unless
+  // --podinfo-dir is given.
+  std::optional<std::string> podinfo_dir;     // --podinfo-dir
+  std::optional<std::string> podinfo_file;    // --podinfo-file
   // The process environment (JOB_COMPLETION_INDEX, PET_*, MASTER_ADDR, ...).
   std::map<std::string, std::string> env;
   // The pod's hostname (uname) and the content of /etc/hosts, which the kubelet
@@ -40,7 +88,7 @@ struct IdentityInputs {
 
 // Where the completion index came from, for the start-up log line.
 struct PodIdentity {
-  std::uint32_t index = 0;           // completion index; 0 is the leader
+  std::uint32_t index = 0;           // index in the gang (completion index without --gang); 0 is the leader
   std::string index_source;          // "--node-rank", "JOB_COMPLETION_INDEX", ...
   std::uint32_t nnodes = 1;          // pods in the gang
   std::uint32_t nproc_per_node = 1;  // workers per pod
@@ -49,7 +97,18 @@ struct PodIdentity {
   std::string own_fqdn;              // from /etc/hosts, empty if unknown
   std::string job_id;                // fences strangers at the rendezvous
   std::string job_id_source;
-  std::uint32_t attempt = 0;         // restart attempt: pods of other attempts are refused
+  // The fence the rendezvous compares (pods of other attempts are refused):
+  // --attempt, else restart_attempt + job_restart_attempt.
+  std::uint32_t attempt = 0;
+  std::string attempt_source;           // "--attempt", "label jobset.sigs.k8s.io/restart-attempt", ...
+  std::uint32_t restart_attempt = 0;    // JobSet's restart-attempt (whole-JobSet restarts)
+  std::optional<std::uint32_t> job_restart_attempt;  // JobSet's job-restart-attempt, when present
+  // Roles (torchrun's ROLE_NAME / ROLE_RANK / ROLE_WORLD_SIZE): with --gang, the
+  // pod's replicated Job; else one role "default" holding the whole gang.
+  std::string gang;                     // GangLayout::ToString(), empty without --gang
+  std::string role_name = "default";
+  std::uint32_t role_rank_base = 0;     // global rank of the role's first worker
+  std::uint32_t role_world_size = 1;    // workers in the role (its pods x nproc_per_node)
 
   bool is_leader() const { return index == 0; }
 };
@@ -57,7 +116,20 @@ struct PodIdentity {
 // Builds the identity. Precedence (first found wins):
 //   index:  --node-rank, JOB_COMPLETION_INDEX, PET_NODE_RANK, the
 //           `batch.kubernetes.io/job-completion-index` key of the downward-API
-//           annotations file (--podinfo-file);
+//           annotations file (--podinfo-dir/annotations or --podinfo-file);
+//   gang (--gang given): --node-rank and PET_NODE_RANK are the gang index
+//           itself (torchrun's node rank); otherwise the completion index above
+//           is placed in the layout: gang index = pods of the roles before this
+//           pod's + job index x pods per Job + completion index, where the role
+//           and the job index come from JobSet's `jobset.sigs.k8s.io/
+//           replicatedjob-name` and `job-index` labels/annotations, else from the
+//           hostname JobSet gives pods (<jobset>-<role>-<jobIndex>-<podIndex>).
+//           `replicatedjob-replicas`, when present, must equal the layout's
+//           replicas; nnodes, when given, must equal the layout's pods. The
+//           leader is gang index 0: JobSet's `jobset.sigs.k8s.io/coordinator`
+//           annotation when set (it must name that pod), else
+//           <jobset>-<first role>-0-0 in this pod's own domain (JobSet
+//           network.enableDNSHostnames, https://jobset.sigs.k8s.io/docs/);
 //   nnodes: --nnodes, PET_NNODES; required whenever an index was given (an
 //           Indexed Job's completions are not visible to its pods, see
 //           kubernetes/kubernetes#106009), else 1;
@@ -73,11 +145,18 @@ struct PodIdentity {
 //           --podinfo-file); else the first label of the leader's name (the same on
 //           every pod of the gang); else "trainlet";
 //   attempt: --attempt, else JobSet's `jobset.sigs.k8s.io/restart-attempt`
-//           annotation or label, else 0.
+//           plus `jobset.sigs.k8s.io/job-restart-attempt` (when present; JobSet
+//           counts a RestartJob of this pod's Job there), annotation or label,
+//           else 0. Both only grow, so the sum changes whenever this pod's Job
+//           is recreated, whichever restart did it.
+// Every leader name used (given or derived) passes ValidateDnsName.
 // Errors (class config): a value that is not a canonical non-negative decimal
 // ("03", " 3", "-1", "3x", overflow), an unexpanded "$(VAR)" reference, an index
 // not below nnodes, a missing nnodes, no way to find the leader, a leader name
-// whose subdomain differs from this pod's own.
+// whose subdomain differs from this pod's own or that is not a valid DNS name;
+// with --gang: an unknown role, a job or completion index outside the role, a
+// replica count or nnodes that disagrees with the layout, a coordinator that is
+// not gang index 0.
 [[nodiscard]] exitcodes::Result<PodIdentity> ResolveIdentity(const IdentityInputs& in);
 
 // Parses a canonical non-negative decimal ("0", "17"; not "07", "+1", " 1")

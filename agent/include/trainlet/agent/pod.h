@@ -66,6 +66,10 @@ struct PodOptions {
 // TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
 // TORCHELASTIC_ERROR_FILE (`error_file`), TORCHELASTIC_USE_AGENT_STORE=False,
 // and OMP_NUM_THREADS=1 when unset and the pod runs more than one worker.
+// Roles as torchrun's WorkerSpec.role has them (torch/distributed/elastic/agent/
+// server/api.py): ROLE_NAME is the role, ROLE_RANK = RANK - role_rank_base (the
+// rank among the role's workers), ROLE_WORLD_SIZE the role's workers; without
+// roles one role "default" spans the whole world.
 struct WorkerPlacement {
   std::uint32_t local_rank = 0;
   std::uint32_t nproc_per_node = 1;
@@ -79,6 +83,9 @@ struct WorkerPlacement {
   std::string error_file;
   std::uint32_t restart_count = 0;  // the rendezvous generation
   std::uint32_t max_restarts = 0;
+  std::string role_name = "default";
+  std::uint32_t role_rank_base = 0;   // global rank of the role's first worker
+  std::uint32_t role_world_size = 0;  // workers in the role; 0 = world_size
 };
 std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
                                            const WorkerPlacement& p);
