@@ -97,6 +97,12 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
                       " OOM kill(s)",
                   "oom");
     }
+    // NVML saw the GPU fail (ECC, Xid, a recovery action): the crash is the
+    // hardware's, however the trainer reported it (microsoft/pai#4314).
+    if (e.gpu_fault) {
+      return Make(FailureClass::kHardware, codes.CodeFor(FailureClass::kHardware),
+                  who + "; GPU fault: " + *e.gpu_fault, "gpu-health");
+    }
     if (!f.error_file_message.empty()) {
       if (auto m = markers.Match(f.error_file_message)) {
         return Make(m->failure_class, codes.CodeFor(m->failure_class),
