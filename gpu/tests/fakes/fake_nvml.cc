@@ -1,7 +1,7 @@
 // A fake NVML (libnvml.so.1) for tests. Two GPUs; GPU FAKE_NVML_BAD (if set)
 // reports FAKE_NVML_ECC uncorrected ECC errors (default 3), recovery action
 // FAKE_NVML_ACTION (default 2, node reboot), and delivers Xid FAKE_NVML_XID (if
-// set) once an event set is registered.
+// set) once an event set is registered. FAKE_NVML_BAD_FILE: see Bad().
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
@@ -9,7 +9,18 @@
 namespace {
 int Bad() {
   const char* v = std::getenv("FAKE_NVML_BAD");
-  return v != nullptr ? std::atoi(v) : -1;
+  if (v != nullptr) return std::atoi(v);
+  // FAKE_NVML_BAD_FILE: the bad GPU's index, once a test writes it there (a
+  // fault that appears while the workers run).
+  if (const char* f = std::getenv("FAKE_NVML_BAD_FILE")) {
+    if (FILE* fp = std::fopen(f, "r")) {
+      int i = -1;
+      if (std::fscanf(fp, "%d", &i) != 1) i = -1;
+      std::fclose(fp);
+      return i;
+    }
+  }
+  return -1;
 }
 int Env(const char* n, int d) {
   const char* v = std::getenv(n);
