@@ -146,6 +146,12 @@ TEST(SessionTest, ReportErrorIsWhatTheAgentClassifies) {
 
 class SessionNcclTest : public ::testing::Test {
  protected:
+  // The caller owns a communicator the Session returns.
+  static void Destroy(ncclComm_t comm) {
+    auto n = gpu::Nccl::Load(FAKE_LIBNCCL);
+    ASSERT_TRUE(n.ok());
+    (*n)->CommDestroy(comm);
+  }
   void SetUp() override {
     auto n = gpu::Nccl::Load(FAKE_LIBNCCL);
     ASSERT_TRUE(n.ok());
@@ -167,6 +173,8 @@ TEST_F(SessionNcclTest, UsesTrainletsIdOnceThenTheStore) {
   auto c2 = (*s.value)->NcclComm(2s);  // an id is single-use (C26)
   ASSERT_TRUE(c2) << c2.error;
   EXPECT_EQ((*s.value)->nccl_id_source(), "store");
+  Destroy(*c1.value);
+  Destroy(*c2.value);
 }
 
 TEST_F(SessionNcclTest, ADifferentNcclVersionNeverUsesTrainletsId) {
@@ -177,6 +185,7 @@ TEST_F(SessionNcclTest, ADifferentNcclVersionNeverUsesTrainletsId) {
   auto c = (*s.value)->NcclComm(2s);
   ASSERT_TRUE(c) << c.error;
   EXPECT_EQ((*s.value)->nccl_id_source(), "store");
+  Destroy(*c.value);
 }
 
 TEST_F(SessionNcclTest, InitThatNeverCompletesIsAbortedAtTheDeadline) {
