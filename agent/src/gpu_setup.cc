@@ -18,7 +18,7 @@ using exitcodes::Status;
 std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t,
                                                                  const std::string&)>
 MakeNcclIdMaker(const PodOptions& options) {
-  if (!options.gpu.nccl_ids) return {};
+  if (!options.gpu.nccl_ids && !options.gpu.preflight) return {};
   struct State {
     bool tried = false;
     std::shared_ptr<const gpu::Nccl> nccl;
@@ -96,7 +96,9 @@ Result<std::map<std::string, std::string>> PrepareGpuWorkers(
     if (!r.status.ok()) return r.status;
     spdlog::info("preflight {:.0f} ms: {}", ms, r.summary);
   }
-  for (const auto& [k, v] : gpu::WorkerNcclEnv(trainer)) out[k] = v;
+  if (g.nccl_ids) {
+    for (const auto& [k, v] : gpu::WorkerNcclEnv(trainer)) out[k] = v;
+  }
   if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
     auto socket_env = gpu::SocketIfnameEnv(options.env, a.master_addr, a.nnodes, *ifs);
     if (socket_env.ok()) {

@@ -175,7 +175,10 @@ int PreflightChildMain() {
   // 2. NCCL.
   auto ids = ParseWorkerNcclEnv([](const char* k) { return Get(k); });
   if (!ids.ok()) return Emit(j, FailureClass::kConfig, ids.status().message());
-  if (ids->empty()) return Emit(j, FailureClass::kConfig, "no NCCL unique id from the leader");
+  if (ids->empty()) {
+    return Emit(j, FailureClass::kInfra,
+                "no NCCL unique id from the leader (is NCCL missing in the leader's image?)");
+  }
   auto nccl = Nccl::Load(LibraryPath("TRAINLET_LIBNCCL", kDefaultLibNccl));
   if (!nccl.ok()) return Emit(j, FailureClass::kInfra, nccl.status().message());
   const Nccl& nc = **nccl;

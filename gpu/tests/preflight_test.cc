@@ -105,6 +105,13 @@ TEST_F(PreflightTest, FailureClasses) {
       {{{"FAKE_CUDA_ALLOC_RC", "214"}}, 0, FailureClass::kHardware, "CUDA_ERROR_ECC_UNCORRECTABLE"},
       {{{"FAKE_CUDA_DEVICES", "1"}}, 0, FailureClass::kHardware, "local rank 1 has no GPU"},
   };
+  {
+    PreflightOptions o = o_;
+    o.ids = {};  // the leader had no NCCL
+    PreflightReport r = RunPreflight(o);
+    EXPECT_EQ(r.status.failure_class(), FailureClass::kInfra);
+    EXPECT_NE(r.status.message().find("no NCCL unique id from the leader"), std::string::npos);
+  }
   for (const Row& row : rows) {
     PreflightOptions o = o_;
     for (const auto& [k, v] : row.env) o.env[k] = v;

@@ -29,8 +29,9 @@ namespace trainlet::agent {
 // id, when the user set no NCCL_SOCKET_IFNAME, it sets it in this process to
 // the interface holding `leader_addr` (the address members reached), because
 // ncclGetUniqueId's bootstrap root listens on the interface NCCL picks (C28).
-// Without NCCL it logs once and returns {0, {}}. Empty function when
-// gpu.nccl_ids is off.
+// Without NCCL it logs once and returns {0, {}}. Empty function when both
+// gpu.nccl_ids and gpu.preflight are off (--preflight needs ids even when the
+// workers get none).
 std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t,
                                                                  const std::string&)>
 MakeNcclIdMaker(const PodOptions& options);

@@ -23,7 +23,8 @@ namespace trainlet::agent {
 // GPU settings of a pod (gpu/ module; README "GPUs and NCCL").
 struct GpuOptions {
   // The leader makes fresh NCCL unique ids for every generation and the workers
-  // get them (TRAINLET_NCCL_UNIQUE_ID[S], TRAINLET_NCCL_VERSION). Off: none.
+  // get them (TRAINLET_NCCL_UNIQUE_ID[S], TRAINLET_NCCL_VERSION). Off: none
+  // for the workers (the preflight still gets its own).
   bool nccl_ids = true;
   // --preflight: one NCCL communicator over all GPUs of the gang before the
   // trainer starts (gpu/preflight.h). Needs the same setting on every pod (it

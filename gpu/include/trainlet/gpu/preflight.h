@@ -15,7 +15,7 @@
 //       returned a wrong value
 //   75  infra: NCCL init or the all-reduce timed out or failed
 //       (ncclSystemError, ncclRemoteError...), NCCL is missing while GPUs are
-//       present, or the bus bandwidth is below --preflight-min-busbw (a
+//       present (here, or on the leader: no unique id), or the bus bandwidth is below --preflight-min-busbw (a
 //       degraded fabric is retriable elsewhere)
 //   78  config: the child's environment is malformed
 // No GPU: "no GPU: preflight skipped" (ok) unless --require-gpus, which makes it
