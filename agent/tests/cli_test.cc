@@ -20,8 +20,11 @@ struct Outcome {
 };
 
 Outcome Trainlet(const std::string& env, const std::string& args) {
-  // `env -i` keeps the host's MASTER_ADDR/JOB_COMPLETION_INDEX out of the test.
-  std::string cmd = "env -i PATH=/usr/bin:/bin HOSTNAME=x " + env + " " + TRAINLET_BIN + " " +
+  // `env -i` keeps the host's MASTER_ADDR/JOB_COMPLETION_INDEX out of the test, and
+  // TRAINLET_LIBNCCL its NCCL (hermetic: the outcome must not depend on whether
+  // this machine has libnccl.so.2, which under TSan also takes ~1 s to load).
+  std::string cmd = "env -i PATH=/usr/bin:/bin HOSTNAME=x TRAINLET_LIBNCCL=/nonexistent/libnccl.so.2 " +
+                    env + " " + TRAINLET_BIN + " " +
                     args + " 2>&1";
   auto t0 = Clock::now();
   FILE* p = ::popen(cmd.c_str(), "r");
