@@ -21,6 +21,7 @@
 #include "file_util.h"
 #include "output.h"
 #include "trainlet/agent/evidence.h"
+#include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/local.h"
@@ -29,6 +30,10 @@
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/exitcodes/policy.h"
 #include "trainlet/exitcodes/termination.h"
+#include "trainlet/gpu/devices.h"
+#include "trainlet/gpu/health.h"
+#include "trainlet/gpu/netif.h"
+#include "trainlet/gpu/preflight.h"
 
 extern char** environ;
 
@@ -65,6 +70,9 @@ struct Flags {
   std::string health_port = "0";
   std::string max_restarts = "0";
   std::string token_file;
+  bool preflight = false, require_gpus = false;
+  std::string preflight_timeout = "60", preflight_min_busbw = "0";
+  std::string nccl_ids = "on", gpu_health = "on";
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
 };
@@ -84,7 +92,30 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "nnodes", &f.nnodes,
           "number of pods in the gang (the Job's completions); also PET_NNODES");
   AddFlag(app, f, "nproc-per-node", &f.nproc_per_node,
-          "workers per pod; also PET_NPROC_PER_NODE (default 1)");
+          "workers per pod, or auto|gpu: one per visible GPU (auto: 1 without a GPU); each "
+          "worker picks its GPU by LOCAL_RANK, as under torchrun; also PET_NPROC_PER_NODE "
+          "(default 1)");
+  f.opts["preflight"] =
+      app.add_flag("--preflight", f.preflight,
+                   "before the trainer, check NCCL across every GPU of the gang (init, a checked "
+                   "all-reduce, bus bandwidth); a failure exits 74 (hardware) or 75 (infra)")
+          ->envname("TRAINLET_PREFLIGHT");
+  AddFlag(app, f, "preflight-timeout", &f.preflight_timeout,
+          "seconds for the preflight's NCCL init and all-reduces (default 60)");
+  AddFlag(app, f, "preflight-min-busbw", &f.preflight_min_busbw,
+          "GB/s: a preflight bus bandwidth below this exits 75 (default 0: no floor)");
+  f.opts["require-gpus"] =
+      app.add_flag("--require-gpus", f.require_gpus,
+                   "with --preflight: a pod without a usable GPU exits 74 instead of skipping")
+          ->envname("TRAINLET_REQUIRE_GPUS");
+  AddFlag(app, f, "nccl-ids", &f.nccl_ids,
+          "on|off: the leader makes fresh NCCL unique ids each generation for the workers "
+          "(TRAINLET_NCCL_UNIQUE_ID, TRAINLET_NCCL_VERSION) (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
+  AddFlag(app, f, "gpu-health", &f.gpu_health,
+          "on|off: NVML checks (ECC, Xid, recovery action) at start and after a worker failure; "
+          "a fault exits 74 (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
   AddFlag(app, f, "grace-period", &f.grace_period,
           "seconds between forwarding SIGTERM and SIGKILL; set it a few seconds below the "
           "pod's terminationGracePeriodSeconds (default 25, for Kubernetes' default 30)");
@@ -214,12 +245,14 @@ void ConfigureLogging(const std::string& level_flag) {
   if (!level_flag.empty()) spdlog::set_level(spdlog::level::from_str(level_flag));
 }
 
-// Bad input: one line on stderr, the termination message, the config code.
-int ConfigError(const std::string& message, const exitcodes::ExitCodeTable& codes = {},
-                const std::string& termination_log = "", std::uint32_t pod_index = 0) {
-  int code = codes.CodeFor(exitcodes::FailureClass::kConfig);
+// A failure before the pod starts: one line on stderr, the termination
+// message, the class's code. Bad input is class config (ConfigError).
+int StartupError(exitcodes::FailureClass c, const std::string& message,
+                 const exitcodes::ExitCodeTable& codes = {}, const std::string& termination_log = "",
+                 std::uint32_t pod_index = 0) {
+  int code = codes.CodeFor(c);
   exitcodes::TerminationInfo info;
-  info.verdict = {exitcodes::FailureClass::kConfig, code, message, "phase"};
+  info.verdict = {c, code, message, "phase"};
   info.pod_index = pod_index;
   std::string summary = exitcodes::TerminationMessage(info);
   WriteTerminationLog(termination_log, summary);
@@ -227,6 +260,19 @@ int ConfigError(const std::string& message, const exitcodes::ExitCodeTable& code
   std::fprintf(stderr, "trainlet: %s (exit %d; see trainlet --help)\n%s\n", message.c_str(), code,
                summary.c_str());
   return code;
+}
+
+int ConfigError(const std::string& message, const exitcodes::ExitCodeTable& codes = {},
+                const std::string& termination_log = "", std::uint32_t pod_index = 0) {
+  return StartupError(exitcodes::FailureClass::kConfig, message, codes, termination_log, pod_index);
+}
+
+// "0", "12.5": a non-negative decimal.
+exitcodes::Result<double> ParseRate(const std::string& what, const std::string& v) {
+  bool plain = !v.empty() && v.find_first_not_of("0123456789.") == std::string::npos &&
+               std::count(v.begin(), v.end(), '.') <= 1 && v.front() != '.' && v.back() != '.';
+  if (!plain) return exitcodes::Status::Config(what + "='" + v + "' is not a number like 12.5");
+  return std::strtod(v.c_str(), nullptr);
 }
 
 void PrintExitCodes() {
@@ -269,6 +315,8 @@ int Main(int argc, char** argv) {
   AddAgentFlags(*local, local_flags, true);
   local->add_option("command", local_flags.command, "the trainer command, after --");
   CLI::App* exit_codes = app.add_subcommand("exit-codes", "print the exit-code contract");
+  // Internal: the agent's short-lived GPU preflight child (gpu/preflight.h).
+  CLI::App* preflight_child = app.add_subcommand("preflight", "")->group("");
   std::string probe_what, probe_port = "0";
   CLI::App* probe = app.add_subcommand(
       "probe", "exec probe: exit 0 when the local agent is ready / live (needs --health-port)");
@@ -305,6 +353,7 @@ int Main(int argc, char** argv) {
     return ConfigError(e.what());
   }
 
+  if (preflight_child->parsed()) return gpu::PreflightChildMain();
   if (exit_codes->parsed()) {
     PrintExitCodes();
     return 0;
@@ -370,6 +419,57 @@ int Main(int argc, char** argv) {
       1'000'000);
   if (!max_restarts.ok()) return config_error(max_restarts.status().message());
 
+  // GPUs (README "GPUs and NCCL").
+  GpuOptions gpu_options;
+  gpu_options.nccl_ids = f.nccl_ids == "on";
+  gpu_options.health = f.gpu_health == "on";
+  gpu_options.preflight = f.preflight;
+  gpu_options.require_gpus = f.require_gpus;
+  gpu_options.self_exe = SelfExe();
+  gpu_options.libcuda = gpu::LibraryPath("TRAINLET_LIBCUDA", gpu::kDefaultLibCuda);
+  gpu_options.libnccl = gpu::LibraryPath("TRAINLET_LIBNCCL", gpu::kDefaultLibNccl);
+  gpu_options.libnvml = gpu::LibraryPath("TRAINLET_LIBNVML", gpu::kDefaultLibNvml);
+  auto preflight_timeout = ParseSeconds("--preflight-timeout", f.preflight_timeout);
+  if (!preflight_timeout.ok()) return config_error(preflight_timeout.status().message());
+  gpu_options.preflight_timeout = *preflight_timeout;
+  auto min_busbw = ParseRate("--preflight-min-busbw", f.preflight_min_busbw);
+  if (!min_busbw.ok()) return config_error(min_busbw.status().message());
+  gpu_options.preflight_min_busbw_gbps = *min_busbw;
+  // --nproc-per-node auto|gpu: one worker per GPU the driver shows this pod
+  // (after CUDA_VISIBLE_DEVICES), found in a child so PID 1 never inits CUDA.
+  std::optional<std::string> nproc_value =
+      is_local ? (f.nproc_per_node.empty() ? std::nullopt : std::optional(f.nproc_per_node))
+               : Given(f, "nproc-per-node", env, &f.nproc_per_node, "PET_NPROC_PER_NODE");
+  std::optional<std::string> resolved_nproc;
+  if ((nproc_value && gpu::NeedsDiscovery(*nproc_value)) || f.preflight) {
+    for (const char* var : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}) {
+      auto it = env.find(var);
+      auto v = gpu::ParseVisibleDevices(var, it == env.end() ? std::nullopt : std::optional(it->second));
+      if (!v.ok()) return config_error(v.status().message());
+    }
+    gpu::Discovery d = gpu::DiscoverInChild(gpu_options.libcuda);
+    std::string list;
+    for (const auto& g : d.gpus) {
+      list += (list.empty() ? "" : ", ") + std::to_string(g.index) + " " + g.uuid + " " + g.pci_bus_id;
+    }
+    spdlog::info("GPUs: {}{}", d.detail, list.empty() ? "" : " (" + list + ")");
+    if (nproc_value && gpu::NeedsDiscovery(*nproc_value)) {
+      auto n = gpu::ResolveWorkersPerPod("--nproc-per-node", *nproc_value, d);
+      if (!n.ok()) return config_error(n.status().message());
+      resolved_nproc = *n;
+      if (is_local) f.nproc_per_node = *n;
+    }
+  }
+  // NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME against the real interfaces (C27).
+  if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
+    if (auto s = gpu::ValidateSocketIfnames(env, *ifs); !s.ok()) return config_error(s.message());
+  }
+  // A GPU that NVML already reports broken: hardware, before the gang forms (C30).
+  if (auto fault = GpuFaultEvidence(gpu_options)) {
+    return StartupError(exitcodes::FailureClass::kHardware, "GPU fault at start: " + *fault, codes,
+                        f.termination_log, index_hint);
+  }
+
   if (is_local) {
     LocalOptions lo;
     auto nnodes = ParseCount("--nnodes", f.nnodes.empty() ? "1" : f.nnodes, 4096);
@@ -399,6 +499,12 @@ int Main(int argc, char** argv) {
                            {"--max-restarts", std::to_string(*max_restarts),
                             "--hang-timeout", f.hang_timeout, "--hang-start-timeout",
                             f.hang_start_timeout, "--hang-signal", f.hang_signal});
+    lo.pass_through.insert(lo.pass_through.end(),
+                           {"--preflight-timeout", f.preflight_timeout, "--preflight-min-busbw",
+                            f.preflight_min_busbw, "--nccl-ids", f.nccl_ids, "--gpu-health",
+                            f.gpu_health});
+    if (f.preflight) lo.pass_through.push_back("--preflight");
+    if (f.require_gpus) lo.pass_through.push_back("--require-gpus");
     return RunLocal(lo);
   }
 
@@ -406,6 +512,7 @@ int Main(int argc, char** argv) {
   in.node_rank = Given(f, "node-rank", env, &f.node_rank);
   in.nnodes = Given(f, "nnodes", env, &f.nnodes);
   in.nproc_per_node = Given(f, "nproc-per-node", env, &f.nproc_per_node);
+  if (resolved_nproc) in.nproc_per_node = resolved_nproc;
   in.master_addr = Given(f, "master-addr", env, &f.master_addr);
   in.job_id = Given(f, "job-id", env, &f.job_id);
   in.attempt = Given(f, "attempt", env, &f.attempt);
@@ -454,6 +561,7 @@ int Main(int argc, char** argv) {
   po.hang_start_timeout = *hang_start_timeout;
   po.hang_signal = *hang_signal;
   po.max_restarts = *max_restarts;
+  po.gpu = gpu_options;
   return RunPod(po);
 }
 

@@ -55,8 +55,8 @@ int RunLocal(const LocalOptions& o) {
     std::string kv = *e;
     std::string name = kv.substr(0, kv.find('='));
     if (name == "JOB_COMPLETION_INDEX" || name == "MASTER_ADDR" || name.starts_with("PET_") ||
-        name.starts_with("TRAINLET_")) {
-      continue;
+        (name.starts_with("TRAINLET_") && !name.starts_with("TRAINLET_LIB"))) {
+      continue;  // TRAINLET_LIBCUDA/LIBNCCL/LIBNVML (gpu/devices.h) are not per pod
     }
     env.push_back(kv);
   }

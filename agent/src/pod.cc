@@ -18,6 +18,7 @@
 
 #include "output.h"
 #include "trainlet/agent/evidence.h"
+#include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
@@ -133,6 +134,7 @@ class Pod {
                     {"master_port", std::to_string(options_.master_port)},
                     {"max_restarts", std::to_string(options_.max_restarts)},
                     {"gang", id.gang}};
+    if (options_.gpu.preflight) hello.config.emplace_back("preflight", "1");  // gpu_setup.h
     hello.fingerprint = rendezvous::wire::Fingerprint(hello.config);
     hello.generation = generation_;
     auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
@@ -162,6 +164,7 @@ class Pod {
       lo.master_port = options_.master_port;
       lo.run_id = id.job_id;
       lo.token = options_.token;
+      lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
@@ -208,6 +211,15 @@ class Pod {
                  Ms(Clock::now() - round_started_), a.generation, a.world_size, a.rank_base,
                  a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port);
 
+    // GPU preflight, NCCL ids, socket interface (gpu_setup.h).
+    auto gpu_env = PrepareGpuWorkers(options_, a);
+    if (!gpu_env.ok()) {
+      Finish(gpu_env.status());
+      return;
+    }
+    std::map<std::string, std::string> base_env = options_.env;
+    for (const auto& [k, v] : *gpu_env) base_env[k] = v;
+
     std::string error_dir = MakeErrorDir();
     std::vector<WorkerSpec> specs;
     for (std::uint32_t lr = 0; lr < id.nproc_per_node; ++lr) {
@@ -228,7 +240,7 @@ class Pod {
                         .role_name = id.role_name,
                         .role_rank_base = id.role_rank_base,
                         .role_world_size = id.role_world_size};
-      auto env = WorkerEnvironment(options_.env, p);
+      auto env = WorkerEnvironment(base_env, p);
       if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);
         if (int fd = ::open(hb.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
@@ -649,6 +661,7 @@ class Pod {
     }
     e.stop_signal = r.stop_signal;
     e.collateral = r.collateral;
+    if (r.first_failure && !e.peer_failure) e.gpu_fault = GpuFaultEvidence(options_.gpu);
     if (auto now = ReadOomKillCount(); now && oom_baseline_ && *now > *oom_baseline_) {
       e.oom_kills = *now - *oom_baseline_;
     }

@@ -20,8 +20,11 @@ struct Outcome {
 };
 
 Outcome Trainlet(const std::string& env, const std::string& args) {
-  // `env -i` keeps the host's MASTER_ADDR/JOB_COMPLETION_INDEX out of the test.
-  std::string cmd = "env -i PATH=/usr/bin:/bin HOSTNAME=x " + env + " " + TRAINLET_BIN + " " +
+  // `env -i` keeps the host's MASTER_ADDR/JOB_COMPLETION_INDEX out of the test, and
+  // TRAINLET_LIBNCCL its NCCL (hermetic: the outcome must not depend on whether
+  // this machine has libnccl.so.2, which under TSan also takes ~1 s to load).
+  std::string cmd = "env -i PATH=/usr/bin:/bin HOSTNAME=x TRAINLET_LIBNCCL=/nonexistent/libnccl.so.2 " +
+                    env + " " + TRAINLET_BIN + " " +
                     args + " 2>&1";
   auto t0 = Clock::now();
   FILE* p = ::popen(cmd.c_str(), "r");
@@ -205,6 +208,42 @@ TEST(CliTest, ExitCodeIsTheWorkersOr128PlusSignal) {
   EXPECT_EQ(Trainlet("", "-- sh -c 'kill -KILL $$'").code, 128 + 9);
   EXPECT_EQ(Trainlet("", "--nproc-per-node 2 -- sh -c '[ $RANK = 1 ] && exit 5; sleep 20'").code,
             5);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CliTest, GpuFlagsAndTheirEnvironment) {
+  struct Row {
+    std::string env, args;
+    int code;
+    std::string text;
+  };
+  const std::string nogpu = "TRAINLET_LIBCUDA=/nonexistent/libcuda.so.1 "
+                            "TRAINLET_LIBNVML=/nonexistent/libnvml.so.1";
+  const std::vector<Row> rows = {
+      {nogpu, "--nproc-per-node gpu -- true", 78,
+       "--nproc-per-node='gpu' but no GPU is visible: no CUDA driver"},
+      {nogpu + " TRAINLET_NPROC_PER_NODE=gpu", "-- true", 78, "but no GPU is visible"},
+      {nogpu, "--nproc-per-node auto -- sh -c 'echo workers=$LOCAL_WORLD_SIZE'", 0, "workers=1"},
+      {nogpu, "--preflight-timeout abc -- true", 78, "--preflight-timeout='abc'"},
+      {nogpu + " TRAINLET_PREFLIGHT_MIN_BUSBW=-1", "-- true", 78, "--preflight-min-busbw='-1'"},
+      {nogpu + " TRAINLET_NCCL_IDS=maybe", "-- true", 78, "nccl-ids"},
+      {nogpu + " CUDA_VISIBLE_DEVICES=0,,1", "--nproc-per-node gpu -- true", 78,
+       "CUDA_VISIBLE_DEVICES='0,,1' has an empty entry"},
+      {nogpu + " NCCL_SOCKET_IFNAME=nosuchif0", "-- true", 78,
+       "NCCL_SOCKET_IFNAME='nosuchif0': no interface matches; interfaces: lo"},
+      {nogpu + " TRAINLET_PREFLIGHT=1", "-- true", 0, "no GPU: preflight skipped"},
+  };
+  for (const Row& r : rows) {
+    Outcome o = Trainlet(r.env, r.args);
+    EXPECT_EQ(o.code, r.code) << r.env << " " << r.args << "\n" << o.out;
+    EXPECT_NE(o.out.find(r.text), std::string::npos) << r.env << " " << r.args << "\n" << o.out;
+    if (r.code == 78) {
+      EXPECT_LT(o.seconds, 1.0);
+    }
+  }
 }
 
 }  // namespace

@@ -8,6 +8,12 @@ MarkerTable MarkerTable::Defaults() {
   MarkerTable t;
   const FailureClass hw = FailureClass::kHardware, infra = FailureClass::kInfra,
                      bug = FailureClass::kBug;
+  // What trainlet::Session::ReportError writes (session/include/trainlet/session.h):
+  // the trainer said which class its failure is.
+  t.markers_.push_back({hw, "[trainlet:hardware]"});
+  t.markers_.push_back({infra, "[trainlet:infra]"});
+  t.markers_.push_back({bug, "[trainlet:bug]"});
+  t.markers_.push_back({FailureClass::kOom, "[trainlet:oom]"});
   // GPU and driver faults (CUDA runtime error strings, NVRM Xid reports).
   for (const char* s : {"uncorrectable ECC error", "CUDA_ERROR_ECC_UNCORRECTABLE",
                         "fallen off the bus", "fell off the bus", "Xid", "CUDA_ERROR_LAUNCH_FAILED",
@@ -96,6 +102,12 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
                   who + " and the memory cgroup counted " + std::to_string(e.oom_kills) +
                       " OOM kill(s)",
                   "oom");
+    }
+    // NVML saw the GPU fail (ECC, Xid, a recovery action): the crash is the
+    // hardware's, however the trainer reported it (microsoft/pai#4314).
+    if (e.gpu_fault) {
+      return Make(FailureClass::kHardware, codes.CodeFor(FailureClass::kHardware),
+                  who + "; GPU fault: " + *e.gpu_fault, "gpu-health");
     }
     if (!f.error_file_message.empty()) {
       if (auto m = markers.Match(f.error_file_message)) {

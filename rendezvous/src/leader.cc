@@ -440,7 +440,8 @@ void Leader::MaybeAssign() {
   // at 0, the survivors of a restart ask for their last generation + 1).
   std::uint32_t generation = im.own->generation;
   for (const auto& [index, conn] : im.members) generation = std::max(generation, conn->generation);
-  auto make = [nproc, generation, nnodes = im.options.nnodes, port = im.options.master_port,
+  std::function<wire::Assignment(std::uint32_t, std::string)> make =
+      [nproc, generation, nnodes = im.options.nnodes, port = im.options.master_port,
                run_id = im.options.run_id, job_id = im.own->job_id,
                attempt = im.own->attempt](std::uint32_t index, std::string master_addr) {
     return wire::Assignment{.generation = generation,
@@ -451,7 +452,9 @@ void Leader::MaybeAssign() {
                             .master_port = port,
                             .run_id = run_id,
                             .job_id = job_id,
-                            .attempt = attempt};
+                            .attempt = attempt,
+                            .nccl_version = 0,
+                            .nccl_ids = {}};
   };
   // MASTER_ADDR for each member is the leader address that member itself
   // reached us on: proven reachable from there, and never loopback in a pod.
@@ -464,6 +467,16 @@ void Leader::MaybeAssign() {
     targets.emplace_back(conn, AddressForPeers(local.address()));
     if (own_addr == "127.0.0.1" && !local.address().is_loopback()) own_addr = targets.back().second;
   }
+  // Fresh NCCL ids for this round, the same for every pod (gpu/nccl.h; C26).
+  std::pair<std::uint32_t, std::vector<std::string>> nccl;
+  if (im.options.make_nccl_ids) {
+    nccl = im.options.make_nccl_ids(im.options.nnodes * nproc, own_addr);
+  }
+  make = [base = make, nccl](std::uint32_t index, std::string addr) {
+    wire::Assignment a = base(index, std::move(addr));
+    std::tie(a.nccl_version, a.nccl_ids) = nccl;
+    return a;
+  };
   for (auto& [conn, addr] : targets) {
     auto frame =
         std::make_shared<std::vector<std::uint8_t>>(wire::Encode(make(*conn->index, addr)));

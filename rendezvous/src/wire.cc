@@ -67,6 +67,10 @@ class Reader {
     return true;
   }
   bool AtEnd() const { return pos_ == in_.size(); }
+  bool Fail(std::string why) {
+    if (error_.empty()) error_ = std::move(why);
+    return false;
+  }
   const std::string& error() const { return error_; }
 
  private:
@@ -116,6 +120,10 @@ void EncodePayload(Writer& w, const Assignment& m) {
   w.Str(m.run_id);
   w.Str(m.job_id);
   w.U32(m.attempt);
+  w.U32(m.nccl_version);
+  std::size_t n = std::min(m.nccl_ids.size(), kMaxNcclIds);
+  w.U16(std::uint16_t(n));
+  for (std::size_t i = 0; i < n; ++i) w.Str(m.nccl_ids[i]);
 }
 
 void EncodePayload(Writer& w, const Reject& m) {
@@ -168,11 +176,27 @@ bool DecodePayload(Reader& r, Challenge* m) {
 
 bool DecodePayload(Reader& r, Proof* m) { return r.Str(&m->proof, "proof"); }
 
+bool DecodeNcclIds(Reader& r, Assignment* m) {
+  std::uint16_t n;
+  if (!r.U32(&m->nccl_version) || !r.U16(&n)) return false;
+  if (n > kMaxNcclIds) return r.Fail("nccl_ids has " + std::to_string(n) + " ids, limit " +
+                                     std::to_string(kMaxNcclIds));
+  m->nccl_ids.resize(n);
+  for (auto& id : m->nccl_ids) {
+    if (!r.Str(&id, "nccl_id")) return false;
+    if (id.size() != kNcclIdBytes) {
+      return r.Fail("nccl_id is " + std::to_string(id.size()) + " bytes, expected " +
+                    std::to_string(kNcclIdBytes));
+    }
+  }
+  return true;
+}
+
 bool DecodePayload(Reader& r, Assignment* m) {
   return r.U32(&m->generation) && r.U32(&m->nnodes) && r.U32(&m->world_size) &&
          r.U32(&m->rank_base) && r.Str(&m->master_addr, "master_addr") &&
          r.U16(&m->master_port) && r.Str(&m->run_id, "run_id") && r.Str(&m->job_id, "job_id") &&
-         r.U32(&m->attempt);
+         r.U32(&m->attempt) && DecodeNcclIds(r, m);
 }
 
 bool DecodePayload(Reader& r, Reject* m) {

@@ -38,8 +38,7 @@ wire::Hello HelloFor(std::uint32_t index, std::uint32_t nnodes, std::uint32_t np
 class RendezvousTest : public ::testing::Test {
  protected:
   std::shared_ptr<Leader> MakeLeader(std::uint32_t nnodes, std::uint16_t port = 0,
-                                     std::string token = "") {
-    LeaderOptions o;
+                                     std::string token = "", LeaderOptions o = {}) {
     o.token = std::move(token);
     o.nnodes = nnodes;
     o.run_id = "trainer-0";
@@ -135,6 +134,39 @@ TEST_F(RendezvousTest, GenerationIsTheHighestAnyPodAsksFor) {
   for (std::uint32_t i : {1u, 2u}) {
     ASSERT_TRUE(got[i] && got[i]->ok()) << i;
     EXPECT_EQ((*got[i])->generation, 2u) << i;
+  }
+}
+
+TEST_F(RendezvousTest, EveryPodGetsTheSameFreshNcclIdsMadeOncePerRound) {
+  LeaderOptions o;
+  int calls = 0;
+  std::uint32_t world = 0;
+  std::string id(128, '\0');
+  id[5] = '\xff';
+  o.make_nccl_ids = [&](std::uint32_t world_size, const std::string& leader_addr) {
+    ++calls;
+    world = world_size;
+    EXPECT_EQ(leader_addr, "127.0.0.1");
+    return std::make_pair(22809u, std::vector<std::string>{id, std::string(128, 'x')});
+  };
+  auto leader = MakeLeader(3, 0, "", o);
+  Outcome own;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i : {1u, 2u}) {
+    members.push_back(MakeMember(HelloFor(i, 3), leader->port()));
+    members.back()->Start([&got, i](auto r) { got[i] = r; });
+  }
+  RunUntil([&] { return own && got.size() == 2; });
+  ASSERT_TRUE(own && own->ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(world, 6u);
+  for (const Outcome* r : {&own, &got[1], &got[2]}) {
+    ASSERT_TRUE(*r && (*r)->ok());
+    EXPECT_EQ((**r)->nccl_version, 22809u);
+    ASSERT_EQ((**r)->nccl_ids.size(), 2u);
+    EXPECT_EQ((**r)->nccl_ids[0], id);  // all 128 bytes, NULs included
   }
 }
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace trainlet::rendezvous::wire {
 namespace {
 using exitcodes::Result;
@@ -21,11 +24,27 @@ Hello SampleHello() {
 Assignment SampleAssignment() {
   return Assignment{.generation = 1, .nnodes = 16, .world_size = 128, .rank_base = 56,
                     .master_addr = "10.0.0.10", .master_port = 29500, .run_id = "trainer",
-                    .job_id = "trainer-0", .attempt = 2};
+                    .job_id = "trainer-0", .attempt = 2, .nccl_version = 0, .nccl_ids = {}};
+}
+
+// A 128-byte NCCL id with NUL and 0xff bytes (C26: binary, never a C string).
+std::string NcclId(char fill) {
+  std::string id(kNcclIdBytes, fill);
+  id[0] = '\0';
+  id[1] = '\xff';
+  id[127] = '\0';
+  return id;
+}
+
+Assignment WithNcclIds(std::size_t n) {
+  Assignment a = SampleAssignment();
+  a.nccl_version = 22809;
+  for (std::size_t i = 0; i < n; ++i) a.nccl_ids.push_back(NcclId(static_cast<char>('a' + i)));
+  return a;
 }
 
 std::vector<Message> Samples() {
-  return {SampleHello(), SampleAssignment(),
+  return {SampleHello(), SampleAssignment(), WithNcclIds(1), WithNcclIds(3),
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
           Heartbeat{},
@@ -129,6 +148,54 @@ TEST(WireTest, MalformedFramesAreRefusedWithAReason) {
     ASSERT_FALSE(decoded.ok()) << c.name;
     EXPECT_NE(decoded.status().message().find(c.expected), std::string::npos)
         << c.name << ": " << decoded.status().message();
+  }
+}
+
+TEST(WireTest, NcclIdsRoundTripByteExactlyUpToTheLimit) {
+  Assignment a = WithNcclIds(kMaxNcclIds);
+  auto frame = Encode(a);
+  EXPECT_LE(frame.size(), kHeaderSize + kMaxPayload);
+  auto decoded = DecodeAll(frame, 7);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const auto& got = std::get<Assignment>(decoded->at(0));
+  ASSERT_EQ(got.nccl_ids.size(), kMaxNcclIds);
+  for (std::size_t i = 0; i < kMaxNcclIds; ++i) EXPECT_EQ(got.nccl_ids[i], a.nccl_ids[i]) << i;
+  EXPECT_EQ(got.nccl_version, 22809u);
+}
+
+TEST(WireTest, MalformedNcclIdsAreRefused) {
+  // An id of the wrong size: the last id's length field (u16) just before its bytes.
+  Assignment a = WithNcclIds(1);
+  a.nccl_ids[0].pop_back();
+  auto decoded = DecodeAll(Encode(a), 3);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find("nccl_id is 127 bytes, expected 128"),
+            std::string::npos)
+      << decoded.status().message();
+  // Too many ids: patch the count (u16 before the first id's length).
+  auto frame = Encode(WithNcclIds(1));
+  std::size_t count_at = frame.size() - kNcclIdBytes - 2 - 2;
+  frame[count_at] = 0x01;  // 256 + 1 ids
+  decoded = DecodeAll(frame, 1);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find("nccl_ids has 257 ids, limit 64"), std::string::npos)
+      << decoded.status().message();
+}
+
+// Writes each sample frame as a seed for the fuzzer (scripts/test passes the
+// directory in TRAINLET_FUZZ_SEEDS; rendezvous/fuzz/corpus holds a copy).
+TEST(WireTest, WritesFuzzSeeds) {
+  const char* dir = std::getenv("TRAINLET_FUZZ_SEEDS");
+  if (dir == nullptr) GTEST_SKIP() << "TRAINLET_FUZZ_SEEDS not set";
+  int i = 0;
+  for (const Message& m : Samples()) {
+    auto frame = Encode(m);
+    std::string path = std::string(dir) + "/seed-" + std::to_string(i++);
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr) << path;
+    std::fputc(0, f);  // the fuzz target's first byte picks the split point
+    std::fwrite(frame.data(), 1, frame.size(), f);
+    std::fclose(f);
   }
 }
 

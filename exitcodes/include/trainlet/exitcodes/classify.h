@@ -7,7 +7,7 @@
 //      pod failed first (PEER_FAILED) — "who failed first" beats any message
 //      parsing (a peer's crash surfaces as NCCL errors on the survivors);
 //   2. the memory cgroup's OOM-kill counter rising while the first failing
-//      worker died of SIGKILL (OOM);
+//      worker died of SIGKILL (OOM); then NVML's GPU-fault evidence (HARDWARE);
 //   3. the torchelastic error file the worker wrote (TORCHELASTIC_ERROR_FILE);
 //   4. markers in the last lines of the worker's stderr (MarkerTable);
 //   5. the worker's exit code: one of --fatal-exit-codes is BUG, anything else
@@ -78,6 +78,10 @@ struct Evidence {
   std::optional<std::string> peer_failure = std::nullopt;
   // trainlet found a worker making no progress and stopped the workers.
   std::optional<std::string> hang = std::nullopt;
+  // NVML's evidence of a GPU fault found after the first failure (gpu/health.h
+  // HardwareEvidence: uncorrected ECC, Xid, a recovery action...): the failure
+  // is HARDWARE whatever the worker's code or stderr said (C30).
+  std::optional<std::string> gpu_fault = std::nullopt;
 };
 
 struct Verdict {

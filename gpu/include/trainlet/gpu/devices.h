@@ -6,6 +6,7 @@
 // but loads a shared library, so call it once at start-up.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,5 +48,60 @@ struct Availability {
 // Note: this initialises the driver in the calling process; the agent calls it
 // only from a short-lived child or for logging before any worker starts.
 Availability Probe();
+
+// One GPU the driver reports, in the order CUDA numbers them (after the driver
+// applied CUDA_VISIBLE_DEVICES): `index` is what cudaSetDevice/LOCAL_RANK use.
+struct GpuInfo {
+  int index = 0;
+  std::string uuid;        // "GPU-8f6c1e2a-...", as nvidia-smi -L prints it
+  std::string pci_bus_id;  // "0000:19:00.0" (cuDeviceGetPCIBusId)
+};
+
+// What discovery found. `available` false means no usable driver or no device;
+// `detail` then says why in one line ("libcuda.so.1: cannot open shared object
+// file", "cuInit failed with CUresult 100 (no device)").
+struct Discovery {
+  bool available = false;
+  std::vector<GpuInfo> gpus;
+  std::string detail;
+};
+
+// Default library names; tests point these at fakes. The agent reads the
+// overrides TRAINLET_LIBCUDA / TRAINLET_LIBNCCL / TRAINLET_LIBNVML.
+inline constexpr const char* kDefaultLibCuda = "libcuda.so.1";
+
+// The library path to load: the value of `env_name` when set and non-empty,
+// else `fallback`.
+std::string LibraryPath(const char* env_name, const char* fallback);
+
+// Loads the CUDA driver API from `libcuda` with dlopen and lists the devices
+// (cuInit, cuDeviceGetCount, cuDeviceGet, cuDeviceGetUuid, cuDeviceGetPCIBusId).
+// Never fails hard: an absent library, symbol or device gives available=false.
+// Initialises the driver in the calling process: the agent uses
+// DiscoverInChild instead. Blocking; thread-compatible.
+Discovery Discover(const std::string& libcuda = kDefaultLibCuda);
+
+// Discover() in a forked child, its answer sent back over a pipe, so the calling
+// process (PID 1) never initialises the driver. A child that has not answered
+// within `timeout` (a wedged driver) is SIGKILLed and reported unavailable.
+// Call before any thread is started (fork). Blocking, at most `timeout`.
+Discovery DiscoverInChild(const std::string& libcuda = kDefaultLibCuda,
+                          std::chrono::milliseconds timeout = std::chrono::seconds(20));
+
+// Workers per pod for `--nproc-per-node auto|gpu` (torchrun's values):
+//  - "gpu": one worker per visible GPU; no GPU is an error (class config,
+//    naming the flag and `discovery.detail`);
+//  - "auto": one worker per visible GPU, or 1 when there is none (torchrun uses
+//    the CPU count there; one worker per CPU is rarely what a pod wants).
+// As torchrun does, every worker keeps CUDA_VISIBLE_DEVICES unchanged and picks
+// its device by LOCAL_RANK (torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))).
+// Any other value is returned unchanged (it is then parsed as a number).
+// `source` names the flag or variable for the message.
+[[nodiscard]] exitcodes::Result<std::string> ResolveWorkersPerPod(const std::string& source,
+                                                                  const std::string& value,
+                                                                  const Discovery& discovery);
+
+// True for "auto" and "gpu", the values that need discovery.
+bool NeedsDiscovery(const std::string& nproc_per_node);
 
 }  // namespace trainlet::gpu

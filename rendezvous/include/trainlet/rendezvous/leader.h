@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -36,6 +37,13 @@ struct LeaderOptions {
   // Shared token (auth.h); empty: no authentication. Then a member presenting
   // one is refused, as is a member without one when the leader has it.
   std::string token;
+  // Makes the NCCL unique ids of one assignment round (gpu/nccl.h): called once
+  // per round in MaybeAssign, on the executor, with the gang's world size and the
+  // leader's address as the members reached it. Returns {ncclGetVersion(), ids};
+  // {0, {}} when there is no NCCL. Unset: no ids.
+  std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t world_size,
+                                                                   const std::string& leader_addr)>
+      make_nccl_ids;
 };
 
 class Leader : public std::enable_shared_from_this<Leader> {

@@ -25,11 +25,13 @@
 namespace trainlet::rendezvous::wire {
 
 inline constexpr std::uint32_t kMagic = 0x544C4E54;  // "TLNT"
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  // 2: generations, restarts, NCCL ids
 inline constexpr std::size_t kHeaderSize = 12;
 inline constexpr std::size_t kMaxPayload = 16 * 1024;  // bytes
 inline constexpr std::size_t kMaxString = 1024;        // bytes per string field
 inline constexpr std::size_t kMaxConfigEntries = 64;
+inline constexpr std::size_t kNcclIdBytes = 128;  // sizeof(ncclUniqueId)
+inline constexpr std::size_t kMaxNcclIds = 64;    // one per <= 256 ranks (gpu/nccl.h)
 
 enum class MessageType : std::uint16_t {
   kHello = 1,       // member -> leader: who I am and how I was launched
@@ -77,6 +79,12 @@ struct Assignment {
   std::string run_id;             // TORCHELASTIC_RUN_ID
   std::string job_id;             // the leader's job and attempt: a member checks them,
   std::uint32_t attempt = 0;      // so a stale leader is never followed
+  // NCCL unique ids made by the leader for this generation (gpu/nccl.h), each
+  // exactly kNcclIdBytes binary bytes, and the ncclGetVersion() that made them;
+  // empty and 0 without NCCL. With --preflight the trainer's ids are followed by
+  // as many for the preflight communicator.
+  std::uint32_t nccl_version = 0;
+  std::vector<std::string> nccl_ids;
   bool operator==(const Assignment&) const = default;
 };
 

@@ -1,0 +1,127 @@
+#include "trainlet/agent/gpu_setup.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include <spdlog/spdlog.h>
+
+#include "trainlet/gpu/health.h"
+#include "trainlet/gpu/nccl.h"
+#include "trainlet/gpu/netif.h"
+#include "trainlet/gpu/preflight.h"
+
+namespace trainlet::agent {
+
+using exitcodes::Result;
+using exitcodes::Status;
+
+std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t,
+                                                                 const std::string&)>
+MakeNcclIdMaker(const PodOptions& options) {
+  if (!options.gpu.nccl_ids && !options.gpu.preflight) return {};
+  struct State {
+    bool tried = false;
+    std::shared_ptr<const gpu::Nccl> nccl;
+  };
+  auto state = std::make_shared<State>();
+  return [state, gpu = options.gpu, env = options.env](std::uint32_t world,
+                                                      const std::string& leader_addr)
+             -> std::pair<std::uint32_t, std::vector<std::string>> {
+    if (!state->tried) {
+      state->tried = true;
+      if (!env.contains("NCCL_SOCKET_IFNAME") && leader_addr != "127.0.0.1") {
+        if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
+          std::string name = gpu::InterfaceWithAddress(leader_addr, *ifs);
+          if (!name.empty()) {
+            // Before NCCL reads it (once, at its first call).
+            ::setenv("NCCL_SOCKET_IFNAME", name.c_str(), 1);
+            spdlog::info("NCCL bootstrap root on {} ({})", name, leader_addr);
+          }
+        }
+      }
+      auto nccl = gpu::Nccl::Load(gpu.libnccl);
+      if (!nccl.ok()) {
+        spdlog::info("{}; the workers get no NCCL unique id", nccl.status().message());
+        return {};
+      }
+      state->nccl = std::move(nccl).value();
+    }
+    if (!state->nccl) return {};
+    std::uint32_t roots = gpu::RootsFor(world);
+    auto ids = state->nccl->MakeUniqueIds(gpu.preflight ? 2 * roots : roots);
+    if (!ids.ok()) {
+      spdlog::warn("{}; the workers get no NCCL unique id", ids.status().message());
+      return {};
+    }
+    return {ids->nccl_version, std::move(ids->ids)};
+  };
+}
+
+Result<std::map<std::string, std::string>> PrepareGpuWorkers(
+    const PodOptions& options, const rendezvous::wire::Assignment& a) {
+  std::map<std::string, std::string> out;
+  const GpuOptions& g = options.gpu;
+  const std::uint32_t nproc = options.identity.nproc_per_node;
+  gpu::UniqueIds trainer{a.nccl_version, a.nccl_ids}, preflight{a.nccl_version, {}};
+  if (g.preflight && !a.nccl_ids.empty()) {
+    // The leader made the trainer's ids, then as many for the preflight.
+    std::size_t half = a.nccl_ids.size() / 2;
+    trainer.ids.assign(a.nccl_ids.begin(), a.nccl_ids.begin() + static_cast<std::ptrdiff_t>(half));
+    preflight.ids.assign(a.nccl_ids.begin() + static_cast<std::ptrdiff_t>(half), a.nccl_ids.end());
+  }
+  if (g.preflight) {
+    gpu::PreflightOptions po;
+    po.self_exe = g.self_exe;
+    po.env = options.env;
+    po.env["TRAINLET_LIBCUDA"] = g.libcuda;
+    po.env["TRAINLET_LIBNCCL"] = g.libnccl;
+    po.rank_base = a.rank_base;
+    po.nproc_per_node = nproc;
+    po.world_size = a.world_size;
+    po.ids = preflight;
+    po.timeout = g.preflight_timeout;
+    po.min_busbw_gbps = g.preflight_min_busbw_gbps;
+    po.require_gpus = g.require_gpus;
+    // HOSTNAME is the pod's name on Kubernetes.
+    auto host = options.env.find("HOSTNAME");
+    po.pod = (host != options.env.end() ? host->second + " " : std::string()) + "(index " +
+             std::to_string(options.identity.index) + ")";
+    if (auto it = options.env.find("NODE_NAME"); it != options.env.end()) {
+      po.pod += " on node " + it->second;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    gpu::PreflightReport r = gpu::RunPreflight(po);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& rank : r.ranks) spdlog::debug("preflight rank {}: {}", rank.rank, rank.json);
+    if (!r.status.ok()) return r.status;
+    spdlog::info("preflight {:.0f} ms: {}", ms, r.summary);
+  }
+  if (g.nccl_ids) {
+    for (const auto& [k, v] : gpu::WorkerNcclEnv(trainer)) out[k] = v;
+  }
+  if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
+    auto socket_env = gpu::SocketIfnameEnv(options.env, a.master_addr, a.nnodes, *ifs);
+    if (socket_env.ok()) {
+      for (const auto& [k, v] : *socket_env) {
+        spdlog::info("{}={} (the interface that routes to the leader {})", k, v, a.master_addr);
+        out[k] = v;
+      }
+    } else {
+      spdlog::warn("no interface toward the leader: {}", socket_env.status().message());
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> GpuFaultEvidence(const GpuOptions& g) {
+  if (!g.health) return std::nullopt;
+  gpu::HealthReport r = gpu::CheckHealthInChild(g.libnvml, std::chrono::milliseconds(0),
+                                                std::chrono::seconds(10));
+  if (!r.available) {
+    spdlog::debug("GPU health: {}", r.detail);
+    return std::nullopt;
+  }
+  return gpu::HardwareEvidence(r);
+}
+
+}  // namespace trainlet::agent
