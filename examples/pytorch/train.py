@@ -19,6 +19,7 @@ Exit codes: 0 success; 1 parameters differ across ranks or the loss did not fall
 import argparse
 import os
 import sys
+import threading
 import time
 
 import torch
@@ -133,7 +134,7 @@ def main():
     log(f"final loss {last:.6f} first loss {first:.6f} params-equal {params_equal} "
               f"world {world}")
     dist.barrier()
-    dist.destroy_process_group()
+    shutdown(dist.destroy_process_group)
 
     if not params_equal:
         print(f"train.py: rank {rank}: parameters differ across ranks, max abs diff per rank "
@@ -146,5 +147,24 @@ def main():
     return 0
 
 
+def shutdown(destroy, limit=10.0):
+    """Calls `destroy` (dist.destroy_process_group), but gives up after `limit` s.
+
+    destroy_process_group() now and then never returns even after a barrier
+    (pytorch/pytorch#75097, seen here with torch 1.13 and gloo, and as a process that
+    stays after its last line); the training is over by then, so a bounded wait and a
+    plain exit beat a pod that never finishes."""
+    t = threading.Thread(target=destroy, daemon=True)
+    t.start()
+    t.join(limit)
+    if t.is_alive():
+        print("train.py: destroy_process_group() did not return; exiting anyway",
+              file=sys.stderr, flush=True)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: no interpreter teardown, where gloo's threads can also hang.
+    os._exit(code)
