@@ -23,6 +23,7 @@
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/exitcodes/termination.h"
+#include "trainlet/rendezvous/launch.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
 
@@ -116,15 +117,12 @@ class Pod {
  private:
   Status StartRendezvous() {
     const PodIdentity& id = options_.identity;
-    rendezvous::wire::Hello hello;
-    hello.job_id = id.job_id;
-    hello.attempt = id.attempt;
-    hello.index = id.index;
-    hello.nproc_per_node = id.nproc_per_node;
-    hello.config = {{"nnodes", std::to_string(id.nnodes)},
-                    {"nproc_per_node", std::to_string(id.nproc_per_node)},
-                    {"master_port", std::to_string(options_.master_port)}};
-    hello.fingerprint = rendezvous::wire::Fingerprint(hello.config);
+    rendezvous::wire::Hello hello = rendezvous::MakeHello({.job_id = id.job_id,
+                                                           .attempt = id.attempt,
+                                                           .index = id.index,
+                                                           .nnodes = id.nnodes,
+                                                           .nproc_per_node = id.nproc_per_node,
+                                                           .master_port = options_.master_port});
     auto on_assignment = [this](Result<rendezvous::wire::Assignment> a) { OnAssignment(a); };
 
     deadline_timer_.expires_after(options_.rdzv_timeout);
