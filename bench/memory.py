@@ -43,7 +43,7 @@ def once(binary, loadgen, n, real):
                                                       report_after_ms=-1, master_port=master),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for p in procs:
-            if not p.stdout.readline().startswith(b"started"):
+            if b"started" not in p.stdout.readline():
                 raise RuntimeError("an agent's trainer did not start")
         time.sleep(2.0)
         lead = common.memory(leader.pid)
