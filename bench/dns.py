@@ -29,7 +29,6 @@ import common  # noqa: E402
 def once(binary, wait):
     import podsim  # noqa: PLC0415 - needs root; only imported when the row runs
     with podsim.Cluster(pods=2) as c:
-        c.start()
         c.publish(1)
         for i in (0, 1):
             c.start_pod(i, [binary, "--nnodes", "2", "--nproc-per-node", "1",
