@@ -146,6 +146,8 @@ class Pod {
       lo.master_port = options_.master_port;
       lo.run_id = id.job_id;
       lo.token = options_.token;
+      // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
+      lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();

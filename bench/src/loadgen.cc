@@ -69,6 +69,7 @@ struct Stats {
   std::int64_t started_ns = 0;
   std::int64_t last_started_ns = 0;
   std::int64_t all_assigned_ns = 0;
+  std::int64_t first_assigned_ns = 0;
   std::uint32_t assigned = 0;
   std::uint64_t retries = 0;
   std::uint64_t rejects = 0;
@@ -162,6 +163,7 @@ class Pod : public std::enable_shared_from_this<Pod> {
         return false;
       }
       assigned_ = true;
+      if (st_.first_assigned_ns == 0) st_.first_assigned_ns = NowNs();
       if (++st_.assigned == o_.count) {
         st_.all_assigned_ns = NowNs();
         std::printf("assigned %lld\n", static_cast<long long>(st_.all_assigned_ns));
@@ -326,10 +328,10 @@ int main(int argc, char** argv) {
   });
   io.run();
   std::printf(
-      "{\"count\": %u, \"started_ns\": %lld, \"last_started_ns\": %lld, \"all_assigned_ns\": %lld, "
+      "{\"count\": %u, \"first_assigned_ns\": %lld, \"started_ns\": %lld, \"last_started_ns\": %lld, \"all_assigned_ns\": %lld, "
       "\"assigned\": %u, \"retries\": %llu, \"rejects\": %llu, \"stops\": %llu, "
       "\"heartbeats\": %llu, \"errors\": %llu, \"timed_out\": %s, \"last_error\": \"%s\"}\n",
-      o.count, static_cast<long long>(st.started_ns), static_cast<long long>(st.last_started_ns),
+      o.count, static_cast<long long>(st.first_assigned_ns), static_cast<long long>(st.started_ns), static_cast<long long>(st.last_started_ns),
       static_cast<long long>(st.all_assigned_ns), st.assigned,
       static_cast<unsigned long long>(st.retries), static_cast<unsigned long long>(st.rejects),
       static_cast<unsigned long long>(st.stops), static_cast<unsigned long long>(st.heartbeats),
