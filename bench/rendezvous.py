@@ -9,8 +9,8 @@ Up to --real pods are real trainlet agents on this machine (the leader, index 0,
 first; then the members, spawned one after the other); the rest are simulated by
 trainlet-loadgen, started last, which opens one connection per pod and speaks the
 wire protocol (bench/src/loadgen.cc). "Last pod started" is the later of: the
-moment just before the last agent's fork, and the moment the load generator had
-initiated all of its connections. "Every pod has its assignment" is the latest
+last agent's exec (stamped by a `sh` wrapper just before it execs trainlet), and
+the moment the load generator had initiated all of its connections. "Every pod has its assignment" is the latest
 of: each real agent's trainer exec (`date +%s%N`, so it includes one trainer
 spawn, ~1 ms), and the load generator's last assignment received.
 torchrun: N `torchrun --rdzv_backend c10d` processes, the same trainer; the
@@ -30,6 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 TRAINER = ["date", "+%s%N"]
+# "A pod started": the moment just before its launcher is exec'd, stamped by the
+# wrapper on stderr (so the harness's own fork latency is not counted).
+STARTED = ["sh", "-c", 'date +%s%N >&2; exec "$@"', "pod"]
 
 
 def trainlet_once(binary, loadgen, n, real):
@@ -43,8 +46,8 @@ def trainlet_once(binary, loadgen, n, real):
         common.wait_listening(rdzv, leader)
         t_last = 0
         for i in range(1, real):
-            t_last = time.time_ns()
-            procs.append(subprocess.Popen(common.agent_argv(binary, i, n, rdzv, master, TRAINER),
+            procs.append(subprocess.Popen(STARTED + common.agent_argv(binary, i, n, rdzv, master,
+                                                                      TRAINER),
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           env=common.ENV))
         lg = None
@@ -54,6 +57,8 @@ def trainlet_once(binary, loadgen, n, real):
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         outs = [p.communicate(timeout=180) for p in procs]
         stamps, codes = [], [p.returncode for p in procs]
+        for out, err in outs[1:]:
+            t_last = max(t_last, int(common.STAMP.search(err).group(1)))
         for out, err in outs:
             s = common.STAMP.findall(out)
             if len(s) != 1:
@@ -82,15 +87,14 @@ def torchrun_once(n, timeout=600):
     port = common.free_port()
     procs = []
     try:
-        t_last = 0
         for _ in range(n):
-            t_last = time.time_ns()
-            procs.append(subprocess.Popen(common.torchrun_argv(n, port, TRAINER),
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            procs.append(subprocess.Popen(STARTED + common.torchrun_argv(n, port, TRAINER),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           env=common.ENV))
         deadline = time.monotonic() + timeout
-        outs = [p.communicate(timeout=max(1, deadline - time.monotonic()))[0] for p in procs]
-        stamps = [int(s) for out in outs for s in common.STAMP.findall(out)]
+        outs = [p.communicate(timeout=max(1, deadline - time.monotonic())) for p in procs]
+        t_last = max(int(common.STAMP.search(err).group(1)) for _, err in outs)
+        stamps = [int(s) for out, _ in outs for s in common.STAMP.findall(out)]
         if len(stamps) != n:
             raise RuntimeError(f"torchrun: {len(stamps)} of {n} trainers ran")
         return (max(stamps) - t_last) / 1e6

@@ -110,7 +110,8 @@ struct OutputPump : std::enable_shared_from_this<OutputPump> {
   std::string partial;
   std::string tail;            // the last kTailBytes read, for failure evidence
   std::size_t tail_limit = 0;  // 0: keep no tail
-  std::array<char, 64 * 1024> buf{};
+  // Not zeroed: a quiet worker leaves most of it untouched, so not resident.
+  std::array<char, 64 * 1024> buf;
   std::vector<const char*> line_ends;  // scratch for Consume, capacity kept
   bool open = true;
   std::function<void()> on_close;
