@@ -74,13 +74,14 @@ def fmt_ms(s, digits=1):
     return f"{s['median']:.{digits}f} ms ({s['min']:.{digits}f} – {s['max']:.{digits}f}, n={s['n']})"
 
 
-def agent_argv(binary, index, nnodes, rdzv_port, master_port, trainer, nproc=1, extra=()):
+def agent_argv(binary, index, nnodes, rdzv_port, master_port, trainer, nproc=1, extra=(),
+               log_level="warn"):
     """One pod's trainlet as `trainlet local` starts it: leader on 127.0.0.1, fixed ports."""
     return [binary, "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
             "--node-rank", str(index), "--master-addr", "127.0.0.1",
             "--rdzv-port", str(rdzv_port), "--master-port", str(master_port),
             "--job-id", "bench", "--grace-period", "5", "--rdzv-timeout", "120",
-            "--log-level", "warn", *extra, "--", *trainer]
+            "--log-level", log_level, *extra, "--", *trainer]
 
 
 def loadgen_argv(loadgen, port, nnodes, first, count, report_after_ms=0, nproc=1,
@@ -117,3 +118,18 @@ def reap(procs, timeout=30):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+ASSIGNED = re.compile(r"\[trainlet pod\d+ (\S+) info\] rendezvous [\d.]+ ms: generation")
+
+
+def assigned_ns(stderr):
+    """When an agent logged its assignment ("rendezvous N ms: generation ..."), in
+    CLOCK_REALTIME ns: spdlog's local-time stamp has millisecond resolution, so the
+    middle of that millisecond."""
+    import datetime
+    m = ASSIGNED.search(stderr)
+    if not m:
+        return None
+    t = datetime.datetime.fromisoformat(m.group(1)).timestamp()
+    return int(round(t * 1000)) * 1_000_000 + 500_000

@@ -10,9 +10,12 @@ first; then the members, spawned one after the other); the rest are simulated by
 trainlet-loadgen, started last, which opens one connection per pod and speaks the
 wire protocol (bench/src/loadgen.cc). "Last pod started" is the later of: the
 last agent's exec (stamped by a `sh` wrapper just before it execs trainlet), and
-the moment the load generator had initiated all of its connections. "Every pod has its assignment" is the latest
-of: each real agent's trainer exec (`date +%s%N`, so it includes one trainer
-spawn, ~1 ms), and the load generator's last assignment received.
+the moment the load generator had initiated all of its connections. "Every pod
+has its assignment" is the latest of: each real agent's log line "rendezvous N
+ms: generation ..." (spdlog's millisecond stamp, taken as the middle of that
+millisecond) and the load generator's last assignment received. Also reported:
+until every trainer has been exec'd (`date +%s%N`), which adds the spawn of up
+to 64 trainers on this machine's cores.
 torchrun: N `torchrun --rdzv_backend c10d` processes, the same trainer; the
 figure is measured the same way (its interpreter start is part of "started").
 Scale: one real leader, everything else from the load generator; the time from
@@ -40,14 +43,15 @@ def trainlet_once(binary, loadgen, n, real):
     real = min(n, real)
     procs = []
     try:
-        leader = subprocess.Popen(common.agent_argv(binary, 0, n, rdzv, master, TRAINER),
+        leader = subprocess.Popen(common.agent_argv(binary, 0, n, rdzv, master, TRAINER,
+                                                    log_level="info"),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=common.ENV)
         procs.append(leader)
         common.wait_listening(rdzv, leader)
         t_last = 0
         for i in range(1, real):
             procs.append(subprocess.Popen(STARTED + common.agent_argv(binary, i, n, rdzv, master,
-                                                                      TRAINER),
+                                                                      TRAINER, log_level="info"),
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           env=common.ENV))
         lg = None
@@ -56,10 +60,14 @@ def trainlet_once(binary, loadgen, n, real):
                                                       master_port=master),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         outs = [p.communicate(timeout=180) for p in procs]
-        stamps, codes = [], [p.returncode for p in procs]
+        stamps, codes, assigned = [], [p.returncode for p in procs], []
         for out, err in outs[1:]:
             t_last = max(t_last, int(common.STAMP.search(err).group(1)))
         for out, err in outs:
+            a = common.assigned_ns(err.decode(errors="replace"))
+            if a is None:
+                raise RuntimeError(f"an agent did not log its assignment: {err.decode()[-300:]}")
+            assigned.append(a)
             s = common.STAMP.findall(out)
             if len(s) != 1:
                 raise RuntimeError(f"an agent printed {len(s)} stamps; exit codes {codes}; "
@@ -68,6 +76,7 @@ def trainlet_once(binary, loadgen, n, real):
         if any(codes):
             raise RuntimeError(f"agents exited {codes}")
         end = max(stamps[1:] or stamps)
+        end_assigned = max(assigned)
         retries = 0
         if lg is not None:
             out, err = lg.communicate(timeout=180)
@@ -76,8 +85,9 @@ def trainlet_once(binary, loadgen, n, real):
                 raise RuntimeError(f"loadgen: {r} {err[-500:]}")
             t_last = max(t_last, r["last_started_ns"])
             end = max(end, r["all_assigned_ns"])
+            end_assigned = max(end_assigned, r["all_assigned_ns"])
             retries = r["retries"]
-        return (end - t_last) / 1e6, retries
+        return (end_assigned - t_last) / 1e6, (end - t_last) / 1e6, retries
     finally:
         common.kill_all(procs, 9)
         common.reap(procs, 5)
@@ -132,20 +142,23 @@ def scale_once(binary, loadgen, n):
 def run(binary, loadgen, sizes, real, runs, torchrun_sizes, torchrun_runs, log=print):
     rows = []
     for n in sizes:
-        xs, retries = [], 0
+        xs, xt, retries = [], [], 0
         for _ in range(runs if n <= 64 else max(1, runs // 2 + 1)):
-            ms, r = trainlet_once(binary, loadgen, n, real)
+            ms, mt, r = trainlet_once(binary, loadgen, n, real)
             xs.append(ms)
+            xt.append(mt)
             retries += r
         row = {"pods": n, "real_agents": min(n, real), "trainlet": common.stats(xs),
-               "loadgen_retries": retries, "torchrun": None}
+               "trainlet_trainers": common.stats(xt), "loadgen_retries": retries,
+               "torchrun": None}
         if n in torchrun_sizes:
             try:
                 ts = [torchrun_once(n) for _ in range(torchrun_runs if n <= 8 else 1)]
                 row["torchrun"] = common.stats(ts)
             except Exception as e:  # noqa: BLE001 - a failing torchrun is a result here
                 row["torchrun_error"] = str(e)[:200]
-        log(f"rendezvous {n} pods: trainlet {common.fmt_ms(row['trainlet'], 2)}; "
+        log(f"rendezvous {n} pods: trainlet {common.fmt_ms(row['trainlet'], 2)} (trainers "
+            f"{common.fmt_ms(row['trainlet_trainers'], 1)}); "
             f"torchrun {common.fmt_ms(row['torchrun'])}")
         rows.append(row)
     return rows
