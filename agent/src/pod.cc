@@ -24,6 +24,7 @@
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/exitcodes/termination.h"
+#include "trainlet/rendezvous/launch.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
 
@@ -124,19 +125,16 @@ class Pod {
  private:
   Status StartRendezvous() {
     const PodIdentity& id = options_.identity;
-    rendezvous::wire::Hello hello;
-    hello.job_id = id.job_id;
-    hello.attempt = id.attempt;
-    hello.index = id.index;
-    hello.nproc_per_node = id.nproc_per_node;
-    hello.config = {{"nnodes", std::to_string(id.nnodes)},
-                    {"nproc_per_node", std::to_string(id.nproc_per_node)},
-                    {"master_port", std::to_string(options_.master_port)},
-                    {"max_restarts", std::to_string(options_.max_restarts)},
-                    {"gang", id.gang}};
-    if (options_.gpu.preflight) hello.config.emplace_back("preflight", "1");  // gpu_setup.h
-    hello.fingerprint = rendezvous::wire::Fingerprint(hello.config);
-    hello.generation = generation_;
+    rendezvous::wire::Hello hello = rendezvous::MakeHello({.job_id = id.job_id,
+                                                           .attempt = id.attempt,
+                                                           .index = id.index,
+                                                           .nnodes = id.nnodes,
+                                                           .nproc_per_node = id.nproc_per_node,
+                                                           .master_port = options_.master_port,
+                                                           .max_restarts = options_.max_restarts,
+                                                           .gang = id.gang,
+                                                           .preflight = options_.gpu.preflight,
+                                                           .generation = generation_});
     auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
       if (epoch == epoch_) OnAssignment(a);
     };
@@ -165,6 +163,8 @@ class Pod {
       lo.run_id = id.job_id;
       lo.token = options_.token;
       lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
+      // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
+      lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();

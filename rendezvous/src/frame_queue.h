@@ -4,7 +4,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -47,7 +47,9 @@ class FrameQueue {
         });
   }
 
-  std::deque<std::pair<std::vector<std::uint8_t>, std::function<void()>>> queue_;
+  // A list, not a deque: an empty std::deque already holds a 512-byte block, and
+  // the leader keeps one queue per pod (bench/HISTORY.md: memory at scale).
+  std::list<std::pair<std::vector<std::uint8_t>, std::function<void()>>> queue_;
 };
 
 }  // namespace trainlet::rendezvous

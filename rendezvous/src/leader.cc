@@ -1,7 +1,6 @@
 #include "trainlet/rendezvous/leader.h"
 
 #include <algorithm>
-#include <array>
 #include <map>
 #include <optional>
 #include <vector>
@@ -29,8 +28,7 @@ struct Leader::Conn {
   explicit Conn(tcp::socket s) : socket(std::move(s)), timer(socket.get_executor()) {}
   tcp::socket socket;
   asio::steady_timer timer;  // handshake deadline
-  wire::Decoder decoder;
-  std::array<std::uint8_t, 4096> buf{};
+  wire::Decoder decoder;  // no read buffer of its own: see Impl::rx
   std::string peer;                    // "10.0.0.12:41234", for messages
   std::optional<std::uint32_t> index;  // set once admitted
   std::uint32_t generation = 0;        // the generation its hello asked for
@@ -55,6 +53,10 @@ struct Leader::Impl {
   Done done;
   bool finished = false;
   std::size_t pending = 0;                                 // connections mid-handshake
+  // At max_pending_handshakes the leader stops accepting until a handshake
+  // ends: the rest wait in the listen backlog (sized to the gang) instead of
+  // being dropped into their backoff (bench/HISTORY.md: scale).
+  bool accept_paused = false;
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
@@ -69,6 +71,10 @@ struct Leader::Impl {
   // Channel events that arrived before StartChannel (the leader's own pod learns
   // of the assignment a moment after the members do).
   std::vector<std::function<void()>> early_events;
+  // One read buffer for every connection: reads wait for readiness
+  // (async_wait) and then read here at once, on the one loop thread, so a
+  // connection holds no buffer of its own (bench/HISTORY.md: memory at scale).
+  std::vector<std::uint8_t> rx = std::vector<std::uint8_t>(16 * 1024);
 };
 
 namespace {
@@ -187,6 +193,10 @@ void Leader::AcceptNext() {
     if (!im.acceptor.is_open()) return;
     if (!ec) {
       self->OnAccept(std::make_shared<Conn>(std::move(s)));
+      if (im.pending >= im.options.max_pending_handshakes && !im.finished) {
+        im.accept_paused = true;  // resumed by Admit or Drop
+        return;
+      }
       self->AcceptNext();
       return;
     }
@@ -211,6 +221,7 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
     return;
   }
   conn->socket.set_option(tcp::no_delay(true), ec);
+  conn->socket.non_blocking(true, ec);  // ReadFrom reads only what is there
   EnableDeadPeerDetection(conn->socket);
   ++im.pending;
   im.all.push_back(conn);
@@ -225,11 +236,16 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
 }
 
 void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
-  conn->socket.async_read_some(
-      asio::buffer(conn->buf),
-      [self = shared_from_this(), conn](boost::system::error_code ec, std::size_t n) {
+  conn->socket.async_wait(
+      tcp::socket::wait_read, [self = shared_from_this(), conn](boost::system::error_code ec) {
         Impl& im = *self->impl_;
         if (conn->closed) return;
+        std::size_t n = 0;
+        if (!ec) n = conn->socket.read_some(asio::buffer(im.rx), ec);
+        if (ec == asio::error::would_block || ec == asio::error::try_again) {
+          self->ReadFrom(conn);
+          return;
+        }
         if (ec) {
           if (conn->index && im.finished && !conn->settled) {
             conn->settled = true;
@@ -254,7 +270,7 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
           self->Drop(conn);
           return;
         }
-        Status fed = conn->decoder.Feed(std::span(conn->buf.data(), n));
+        Status fed = conn->decoder.Feed(std::span(im.rx.data(), n));
         for (;;) {
           auto next = conn->decoder.Next();
           if (!fed.ok() || !next.ok()) {
@@ -396,6 +412,10 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   conn->generation = hello.generation;
   conn->timer.cancel();
   --im.pending;
+  if (im.accept_paused && im.pending < im.options.max_pending_handshakes && !im.finished) {
+    im.accept_paused = false;  // a handshake slot is free again (Impl::accept_paused)
+    AcceptNext();
+  }
   im.members[hello.index] = conn;
   im.log->debug("leader: pod {} joined from {} ({}/{})", hello.index, conn->peer, admitted(),
                 im.options.nnodes);
@@ -428,6 +448,10 @@ void Leader::Drop(const std::shared_ptr<Conn>& conn) {
     if (it != im.members.end() && it->second == conn) im.members.erase(it);
   } else if (im.pending > 0) {
     --im.pending;
+    if (im.accept_paused && im.pending < im.options.max_pending_handshakes && !im.finished) {
+      im.accept_paused = false;  // a handshake slot is free again (Impl::accept_paused)
+      AcceptNext();
+    }
   }
 }
 

@@ -1,4 +1,5 @@
 #include "trainlet/rendezvous/wire.h"
+#include "trainlet/rendezvous/launch.h"
 
 #include <gtest/gtest.h>
 
@@ -241,3 +242,49 @@ TEST(WireTest, FingerprintSeparatesFieldBoundariesAndValues) {
 
 }  // namespace
 }  // namespace trainlet::rendezvous::wire
+
+// The Hello every pod (and the benchmarks' load generator) sends: the launch
+// configuration the leader compares, in a fixed order, and its fingerprint.
+TEST(LaunchTest, MakeHelloCarriesIdentityAndLaunchConfig) {
+  auto h = trainlet::rendezvous::MakeHello({.job_id = "job", .attempt = 2, .index = 7, .nnodes = 16,
+                                            .nproc_per_node = 8, .master_port = 29511});
+  EXPECT_EQ(h.job_id, "job");
+  EXPECT_EQ(h.attempt, 2u);
+  EXPECT_EQ(h.index, 7u);
+  EXPECT_EQ(h.nproc_per_node, 8u);
+  trainlet::rendezvous::wire::LaunchConfig want = {{"nnodes", "16"},
+                                                   {"nproc_per_node", "8"},
+                                                   {"master_port", "29511"},
+                                                   {"max_restarts", "0"},
+                                                   {"gang", ""}};
+  EXPECT_EQ(h.config, want);
+  EXPECT_EQ(h.fingerprint, trainlet::rendezvous::wire::Fingerprint(want));
+  EXPECT_TRUE(h.nonce.empty());
+  // Pods differing only in their index present the same configuration.
+  auto other = trainlet::rendezvous::MakeHello({.job_id = "job", .attempt = 2, .index = 3,
+                                                .nnodes = 16, .nproc_per_node = 8,
+                                                .master_port = 29511});
+  EXPECT_EQ(other.fingerprint, h.fingerprint);
+  auto differs = trainlet::rendezvous::MakeHello({.job_id = "job", .attempt = 2, .index = 3,
+                                                  .nnodes = 17, .nproc_per_node = 8,
+                                                  .master_port = 29511});
+  EXPECT_NE(differs.fingerprint, h.fingerprint);
+  // --max-restarts, --gang and --preflight must agree too; the generation need not.
+  auto restarts = trainlet::rendezvous::MakeHello(
+      {.job_id = "job", .index = 3, .nnodes = 16, .nproc_per_node = 8, .master_port = 29511,
+       .max_restarts = 2});
+  EXPECT_NE(restarts.fingerprint, h.fingerprint);
+  auto gang = trainlet::rendezvous::MakeHello(
+      {.job_id = "job", .index = 3, .nnodes = 16, .nproc_per_node = 8, .master_port = 29511,
+       .gang = "leader=1,workers=15"});
+  EXPECT_NE(gang.fingerprint, h.fingerprint);
+  auto preflight = trainlet::rendezvous::MakeHello(
+      {.job_id = "job", .index = 3, .nnodes = 16, .nproc_per_node = 8, .master_port = 29511,
+       .preflight = true});
+  EXPECT_EQ(preflight.config.back(), (std::pair<std::string, std::string>("preflight", "1")));
+  auto later = trainlet::rendezvous::MakeHello(
+      {.job_id = "job", .attempt = 2, .index = 3, .nnodes = 16, .nproc_per_node = 8,
+       .master_port = 29511, .generation = 4});
+  EXPECT_EQ(later.fingerprint, h.fingerprint);
+  EXPECT_EQ(later.generation, 4u);
+}

@@ -755,8 +755,8 @@ class DockerRuntimeLibsTest(unittest.TestCase):
                     break
             else:
                 self.skipTest(f"{lib} belongs to no Debian package (not a Debian build?)")
+        # Empty with the default static build (TRAINLET_STATIC_DEPS): glibc only.
         needed = packages - self.BASE
-        self.assertTrue(needed)
         for name in ("Dockerfile", "Dockerfile.add-to-image", "README.md"):
             with open(os.path.join(DOCKER_DIR, name)) as f:
                 installed = apt_installed(f.read())

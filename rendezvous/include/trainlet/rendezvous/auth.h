@@ -4,8 +4,8 @@
 // and member prove to each other that they hold it, by HMAC-SHA256 (RFC 2104)
 // over fresh 32-byte nonces from both sides: the token itself never crosses
 // the wire and is never logged. Replaying an old proof does not help: each
-// proof covers the other side's fresh nonce. Thread-safe (OpenSSL's one-shot
-// HMAC and RAND_bytes).
+// proof covers the other side's fresh nonce. Thread-safe (no shared state:
+// OpenSSL's SHA-256, getrandom(2)).
 #pragma once
 
 #include <string>
@@ -20,8 +20,12 @@ inline constexpr std::size_t kNonceBytes = 32;
 // file cannot be read, or is empty. The message never contains the token.
 [[nodiscard]] exitcodes::Result<std::string> ReadTokenFile(const std::string& path);
 
-// kNonceBytes of cryptographically random bytes (OpenSSL RAND_bytes).
+// kNonceBytes of cryptographically random bytes (getrandom(2), the kernel's CSPRNG).
 std::string NewNonce();
+
+// HMAC-SHA256 (RFC 2104, test vectors in RFC 4231) of `message` under `key`:
+// 32 raw bytes. Built on OpenSSL's SHA-256.
+std::string HmacSha256(const std::string& key, const std::string& message);
 
 // The leader's and the member's proofs: HMAC-SHA256(token, role | job_id |
 // first nonce | second nonce), 32 raw bytes. The leader proves over

@@ -1,0 +1,97 @@
+#!/usr/bin/python3
+"""Log forwarding: 1 GiB of lines from the workers through the agent, vs the same to a file.
+
+  bench/logs.py --trainlet build/agent/trainlet --linegen build/bench/trainlet-linegen \
+      [--bytes 1073741824] [--workers 2] [--runs 3] [--dir /dev/shm]
+
+Each of --workers workers (trainlet-linegen write) writes bytes/workers of numbered
+100-byte lines in 64 KiB blocks. Direct: the same workers started by `sh`, all
+writing to one file. Through trainlet: one pod with --workers workers; the agent
+reads each worker's pipe, prefixes every line with "[rankN]: " and writes the
+lines to its own stdout, the same kind of file. Throughput = the workers' bytes /
+wall time. Every output is then checked (trainlet-linegen check): each worker's
+sequence complete and in order, no line torn. Runs interleaved; the file lives in
+--dir (tmpfs by default, so the disk does not set the pace).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+LINE = 100
+
+
+def timed(argv, path, env=None):
+    with open(path, "wb") as out:
+        t0 = time.monotonic_ns()
+        p = subprocess.run(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        dt = (time.monotonic_ns() - t0) / 1e9
+    if p.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} exited {p.returncode}")
+    return dt
+
+
+def check(linegen, path, workers):
+    with open(path, "rb") as f:
+        p = subprocess.run([linegen, "check", str(LINE), str(workers)], stdin=f,
+                           stdout=subprocess.PIPE, text=True)
+    r = json.loads(p.stdout)
+    r["ok"] = p.returncode == 0
+    return r
+
+
+def run(binary, linegen, total, workers, runs, directory, log=print):
+    per = total // workers // LINE * LINE
+    expected = per // LINE
+    path = os.path.join(directory, f"trainlet-bench-logs-{os.getpid()}")
+    direct_sh = " ".join(f"RANK={r} {linegen} write {per} {LINE} &" for r in range(workers))
+    direct = ["sh", "-c", direct_sh + " wait"]
+    through = [binary, "--nproc-per-node", str(workers), "--log-level", "warn", "--", linegen,
+               "write", str(per), str(LINE)]
+    res = {"direct": [], "trainlet": []}
+    checks = {"direct": [], "trainlet": []}
+    try:
+        for _ in range(runs):
+            for name, argv in (("direct", direct), ("trainlet", through)):
+                dt = timed(argv, path, common.ENV)
+                res[name].append(per * workers / dt / 2**20)  # MiB/s
+                c = check(linegen, path, workers)
+                c["lost"] = expected - c["complete_lines_per_source"]
+                checks[name].append(c)
+                os.unlink(path)
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    out = {"bytes": per * workers, "workers": workers,
+           "direct_mib_s": common.stats(res["direct"]),
+           "trainlet_mib_s": common.stats(res["trainlet"]),
+           "lines_expected_per_worker": expected,
+           "all_complete": all(c["ok"] and c["lost"] == 0 for c in checks["trainlet"] + checks["direct"]),
+           "checks": checks}
+    out["ratio"] = out["trainlet_mib_s"]["median"] / out["direct_mib_s"]["median"]
+    log(f"logs: direct {out['direct_mib_s']['median']:.0f} MiB/s, trainlet "
+        f"{out['trainlet_mib_s']['median']:.0f} MiB/s ({out['ratio'] * 100:.0f} %), "
+        f"complete: {out['all_complete']}")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trainlet", required=True)
+    ap.add_argument("--linegen", required=True)
+    ap.add_argument("--bytes", type=int, default=1 << 30)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dir", default="/dev/shm")
+    a = ap.parse_args()
+    print(json.dumps(run(os.path.abspath(a.trainlet), os.path.abspath(a.linegen), a.bytes,
+                         a.workers, a.runs, a.dir)))
+
+
+if __name__ == "__main__":
+    main()

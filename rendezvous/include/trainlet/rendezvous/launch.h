@@ -1,0 +1,38 @@
+// trainlet/rendezvous/launch.h — the Hello a pod sends, built in one place.
+//
+// The agent (agent/src/pod.cc) and the benchmarks' load generator (bench/) both
+// build their Hello here, so a simulated pod presents exactly the launch
+// configuration a real one does and stays admissible when that set changes.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainlet/rendezvous/wire.h"
+
+namespace trainlet::rendezvous {
+
+struct LaunchSettings {
+  std::string job_id;               // --job-id (or the downward-API identity)
+  std::uint32_t attempt = 0;        // --attempt
+  std::uint32_t index = 0;          // completion index of this pod
+  std::uint32_t nnodes = 1;         // pods in the gang (--nnodes)
+  std::uint32_t nproc_per_node = 1; // workers per pod (--nproc-per-node)
+  std::uint16_t master_port = 29500;  // trainers' store port (--master-port)
+  std::uint32_t max_restarts = 0;   // --max-restarts
+  std::string gang{};               // --gang layout, canonical form; empty without it
+  bool preflight = false;           // --preflight (gpu/): every pod must run it or none
+  std::uint32_t generation = 0;     // the generation this pod asks to join (wire.h Hello)
+};
+
+// The launch settings every pod must agree on, as the leader compares them:
+// {"nnodes", "nproc_per_node", "master_port", "max_restarts", "gang"}, in that
+// order, then {"preflight", "1"} when on. (The generation is not one of them.)
+wire::LaunchConfig MakeLaunchConfig(const LaunchSettings& s);
+
+// The Hello for `s` (config, its fingerprint, identity); no nonce: the caller
+// adds one when authenticating with a token.
+wire::Hello MakeHello(const LaunchSettings& s);
+
+}  // namespace trainlet::rendezvous

@@ -1,0 +1,27 @@
+#include "trainlet/rendezvous/launch.h"
+
+namespace trainlet::rendezvous {
+
+wire::LaunchConfig MakeLaunchConfig(const LaunchSettings& s) {
+  wire::LaunchConfig c = {{"nnodes", std::to_string(s.nnodes)},
+                          {"nproc_per_node", std::to_string(s.nproc_per_node)},
+                          {"master_port", std::to_string(s.master_port)},
+                          {"max_restarts", std::to_string(s.max_restarts)},
+                          {"gang", s.gang}};
+  if (s.preflight) c.emplace_back("preflight", "1");
+  return c;
+}
+
+wire::Hello MakeHello(const LaunchSettings& s) {
+  wire::Hello hello;
+  hello.job_id = s.job_id;
+  hello.attempt = s.attempt;
+  hello.index = s.index;
+  hello.nproc_per_node = s.nproc_per_node;
+  hello.config = MakeLaunchConfig(s);
+  hello.fingerprint = wire::Fingerprint(hello.config);
+  hello.generation = s.generation;
+  return hello;
+}
+
+}  // namespace trainlet::rendezvous
