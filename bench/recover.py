@@ -4,8 +4,8 @@ again in a new generation. 8 pods x 1 worker, trainer start-up excluded.
 
   bench/recover.py --trainlet build/agent/trainlet [--pods 8] [--runs 5] [--torchrun-runs 1]
 
-Every trainer is a `sh` script that first prints "START <TORCHELASTIC_RESTART_COUNT>
-<RANK> <ns>" (`date +%s%N`, right after exec: start-up excluded). In the first
+Every trainer is a `sh` script that first prints "START <generation: 0, or 1 when a
+marker file says this rank ran before> <RANK> <ns>" (`date +%s%N`, right after exec: start-up excluded). In the first
 generation rank 1 prints "KILL <ns>" and SIGKILLs itself; every other trainer
 sleeps until stopped. In the next generation (restart count 1) every trainer
 exits 0 at once. The figure is the last START with restart count 1 minus the
@@ -19,14 +19,19 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 TRAINER = r'''
-echo "START ${TORCHELASTIC_RESTART_COUNT:-0} $RANK $(date +%s%N)"
-if [ "${TORCHELASTIC_RESTART_COUNT:-0}" != 0 ]; then exit 0; fi
+# The generation from a marker file, not TORCHELASTIC_RESTART_COUNT: torchrun counts
+# restarts per agent, so the survivors of another node's failure restart with 0.
+m=$BENCH_STATE/started-$RANK
+if [ -e "$m" ]; then gen=1; else gen=0; : > "$m"; fi
+echo "START $gen $RANK $(date +%s%N)"
+if [ "$gen" != 0 ]; then exit 0; fi
 if [ "$RANK" = 1 ]; then sleep 1; echo "KILL $(date +%s%N)"; kill -9 $$; fi
 trap 'exit 143' TERM
 while :; do sleep 0.1; done
@@ -48,26 +53,52 @@ def figure(out, pods):
     return (max(again) - kill[0]) / 1e6
 
 
+def state_env():
+    """The environment for one run: BENCH_STATE is a fresh folder for the markers, and
+    holds the trainer as a file (torchrun 1.13 never finished here with `sh -c`)."""
+    state = tempfile.mkdtemp(prefix="trainlet-recover-")
+    with open(os.path.join(state, "trainer.sh"), "w") as f:
+        f.write(TRAINER)
+    return dict(common.ENV, BENCH_STATE=state)
+
+
+def trainer(env):
+    return ["sh", os.path.join(env["BENCH_STATE"], "trainer.sh")]
+
+
 def trainlet_once(binary, pods):
+    env = state_env()
     p = subprocess.run([binary, "local", "--nnodes", str(pods), "--nproc-per-node", "1",
                         "--max-restarts", "1", "--grace-period", "5", "--log-level", "warn",
-                        "--", "sh", "-c", TRAINER], stdout=subprocess.PIPE,
-                       stderr=subprocess.DEVNULL, text=True, timeout=120, env=common.ENV)
+                        "--", *trainer(env)], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, text=True, timeout=120, env=env)
     return figure(p.stdout, pods)
 
 
 def torchrun_once(pods):
     port = common.free_port()
-    procs = [subprocess.Popen(common.torchrun_argv(pods, port, ["sh", "-c", TRAINER],
+    env = state_env()
+    # Output to files, not pipes: a pipe whose reader waits for one agent at a time
+    # stalled the others here.
+    outs = [tempfile.TemporaryFile(mode="w+") for _ in range(pods)]
+    procs = [subprocess.Popen(common.torchrun_argv(pods, port, trainer(env),
                                                    ["--max_restarts", "1"]),
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env=common.ENV) for _ in range(pods)]
+                              stdout=outs[i], stderr=subprocess.DEVNULL, text=True, env=env)
+             for i in range(pods)]
     try:
-        out = "".join(p.communicate(timeout=300)[0] for p in procs)
-        return figure(out, pods)
+        deadline = time.monotonic() + 120
+        for p in procs:
+            p.wait(timeout=max(1, deadline - time.monotonic()))
+        text = ""
+        for f in outs:
+            f.seek(0)
+            text += f.read()
+        return figure(text, pods)
     finally:
         common.kill_all(procs, 9)
         common.reap(procs, 5)
+        for f in outs:
+            f.close()
 
 
 def run(binary, pods, runs, torchrun_runs, log=print):
