@@ -84,7 +84,7 @@ struct Assignment {
   // empty and 0 without NCCL. With --preflight the trainer's ids are followed by
   // as many for the preflight communicator.
   std::uint32_t nccl_version = 0;
-  std::vector<std::string> nccl_ids;
+  std::vector<std::string> nccl_ids{};
   bool operator==(const Assignment&) const = default;
 };
 
