@@ -435,6 +435,16 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   gpu_options.libcuda = gpu::LibraryPath("TRAINLET_LIBCUDA", gpu::kDefaultLibCuda);
   gpu_options.libnccl = gpu::LibraryPath("TRAINLET_LIBNCCL", gpu::kDefaultLibNccl);
   gpu_options.libnvml = gpu::LibraryPath("TRAINLET_LIBNVML", gpu::kDefaultLibNvml);
+  // No NVIDIA driver on this node (a CPU pod): no NVML child at start and no NCCL
+  // in the agent, which would cost every start a fork and the leader tens of MiB
+  // (bench/RESULTS.md). A library named explicitly (TRAINLET_LIB*) is still used.
+  if (!gpu::NvidiaDriverPresent()) {
+    if (!env.contains("TRAINLET_LIBNVML")) gpu_options.health = false;
+    if (!env.contains("TRAINLET_LIBNCCL")) gpu_options.nccl_ids = false;
+    spdlog::debug("no NVIDIA driver on this node (/proc/driver/nvidia, /dev/nvidiactl): "
+                  "GPU health checks {}, NCCL ids {}",
+                  gpu_options.health ? "on" : "off", gpu_options.nccl_ids ? "on" : "off");
+  }
   auto preflight_timeout = ParseSeconds("--preflight-timeout", f.preflight_timeout);
   if (!preflight_timeout.ok()) return config_error(preflight_timeout.status().message());
   gpu_options.preflight_timeout = *preflight_timeout;

@@ -3,6 +3,7 @@
 #include "child.h"
 
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -78,6 +79,11 @@ Availability Probe() {
   }
   ::dlclose(lib);
   return a;
+}
+
+bool NvidiaDriverPresent() {
+  struct stat st{};
+  return ::stat("/proc/driver/nvidia/version", &st) == 0 || ::stat("/dev/nvidiactl", &st) == 0;
 }
 
 std::string LibraryPath(const char* env_name, const char* fallback) {

@@ -222,17 +222,21 @@ class JobSetTest(PodsimTestCase):
                      if " warning] " in ln or " error] " in ln]
             self.assertEqual(noise, [], "the leader stops quietly: no warnings, no errors")
 
+    def start_checkpointing_gang(self, c, grace):
+        """Starts the 5 pods with trainers that take 1 s to save a checkpoint on SIGTERM;
+        returns once every trainer is up."""
+        c.publish_all()
+        cmd = ["sh", "-c", "trap 'sleep 1; echo checkpointed; exit 0' TERM; echo up; "
+               "while :; do sleep 0.1; done"]
+        for i in range(5):
+            self.start(c, i, cmd, grace=grace)
+        for i in range(5):
+            c.pods[i].wait_for_output(r"\]: up$", 30)
+
     def test_preempted_gang(self):
         with self.jobset() as c:
-            c.publish_all()
-            # Trainers that take 1 s to save a checkpoint on SIGTERM.
-            cmd = ["sh", "-c", "trap 'sleep 1; echo checkpointed; exit 0' TERM; echo up; "
-                   "while :; do sleep 0.1; done"]
             grace = 5
-            for i in range(5):
-                self.start(c, i, cmd, grace=grace)
-            for i in range(5):
-                c.pods[i].wait_for_output(r"\]: up$", 30)
+            self.start_checkpointing_gang(c, grace)
             t0 = time.monotonic()
             for pod in c.pods.values():  # Kueue suspends the JobSet: every pod is deleted
                 pod.signal(15)
@@ -247,14 +251,8 @@ class JobSetTest(PodsimTestCase):
 
     def test_preempted_gang_staggered(self):
         with self.jobset() as c:
-            c.publish_all()
-            cmd = ["sh", "-c", "trap 'sleep 1; echo checkpointed; exit 0' TERM; echo up; "
-                   "while :; do sleep 0.1; done"]
             grace = 5
-            for i in range(5):
-                self.start(c, i, cmd, grace=grace)
-            for i in range(5):
-                c.pods[i].wait_for_output(r"\]: up$", 30)
+            self.start_checkpointing_gang(c, grace)
             t0 = time.monotonic()
             c.pods[2].signal(15)
             c.pods[0].wait_for_output(r"gang: pod 2: stopped by SIGTERM; stopping every pod", 5)

@@ -74,6 +74,12 @@ inline constexpr const char* kDefaultLibCuda = "libcuda.so.1";
 // else `fallback`.
 std::string LibraryPath(const char* env_name, const char* fallback);
 
+// Whether the NVIDIA kernel driver is loaded on this node: /proc/driver/nvidia/version
+// or /dev/nvidiactl exists (the driver creates both; a container with GPUs gets them
+// from the NVIDIA container toolkit). Two stat(2) calls, no library loaded: the
+// agent asks this before it loads NVML or NCCL, so a CPU-only pod pays nothing.
+bool NvidiaDriverPresent();
+
 // Loads the CUDA driver API from `libcuda` with dlopen and lists the devices
 // (cuInit, cuDeviceGetCount, cuDeviceGet, cuDeviceGetUuid, cuDeviceGetPCIBusId).
 // Never fails hard: an absent library, symbol or device gives available=false.
