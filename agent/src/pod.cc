@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include "output.h"
+#include "resident.h"
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/health.h"
@@ -272,6 +273,8 @@ class Pod {
     if (generation_ == 0) {
       spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
                    Ms(Clock::now() - started_));
+      // Start-up's code is done; the loop from here on touches little of it.
+      ReleaseStartupCode();
     } else {
       spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure", generation_,
                    id.nproc_per_node, Ms(Clock::now() - failed_at_));
