@@ -71,6 +71,8 @@ namespace {
 
 // A hang's diagnostics signal (stack dumps) gets this long before the stop.
 constexpr std::chrono::seconds kDiagnosticsDelay{2};
+// Start-up's code pages are given back this long after the first workers start.
+constexpr std::chrono::seconds kReleaseStartupCodeAfter{2};
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -84,7 +86,7 @@ bool IsTermination(const std::string& reason) {
 class Pod {
  public:
   explicit Pod(const PodOptions& o)
-      : options_(o), deadline_timer_(io_), hang_timer_(io_), diag_timer_(io_) {}
+      : options_(o), deadline_timer_(io_), hang_timer_(io_), diag_timer_(io_), release_timer_(io_) {}
 
   int Run() {
     started_ = Clock::now();
@@ -274,7 +276,12 @@ class Pod {
       spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
                    Ms(Clock::now() - started_));
       // Start-up's code is done; the loop from here on touches little of it.
-      ReleaseStartupCode();
+      // Not at once: the whole gang starts its trainers now, and the refaults
+      // would compete with them for the CPU.
+      release_timer_.expires_after(kReleaseStartupCodeAfter);
+      release_timer_.async_wait([](boost::system::error_code ec) {
+        if (!ec) ReleaseStartupCode();
+      });
     } else {
       spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure", generation_,
                    id.nproc_per_node, Ms(Clock::now() - failed_at_));
@@ -757,6 +764,7 @@ class Pod {
     deadline_timer_.cancel();
     hang_timer_.cancel();
     diag_timer_.cancel();
+    release_timer_.cancel();
     health_.reset();
     if (signals_) signals_->Close();
     if (!error_dir_.empty()) {
@@ -776,6 +784,7 @@ class Pod {
   asio::steady_timer deadline_timer_;
   asio::steady_timer hang_timer_;
   asio::steady_timer diag_timer_;  // diagnostics signal -> stop, after a hang elsewhere
+  asio::steady_timer release_timer_;  // ReleaseStartupCode, once
   std::vector<std::string> heartbeat_files_;  // by local rank
   std::filesystem::file_time_type heartbeat_started_;
   std::optional<std::string> hang_reason_;

@@ -1,5 +1,12 @@
 #include "trainlet/agent/evidence.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "../src/resident.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -91,3 +98,28 @@ TEST_F(EvidenceTest, TerminationLogWritesOnlyWhereAllowed) {
 
 }  // namespace
 }  // namespace trainlet::agent
+
+// resident.h (private): start-up's code pages go, and the code still runs.
+namespace {
+long RssFileKiB() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("RssFile:", 0) == 0) return std::stol(line.substr(8));
+  }
+  return -1;
+}
+}  // namespace
+
+TEST(ResidentTest, ReleaseStartupCodeDropsCodePagesAndCodeStillRuns) {
+  const long before = RssFileKiB();
+  ASSERT_GT(before, 0);
+  const std::size_t advised = trainlet::agent::ReleaseStartupCode();
+  EXPECT_GT(advised, 0u);  // at least this test's own code and libc's
+  const long after = RssFileKiB();
+  EXPECT_LT(after, before) << "RssFile " << before << " -> " << after << " KiB";
+  // Everything faults back in on use: run code from this binary and from libc.
+  std::string s = std::to_string(12345) + "x";
+  EXPECT_EQ(s, "12345x");
+  EXPECT_EQ(std::string(::strerror(ENOENT)).empty(), false);
+}
