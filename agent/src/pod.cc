@@ -454,7 +454,7 @@ class Pod {
   // place (PodOptions::max_restarts says which classes and when).
   bool CanRestart(exitcodes::FailureClass c) const {
     using exitcodes::FailureClass;
-    if (generation_ >= options_.max_restarts || stop_signal_seen_) return false;
+    if (generation_ >= options_.max_restarts || own_stop_signal_) return false;
     return c == FailureClass::kWorker || c == FailureClass::kInfra || c == FailureClass::kOom ||
            c == FailureClass::kPeerFailed;
   }
@@ -556,7 +556,7 @@ class Pod {
     phase_ms_[generation_ == 0 ? "run" : "run_generation_" + std::to_string(generation_)] =
         Ms(Clock::now() - workers_started_);
     own_result_ = r;
-    if (r.stop_signal) stop_signal_seen_ = true;
+    if (r.stop_signal && !own_stop_signal_) own_stop_signal_ = r.stop_signal;
     if (restarting_ && !r.stop_signal) {
       PostNextGeneration();
       return;
@@ -723,12 +723,10 @@ class Pod {
               GangFailure("stopped by " + exitcodes::SignalName(signo),
                           exitcodes::FailureClass::kTerminated);
             }
-            stop_signal_seen_ = true;
             own_result_->stop_signal = signo;
             ConcludeWorkers();
             return;
           }
-          stop_signal_seen_ = true;
           if (!own_result_) {
             GangFailure("stopped by " + exitcodes::SignalName(signo),
                         exitcodes::FailureClass::kTerminated);
@@ -797,7 +795,7 @@ class Pod {
   std::string error_dir_;
   std::uint32_t rank_base_ = 0;
   bool peer_terminated_ = false;          // the peer stop was a pod's SIGTERM/SIGINT
-  std::optional<int> own_stop_signal_;    // this pod's first SIGTERM/SIGINT
+  std::optional<int> own_stop_signal_;    // this pod's first SIGTERM/SIGINT: no restart after it
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;
@@ -817,7 +815,6 @@ class Pod {
   bool leader_lost_ = false;       // member: the leader's connection is gone
   bool gang_over_ = false;         // member: the leader stopped the gang for good
   bool member_succeeded_ = false;  // leader: some pod's workers all finished
-  bool stop_signal_seen_ = false;  // SIGTERM/SIGINT: never restart after it
   Clock::time_point failed_at_;    // when this generation's failure was first seen here
   Clock::time_point round_started_;  // this rendezvous round began
   int exit_code_ = 0;
