@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,12 +17,11 @@
 #include <sstream>
 
 #include <boost/asio/post.hpp>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
 #include "file_util.h"
-#include "output.h"
+#include "pump.h"
 #include "trainlet/exitcodes/exit_code.h"
 
 namespace trainlet::agent {
@@ -33,7 +31,6 @@ using exitcodes::Status;
 
 namespace {
 
-constexpr std::size_t kMaxLine = 64 * 1024;  // longer lines are split, never dropped
 constexpr std::size_t kTailBytes = 8 * 1024;  // stderr kept per worker for classification
 
 std::string Comm(pid_t pid) {
@@ -96,97 +93,6 @@ bool ReapOrphans() {
   }
 }
 
-// Copies one worker stream to one of the agent's fds, line by line, with a prefix.
-// When the agent's output is stalled (the sink is congested), the pump stops
-// reading, so the worker blocks on its own writes instead of the agent.
-struct OutputPump : std::enable_shared_from_this<OutputPump> {
-  OutputPump(asio::any_io_executor ex, int read_fd, int out_fd, std::string prefix)
-      : stream(ex, read_fd), out_fd(out_fd), sink(OutputSink::For(out_fd)),
-        prefix(std::move(prefix)) {}
-  asio::posix::stream_descriptor stream;
-  int out_fd;
-  std::shared_ptr<OutputSink> sink;  // nullptr: write directly
-  std::string prefix;
-  std::string partial;
-  std::string tail;            // the last kTailBytes read, for failure evidence
-  std::size_t tail_limit = 0;  // 0: keep no tail
-  // Not zeroed: a quiet worker leaves most of it untouched, so not resident.
-  std::array<char, 64 * 1024> buf;
-  std::vector<const char*> line_ends;  // scratch for Consume, capacity kept
-  bool open = true;
-  std::function<void()> on_close;
-
-  void Read() {
-    stream.async_read_some(asio::buffer(buf), [self = shared_from_this()](
-                                                  boost::system::error_code ec, std::size_t n) {
-      if (ec || n == 0) {
-        self->Flush();
-        return;
-      }
-      self->Consume(std::string_view(self->buf.data(), n));
-      if (self->sink && self->sink->congested()) {
-        self->sink->WhenDrained([self] { self->Read(); });
-      } else {
-        self->Read();
-      }
-    });
-  }
-
-  void Emit(std::string text) {
-    if (sink) {
-      sink->Write(std::move(text));
-    } else {
-      WriteAll(out_fd, text);
-    }
-  }
-
-  void Consume(std::string_view data) {
-    if (tail_limit > 0) {
-      tail.append(data);
-      if (tail.size() > 2 * tail_limit) tail.erase(0, tail.size() - tail_limit);
-    }
-    // memchr finds the line ends (glibc's is vectorised; a byte loop here was
-    // half of the agent's time at 1 GiB/s), then one allocation of the exact
-    // size takes prefix + line for each (bench/logs.py, bench/HISTORY.md).
-    const char* p = data.data();
-    const char* const end = p + data.size();
-    line_ends.clear();
-    for (const char* q = p; q < end;) {
-      const void* found = std::memchr(q, '\n', static_cast<std::size_t>(end - q));
-      if (found == nullptr) break;
-      q = static_cast<const char*>(found) + 1;
-      line_ends.push_back(q);
-    }
-    std::string out;
-    out.reserve(data.size() + partial.size() + (line_ends.size() + 1) * (prefix.size() + 1));
-    for (const char* nl : line_ends) {
-      out += prefix;
-      if (!partial.empty()) {
-        out += partial;
-        partial.clear();
-      }
-      out.append(p, static_cast<std::size_t>(nl - p));
-      p = nl;
-    }
-    partial.append(p, static_cast<std::size_t>(end - p));
-    if (partial.size() >= kMaxLine) {
-      out += prefix + partial + '\n';
-      partial.clear();
-    }
-    if (!out.empty()) Emit(std::move(out));
-  }
-
-  void Flush() {
-    if (!open) return;
-    open = false;
-    if (!partial.empty()) Emit(prefix + partial + '\n');
-    partial.clear();
-    boost::system::error_code ignored;
-    stream.close(ignored);
-    if (on_close) asio::post(stream.get_executor(), on_close);
-  }
-};
-
 struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::any_io_executor ex, SupervisorOptions opts, Done d)
       : executor(ex), options(opts), done(std::move(d)), grace_timer(ex), sweep_timer(ex),
@@ -203,8 +109,8 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   Done done;
   std::optional<SupervisionPolicy> policy;
   std::vector<Worker> workers;
-  std::vector<std::shared_ptr<OutputPump>> pumps;
-  std::vector<std::shared_ptr<OutputPump>> stderr_pumps;  // by local rank
+  std::vector<std::unique_ptr<OutputPump>> pumps;
+  std::vector<OutputPump*> stderr_pumps;  // by local rank
   int open_pumps = 0;
   asio::steady_timer grace_timer;
   asio::steady_timer sweep_timer;
@@ -307,17 +213,9 @@ void Supervisor::Impl::Apply(const Actions& a) {
 void Supervisor::Impl::CheckDone() {
   if (finished || !no_children || policy->phase() == Phase::kRunning) return;
   if (open_pumps > 0 && !drain_gave_up) {
-    // Every child is gone, so the pipes reach EOF as soon as the kernel has
-    // handed us what is buffered; bound the wait in case something outside the
-    // process tree inherited a write end. Pumps paused behind a stalled reader
-    // never get there: do not wait for them at all.
-    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
-      if (auto sink = OutputSink::For(fd); sink && sink->congested()) drain_gave_up = true;
-    }
-    if (drain_gave_up) {
-      Apply(policy->On(event::NoChildrenLeft{}));
-      return;
-    }
+    // Every child is gone, so the pipes reach EOF as soon as the pumps have
+    // written what is buffered; bound the wait in case something outside the
+    // process tree inherited a write end, or the reader of our output stalls.
     if (drain_armed) return;
     drain_armed = true;
     drain_timer.expires_after(std::chrono::seconds(2));
@@ -375,13 +273,14 @@ Supervisor::~Supervisor() {
   impl_->grace_timer.cancel();
   impl_->sweep_timer.cancel();
   impl_->drain_timer.cancel();
-  for (auto& p : impl_->pumps) p->on_close = nullptr;
+  // Stopped and joined here, while the executor they post to is alive.
+  impl_->pumps.clear();
+  impl_->stderr_pumps.clear();
 }
 
 std::string Supervisor::StderrTail(int local_rank) const {
   if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
-  const std::string& t = impl_->stderr_pumps[local_rank]->tail;
-  return t.size() > kTailBytes ? t.substr(t.size() - kTailBytes) : t;
+  return impl_->stderr_pumps[local_rank]->Tail();
 }
 
 bool Supervisor::running(int local_rank) const {
@@ -460,6 +359,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
         posix_spawn_file_actions_destroy(&fa);
         break;
       }
+      if (getenv("XPIPE")) { ::fcntl(out[1], F_SETPIPE_SZ, atoi(getenv("XPIPE"))); ::fcntl(err[1], F_SETPIPE_SZ, atoi(getenv("XPIPE"))); }
       posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
       posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
     }
@@ -487,20 +387,17 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     im.workers.push_back({pid, static_cast<int>(rank)});
     if (im.options.capture_output) {
       for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
-        auto pump = std::make_shared<OutputPump>(im.executor, fd, target, spec.prefix);
-        if (target == STDERR_FILENO) {
-          pump->tail_limit = kTailBytes;
-          im.stderr_pumps.push_back(pump);
-        }
+        auto pump = std::make_unique<OutputPump>(
+            fd, target, spec.prefix, target == STDERR_FILENO ? kTailBytes : 0);
+        if (target == STDERR_FILENO) im.stderr_pumps.push_back(pump.get());
         ++im.open_pumps;
-        pump->on_close = [weak = std::weak_ptr<Impl>(impl_)] {
+        pump->Start(im.executor, [weak = std::weak_ptr<Impl>(impl_)] {
           if (auto im = weak.lock()) {
             --im->open_pumps;
             im->CheckDone();
           }
-        };
-        im.pumps.push_back(pump);
-        pump->Read();
+        });
+        im.pumps.push_back(std::move(pump));
       }
     }
   }
@@ -510,12 +407,8 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     for (auto& w : im.workers) ::kill(-w.pid, SIGKILL);
     for (auto& w : im.workers) ::waitpid(w.pid, nullptr, 0);
     im.finished = true;
-    for (auto& p : im.pumps) {
-      p->on_close = nullptr;
-      boost::system::error_code ignored;
-      p->stream.close(ignored);
-    }
-    im.pumps.clear();
+    im.pumps.clear();  // the workers are gone: the pumps end at EOF (or are stopped)
+    im.stderr_pumps.clear();
     im.workers.clear();
   }
   return result;

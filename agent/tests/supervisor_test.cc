@@ -18,6 +18,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include "trainlet/agent/signals.h"
 
@@ -229,6 +230,34 @@ TEST_F(SupervisorTest, OrphansAndDaemonsAreReapedAfterTheTrainerExits) {
   EXPECT_GE(Clock::now() - t0, 1500ms) << "the daemon ignoring TERM costs the grace period";
   EXPECT_TRUE(std::filesystem::exists(File("upload"))) << "the helper could finish its write";
   EXPECT_TRUE(NoChildrenLeft());
+}
+
+// The container's output is a pipe whose reader stops reading (a log pipe
+// under backpressure). The worker blocks on its own writes; the agent still
+// takes SIGTERM, stops the worker, and finishes without waiting for the reader.
+TEST_F(SupervisorTest, AStalledOutputReaderBlocksTheWorkerNotTheAgent) {
+  int never_read[2];
+  ASSERT_EQ(::pipe2(never_read, O_CLOEXEC), 0);
+  std::fflush(nullptr);
+  int saved = ::dup(STDOUT_FILENO);
+  ::dup2(never_read[1], STDOUT_FILENO);
+  // The test's own logger writes fd 1 blocking (the agent's goes through a
+  // non-blocking sink): silence it while fd 1 is the stalled pipe.
+  auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::off);
+  auto t0 = Clock::now();
+  auto r = Run({"yes 'a line of worker output' | head -c 8000000; echo done > " + File("w0")},
+               500ms, {SIGTERM, 700ms}, 10s);
+  auto elapsed = Clock::now() - t0;
+  spdlog::set_level(level);
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  EXPECT_EQ(r.exit_code, 143);
+  EXPECT_FALSE(std::filesystem::exists(File("w0"))) << "8 MB went through a pipe nobody read";
+  EXPECT_LT(elapsed, 5s) << "SIGTERM, the grace period and a bounded drain";
+  EXPECT_TRUE(NoChildrenLeft());
+  ::close(never_read[0]);
+  ::close(never_read[1]);
 }
 
 TEST(SupervisorStartTest, MissingCommandIsAConfigError) {

@@ -1,0 +1,203 @@
+// pump.h (private): line prefixing, and the pump thread against real pipes,
+// files and a reader that never reads.
+#include "../src/pump.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+
+namespace trainlet::agent {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+
+std::string Fed(LinePrefixer& p, std::initializer_list<std::string_view> pieces, bool finish) {
+  for (auto piece : pieces) p.Feed(piece);
+  if (finish) p.Finish();
+  std::string out(p.output());
+  p.ClearOutput();
+  return out;
+}
+
+TEST(LinePrefixerTest, EveryLineGetsThePrefixAndUnfinishedLinesWait) {
+  LinePrefixer p("[r1]: ", 1024);
+  EXPECT_EQ(Fed(p, {"a\nbb\n"}, false), "[r1]: a\n[r1]: bb\n");
+  // A line split across reads comes out once, whole, when its end arrives.
+  EXPECT_EQ(Fed(p, {"hel", "lo", " world"}, false), "");
+  EXPECT_EQ(Fed(p, {"!\nnext"}, false), "[r1]: hello world!\n");
+  EXPECT_EQ(Fed(p, {"\n\n"}, false), "[r1]: next\n[r1]: \n");
+  // At end of stream the unfinished line is ended.
+  EXPECT_EQ(Fed(p, {"tail"}, true), "[r1]: tail\n");
+  EXPECT_EQ(Fed(p, {}, true), "") << "nothing pending: Finish adds nothing";
+}
+
+TEST(LinePrefixerTest, AnUnfinishedLineIsCutAtMaxLineNeverDropped) {
+  LinePrefixer p("> ", 4);
+  EXPECT_EQ(Fed(p, {"abcdefghij"}, false), "> abcd\n> efgh\n");
+  EXPECT_EQ(Fed(p, {"k", "\n"}, false), "> ijk\n");
+  // A complete line longer than max_line in one read is kept whole.
+  EXPECT_EQ(Fed(p, {"0123456789\n"}, false), "> 0123456789\n");
+}
+
+TEST(LinePrefixerTest, OutputGrowsPastItsFirstBuffer) {
+  LinePrefixer p("[rank0]: ", 1 << 16);
+  std::string in, want;
+  for (int i = 0; i < 20000; ++i) {
+    in += "line " + std::to_string(i) + "\n";
+    want += "[rank0]: line " + std::to_string(i) + "\n";
+  }
+  // Fed in odd-sized pieces so lines straddle the calls.
+  for (std::size_t at = 0; at < in.size(); at += 777) p.Feed(std::string_view(in).substr(at, 777));
+  p.Finish();
+  EXPECT_EQ(std::string(p.output()), want);
+}
+
+// Runs `io` until `pred` or `limit`; true if pred became true.
+template <class Pred>
+bool RunUntil(asio::io_context& io, Pred pred, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred() && std::chrono::steady_clock::now() < deadline) {
+    io.restart();
+    io.run_for(10ms);
+  }
+  return pred();
+}
+
+class PumpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::pipe2(worker_, O_CLOEXEC), 0);
+    path_ = std::filesystem::temp_directory_path() / ("pump-" + std::to_string(::getpid()));
+  }
+  void TearDown() override {
+    for (int fd : worker_) {
+      if (fd >= 0) ::close(fd);
+    }
+    std::filesystem::remove(path_);
+  }
+  void Write(std::string_view s) {
+    ASSERT_EQ(::write(worker_[1], s.data(), s.size()), static_cast<ssize_t>(s.size()));
+  }
+  void CloseWorker() {
+    ::close(worker_[1]);
+    worker_[1] = -1;
+  }
+  std::string FileText() {
+    std::ifstream f(path_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  int worker_[2] = {-1, -1};  // [0] goes to the pump
+  std::filesystem::path path_;
+};
+
+TEST_F(PumpTest, CopiesToAFileUntilEofThenPostsCloseAndKeepsTheTail) {
+  int out = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  asio::io_context io;
+  bool closed = false;
+  {
+    OutputPump pump(std::exchange(worker_[0], -1), out, "[rank2]: ", 8);
+    pump.Start(io.get_executor(), [&] { closed = true; });
+    Write("first\nsecond line\nunfinished");
+    EXPECT_FALSE(RunUntil(io, [&] { return closed; }, 100ms)) << "closed while a writer is open";
+    CloseWorker();
+    ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 5s));
+    EXPECT_EQ(pump.Tail(), "finished") << "the last tail_bytes bytes read";
+  }
+  ::close(out);
+  EXPECT_EQ(FileText(), "[rank2]: first\n[rank2]: second line\n[rank2]: unfinished\n");
+}
+
+// The container's output is a pipe whose reader stops reading: the pump waits
+// (so the worker feels the backpressure), writes whole lines only, and Stop()
+// ends the wait at once; the thread that owns it never blocks.
+TEST_F(PumpTest, AStalledReaderBlocksOnlyThePumpAndStopEndsIt) {
+  int agent_out[2];
+  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+  asio::io_context io;
+  bool closed = false;
+  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), agent_out[1], "[r]: ");
+  pump->Start(io.get_executor(), [&] { closed = true; });
+  // Fill the agent's pipe and then the worker's: 1 MiB of 99-byte lines.
+  int fl = ::fcntl(worker_[1], F_GETFL);
+  ::fcntl(worker_[1], F_SETFL, fl | O_NONBLOCK);
+  std::string line(98, 'x');
+  line += '\n';
+  std::size_t written = 0;
+  auto progress = std::chrono::steady_clock::now();  // stop once 300 ms pass without any
+  while (written < (1u << 20) && std::chrono::steady_clock::now() - progress < 300ms) {
+    ssize_t n = ::write(worker_[1], line.data(), line.size());
+    if (n > 0) {
+      written += static_cast<std::size_t>(n);
+      progress = std::chrono::steady_clock::now();
+    } else {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  EXPECT_LT(written, 1u << 20) << "the worker never felt the backpressure";
+  // What reached the agent's pipe is whole prefixed lines: read it to EAGAIN
+  // (every write the pump made by then, as it made them).
+  ::fcntl(agent_out[0], F_SETFL, O_NONBLOCK);
+  std::string got;
+  char chunk[PIPE_BUF];
+  for (ssize_t n; (n = ::read(agent_out[0], chunk, sizeof chunk)) > 0;) got.append(chunk, n);
+  ASSERT_GE(got.size(), 32u * 1024) << "the pump never filled the agent's pipe";
+  const std::string want = "[r]: " + line;
+  EXPECT_EQ(got.size() % want.size(), 0u) << "a line was torn";
+  for (std::size_t at = 0; at < got.size(); at += want.size()) {
+    ASSERT_EQ(got.compare(at, want.size(), want), 0) << "at byte " << at;
+  }
+  // Stop() ends the blocked write; the pump posts its close and joins fast.
+  auto t0 = std::chrono::steady_clock::now();
+  pump->Stop();
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s));
+  pump.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  ::close(agent_out[0]);
+  ::close(agent_out[1]);
+}
+
+// A reader that goes away: output is dropped, but the worker is still drained
+// (it must not block on a full pipe forever) and EOF is still seen.
+TEST_F(PumpTest, AGoneReaderDropsOutputButDrainsTheWorker) {
+  int agent_out[2];
+  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+  ::close(agent_out[0]);  // EPIPE from the first write (SIGPIPE is ignored below)
+  auto old = std::signal(SIGPIPE, SIG_IGN);
+  asio::io_context io;
+  bool closed = false;
+  {
+    OutputPump pump(std::exchange(worker_[0], -1), agent_out[1], "[r]: ");
+    pump.Start(io.get_executor(), [&] { closed = true; });
+    std::thread writer([fd = worker_[1]] {
+      std::string block(64 * 1024, 'y');
+      block.back() = '\n';
+      for (int i = 0; i < 64; ++i) {  // 4 MiB: far more than the pipe holds
+        if (::write(fd, block.data(), block.size()) <= 0) break;
+      }
+    });
+    writer.join();
+    CloseWorker();
+    EXPECT_TRUE(RunUntil(io, [&] { return closed; }, 5s));
+  }
+  std::signal(SIGPIPE, old);
+  ::close(agent_out[1]);
+}
+
+}  // namespace
+}  // namespace trainlet::agent
