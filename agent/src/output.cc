@@ -87,17 +87,12 @@ void OutputSink::Write(std::string data) {
     WriteAll(fd_, data);
     return;
   }
+  if (queued_ + data.size() > kMaxQueued) {
+    return;  // the reader stalls: never grow without bound
+  }
   queued_ += data.size();
   queue_.push_back(std::move(data));
   if (!writing_) WriteNext();
-}
-
-void OutputSink::WhenDrained(std::function<void()> resume) {
-  if (queued_ <= kLowWater) {
-    resume();
-    return;
-  }
-  waiters_.push_back(std::move(resume));
 }
 
 void OutputSink::WriteNext() {
@@ -131,11 +126,6 @@ void OutputSink::WriteNext() {
           } else {
             front.erase(0, n);
           }
-        }
-        if (self->queued_ <= kLowWater && !self->waiters_.empty()) {
-          auto waiters = std::move(self->waiters_);
-          self->waiters_.clear();
-          for (auto& w : waiters) w();
         }
         self->WriteNext();
       });

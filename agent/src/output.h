@@ -3,22 +3,20 @@
 //
 // PID 1 must keep reaping, forwarding signals and timing the grace period even
 // when whoever reads the container's output stalls (a log pipe under
-// backpressure). So worker lines and trainlet's own log lines go into an
-// OutputSink: a queue drained by non-blocking writes on a private open file
-// description of the same pipe or terminal (/proc/self/fd/N), so the
-// O_NONBLOCK flag never leaks to other processes sharing the fd. When the queue
-// passes a high-water mark, producers (the worker pumps) pause reading until it
-// drains: the workers feel the backpressure, not the agent. Regular files are
+// backpressure). Worker lines never pass through the loop (pump.h: a thread per
+// worker stream, which feels the backpressure itself). trainlet's own log lines
+// go into an OutputSink: a queue drained by non-blocking writes on a private
+// open file description of the same pipe or terminal (/proc/self/fd/N), so the
+// O_NONBLOCK flag never leaks to other processes sharing the fd. Past kMaxQueued
+// bytes, new lines are dropped rather than held. Regular files are
 // written directly (they do not stall). One event-loop thread only.
 #pragma once
 
 #include <chrono>
 #include <deque>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
@@ -29,8 +27,7 @@ namespace trainlet::agent {
 
 class OutputSink : public std::enable_shared_from_this<OutputSink> {
  public:
-  static constexpr std::size_t kHighWater = 4 << 20;  // bytes queued before producers pause
-  static constexpr std::size_t kLowWater = 1 << 20;   // bytes queued when they resume
+  static constexpr std::size_t kMaxQueued = 4 << 20;  // bytes queued before lines are dropped
 
   // Sinks for fd 1 and fd 2 on `executor`, used by For() and by the log sink.
   static void Install(boost::asio::any_io_executor executor);
@@ -41,11 +38,10 @@ class OutputSink : public std::enable_shared_from_this<OutputSink> {
   static void DrainAndUninstall(boost::asio::io_context& io, std::chrono::milliseconds limit);
 
   OutputSink(boost::asio::any_io_executor executor, int fd);
+  // Queues `data` (whole lines) for the fd; dropped when the output failed or
+  // kMaxQueued bytes already wait.
   void Write(std::string data);
-  bool congested() const { return queued_ > kHighWater; }
   bool idle() const { return queued_ == 0; }
-  // Runs `resume` once the queue is back under kLowWater (inline if it is).
-  void WhenDrained(std::function<void()> resume);
 
  private:
   void WriteNext();
@@ -55,7 +51,6 @@ class OutputSink : public std::enable_shared_from_this<OutputSink> {
   std::size_t queued_ = 0;
   bool writing_ = false;
   bool broken_ = false;  // EPIPE or similar: output is dropped from now on
-  std::vector<std::function<void()>> waiters_;
 };
 
 // Installs the sinks for a scope; on exit drains them (bounded) and uninstalls.
