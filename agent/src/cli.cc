@@ -477,8 +477,11 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     }
   }
   // NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME against the real interfaces (C27).
-  if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
-    if (auto s = gpu::ValidateSocketIfnames(env, *ifs); !s.ok()) return config_error(s.message());
+  // Only when set: listing the interfaces is a netlink dump in every pod's start.
+  if (env.contains("NCCL_SOCKET_IFNAME") || env.contains("GLOO_SOCKET_IFNAME")) {
+    if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
+      if (auto s = gpu::ValidateSocketIfnames(env, *ifs); !s.ok()) return config_error(s.message());
+    }
   }
   // A GPU that NVML already reports broken: hardware, before the gang forms (C30).
   if (auto fault = GpuFaultEvidence(gpu_options)) {

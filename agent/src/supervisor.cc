@@ -141,6 +141,12 @@ void Supervisor::Impl::SignalGroups(int signo) {
 
 void Supervisor::Impl::SignalAll(int signo, bool log_leftovers) {
   SignalGroups(signo);
+  // As PID 1 or child subreaper, every live descendant is our child or below
+  // one: with no child at all (live or zombie) there is nothing to look for,
+  // and the /proc scan (an open and read per process on the node) is skipped.
+  // WNOWAIT: a zombie stays for Reap() to collect.
+  siginfo_t info{};
+  if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) return;
   // Beyond the live workers' groups: for a stop signal, our other children
   // (orphans this PID 1 / child subreaper adopted, daemons that left their
   // group), each told once, leaving deeper processes to their own parents;

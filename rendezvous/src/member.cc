@@ -71,6 +71,11 @@ Result<std::shared_ptr<Member>> Member::Create(asio::any_io_executor executor,
   std::shared_ptr<Member> m(new Member());
   ResolverOptions resolver_options = options.resolver;
   m->impl_ = std::make_unique<Impl>(executor, std::move(options));
+  // An IP address needs no DNS: no c-ares channel (resolv.conf, nsswitch.conf,
+  // /dev/urandom) is set up for it; Resolve() hands the address straight over.
+  boost::system::error_code literal;
+  asio::ip::make_address(m->impl_->options.leader_host, literal);
+  if (!literal) return m;
   auto resolver = Resolver::Create(executor, resolver_options);
   if (!resolver.ok()) return resolver.status();
   m->impl_->resolver = std::move(resolver).value();
@@ -118,7 +123,7 @@ void Member::Start(Done done) {
 void Member::Resolve() {
   Impl& im = *impl_;
   ++im.attempts;
-  im.resolver->Resolve(im.options.leader_host, [self = shared_from_this()](ResolveOutcome out) {
+  auto on_resolved = [self = shared_from_this()](ResolveOutcome out) {
     Impl& im = *self->impl_;
     if (im.finished) return;
     if (!out.ok()) {
@@ -130,7 +135,15 @@ void Member::Resolve() {
     im.addresses = std::move(out.addresses);
     im.next_address = 0;
     self->ConnectNext();
-  });
+  };
+  if (!im.resolver) {  // leader_host is an IP address (see Create)
+    boost::system::error_code ec;
+    ResolveOutcome literal{{asio::ip::make_address(im.options.leader_host, ec)}, ResolveError::kNone,
+                           {}};
+    asio::post(im.executor, [on_resolved, literal] { on_resolved(literal); });
+    return;
+  }
+  im.resolver->Resolve(im.options.leader_host, on_resolved);
 }
 
 void Member::ConnectNext() {
@@ -330,7 +343,7 @@ void Member::Finish(Result<wire::Assignment> result) {
   im.finished = true;
   im.op_timer.cancel();
   im.deadline_timer.cancel();
-  im.resolver->Cancel();
+  if (im.resolver) im.resolver->Cancel();
   if (!result.ok()) {
     boost::system::error_code ec;
     im.socket.close(ec);

@@ -44,7 +44,8 @@ class Member : public std::enable_shared_from_this<Member> {
  public:
   using Done = std::function<void(exitcodes::Result<wire::Assignment>)>;
 
-  // Errors: whatever Resolver::Create returns (class infra).
+  // Errors: whatever Resolver::Create returns (class infra). A leader_host that
+  // is an IP address creates no resolver (no DNS is needed) and cannot fail.
   [[nodiscard]] static exitcodes::Result<std::shared_ptr<Member>> Create(
       boost::asio::any_io_executor executor, MemberOptions options);
   ~Member();
