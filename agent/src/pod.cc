@@ -143,6 +143,9 @@ class Pod {
     };
     round_started_ = Clock::now();
     const auto round_started = round_started_;
+    // What does not depend on the assignment is prepared while we wait for it:
+    // once the gang forms, every pod's work lands at the same moment.
+    MakeErrorDir();
 
     deadline_timer_.expires_after(options_.rdzv_timeout);
     deadline_timer_.async_wait([this](boost::system::error_code ec) {
@@ -223,7 +226,7 @@ class Pod {
     std::map<std::string, std::string> base_env = options_.env;
     for (const auto& [k, v] : *gpu_env) base_env[k] = v;
 
-    std::string error_dir = MakeErrorDir();
+    const std::string& error_dir = error_dir_;  // made before the rendezvous
     std::vector<WorkerSpec> specs;
     for (std::uint32_t lr = 0; lr < id.nproc_per_node; ++lr) {
       WorkerPlacement p{.local_rank = lr,
@@ -337,11 +340,11 @@ class Pod {
     });
   }
 
-  std::string MakeErrorDir() {
+  // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)
+  // and heartbeat files, in error_dir_; left empty if it cannot be made.
+  void MakeErrorDir() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "trainlet-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) return "";
-    error_dir_ = tmpl;
-    return tmpl;
+    if (::mkdtemp(tmpl.data()) != nullptr) error_dir_ = tmpl;
   }
 
   // ---- The gang's control channel (see rendezvous/leader.h, member.h) ----
