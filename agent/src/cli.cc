@@ -318,8 +318,17 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
 
   CLI::App* local = app.add_subcommand(
       "local", "run a whole gang on this machine: N agents over loopback, same code paths");
-  AddAgentFlags(*local, local_flags, true);
-  local->add_option("command", local_flags.command, "the trainer command, after --");
+  // Its flags are the agent's again, declared only when `local` is on the
+  // command line: CLI11 spends as long declaring ~50 options as the rest of an
+  // agent's start-up (bench/HISTORY.md: launch overhead).
+  bool local_requested = false;
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    local_requested = local_requested || std::string_view(argv[i]) == "local";
+  }
+  if (local_requested) {
+    AddAgentFlags(*local, local_flags, true);
+    local->add_option("command", local_flags.command, "the trainer command, after --");
+  }
   CLI::App* exit_codes = app.add_subcommand("exit-codes", "print the exit-code contract");
   // Internal: the agent's short-lived GPU preflight child (gpu/preflight.h).
   CLI::App* preflight_child = app.add_subcommand("preflight", "")->group("");
