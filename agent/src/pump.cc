@@ -148,7 +148,9 @@ bool OutputPump::WaitFor(int fd, short events) {
 }
 
 void OutputPump::Run() {
-  for (;;) {
+  // Checked every round too: a worker that never lets its pipe run dry, into
+  // a file that never blocks, must not keep Stop() (and ~OutputPump) waiting.
+  while (!stopping_.load(std::memory_order_acquire)) {
     ssize_t n = ::read(read_fd_, buf_.get(), kReadBytes);
     if (n > 0) {
       std::string_view data(buf_.get(), static_cast<std::size_t>(n));
@@ -195,6 +197,12 @@ bool OutputPump::Emit() {
     } else if (socket_) {
       w = ::send(out_fd_, rest.data(), n, MSG_DONTWAIT | MSG_NOSIGNAL);
     } else {
+      // A pipe without /proc to reopen it: wait for room first (POLLOUT on a
+      // pipe means PIPE_BUF bytes fit), so Stop() can still end the wait.
+      if (!regular_ && !WaitFor(out_fd_, POLLOUT)) {
+        ok = false;
+        break;
+      }
       w = ::write(out_fd_, rest.data(), n);
     }
     if (w > 0) {

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -170,6 +171,37 @@ TEST_F(PumpTest, AStalledReaderBlocksOnlyThePumpAndStopEndsIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   ::close(agent_out[0]);
   ::close(agent_out[1]);
+}
+
+// A worker that keeps writing as fast as it can (2-byte lines, which cost the
+// pump far more than the worker), into an output that never blocks: Stop()
+// still ends the pump at once, so a supervisor can always be torn down.
+TEST_F(PumpTest, StopEndsAPumpWhoseWorkerKeepsWriting) {
+  int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(devnull, 0);
+  auto old = std::signal(SIGPIPE, SIG_IGN);  // the writer ends on EPIPE
+  asio::io_context io;
+  bool closed = false;
+  std::atomic<bool> writing{true};
+  std::thread writer([&, fd = worker_[1]] {
+    std::string lines;
+    for (int i = 0; i < 32 * 1024; ++i) lines += "x\n";
+    while (writing && ::write(fd, lines.data(), lines.size()) > 0) {
+    }
+  });
+  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), devnull, "[rank0]: ");
+  pump->Start(io.get_executor(), [&] { closed = true; });
+  std::this_thread::sleep_for(200ms);
+  auto t0 = std::chrono::steady_clock::now();
+  pump->Stop();
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s)) << "the pump never stopped";
+  pump.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  writing = false;
+  writer.join();  // the pump closed its end: a blocked write gets EPIPE
+  CloseWorker();
+  std::signal(SIGPIPE, old);
+  ::close(devnull);
 }
 
 // A reader that goes away: output is dropped, but the worker is still drained
