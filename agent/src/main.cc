@@ -2,6 +2,9 @@
 // start a thread, then hand over to the CLI. An exception reaching here is a
 // bug in trainlet: report it as one line and exit with the retriable infra code
 // rather than abort (which would look like a trainer crash to the Job).
+#include <fcntl.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <exception>
 
@@ -11,6 +14,12 @@
 
 int main(int argc, char** argv) {
   trainlet::agent::BlockHandledSignals();
+  // Started with stdin, stdout or stderr closed: /dev/null takes the slot, so
+  // the first pipe or socket the agent makes is never mistaken for fd 0-2
+  // (a worker's pipe read end would become "the agent's stderr").
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) ::open("/dev/null", O_RDWR);
+  }
   try {
     return trainlet::agent::Main(argc, argv);
   } catch (const std::exception& e) {

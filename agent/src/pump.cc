@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +18,30 @@
 #include <boost/asio/post.hpp>
 
 namespace trainlet::agent {
+
+namespace {
+
+// One lock per output that is not a regular file (a pipe, terminal or socket,
+// by device and inode, so `2>&1` shares one): a pump holds it for a whole
+// Emit. A line longer than PIPE_BUF goes out in several writes, and no other
+// rank's line may land between them; and where the pipe cannot be reopened
+// non-blocking (a non-root pod, a root-owned pipe), only the holder polls for
+// room and then writes, so no pump is left blocked inside write() when the
+// reader stalls.
+std::shared_ptr<std::timed_mutex> OutputLock(const struct stat& st) {
+  static std::mutex registry_mu;
+  static std::map<std::pair<dev_t, ino_t>, std::weak_ptr<std::timed_mutex>> registry;
+  std::lock_guard lock(registry_mu);
+  std::weak_ptr<std::timed_mutex>& slot = registry[{st.st_dev, st.st_ino}];
+  std::shared_ptr<std::timed_mutex> m = slot.lock();
+  if (!m) {
+    m = std::make_shared<std::timed_mutex>();
+    slot = m;
+  }
+  return m;
+}
+
+}  // namespace
 
 LinePrefixer::LinePrefixer(std::string prefix, std::size_t max_line)
     : prefix_(std::move(prefix)), max_line_(std::max<std::size_t>(max_line, 1)) {}
@@ -96,7 +122,10 @@ OutputPump::OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t 
   if (::fstat(out_fd_, &st) != 0) return;  // writes will fail: output dropped
   if (S_ISREG(st.st_mode)) {
     regular_ = true;  // a file never stalls: plain blocking writes, as large as they come
-  } else if (S_ISSOCK(st.st_mode)) {
+    return;
+  }
+  out_lock_ = OutputLock(st);
+  if (S_ISSOCK(st.st_mode)) {
     socket_ = true;  // send(MSG_DONTWAIT) is non-blocking without touching the shared flags
   } else {
     // A pipe or terminal: a new open file description of it, so O_NONBLOCK stays
@@ -179,6 +208,16 @@ void OutputPump::Run() {
 
 bool OutputPump::Emit() {
   std::string_view rest = lines_.output();
+  std::unique_lock<std::timed_mutex> lock;
+  if (out_lock_ && !rest.empty()) {
+    lock = std::unique_lock(*out_lock_, std::defer_lock);
+    while (!lock.try_lock_for(std::chrono::milliseconds(20))) {
+      if (stopping_.load(std::memory_order_acquire)) {
+        lines_.ClearOutput();
+        return false;
+      }
+    }
+  }
   bool ok = true;
   while (!rest.empty() && !broken_) {
     std::size_t n = rest.size();

@@ -10,7 +10,9 @@
 // Backpressure: when the agent's output does not take more (a pipe whose reader
 // stalls), the pump waits and stops reading, so the worker blocks on its own
 // writes. Lines are never torn: writes to a pipe are at most PIPE_BUF bytes and
-// end on a line break, which pipe(7) makes atomic against other writers.
+// end on a line break, which pipe(7) makes atomic against other writers, and
+// the pumps sharing an output take turns, so a line longer than PIPE_BUF is
+// not interleaved with another rank's either.
 //
 // The pump thread logs nothing and touches no state but its own (the agent's
 // spdlog sink belongs to the event-loop thread).
@@ -105,6 +107,7 @@ class OutputPump {
   bool regular_ = false;  // out_fd_ is a regular file: write it directly
   bool socket_ = false;   // out_fd_ is a socket: send(MSG_DONTWAIT) on it
   bool broken_ = false;   // the output failed (EPIPE, ...): drop, but keep reading
+  std::shared_ptr<std::timed_mutex> out_lock_;  // not for a regular file (see pump.cc)
   std::unique_ptr<char[]> buf_;  // kReadBytes, not zeroed: a quiet worker leaves it unbacked
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_

@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <system_error>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -365,7 +366,6 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
         posix_spawn_file_actions_destroy(&fa);
         break;
       }
-      if (getenv("XPIPE")) { ::fcntl(out[1], F_SETPIPE_SZ, atoi(getenv("XPIPE"))); ::fcntl(err[1], F_SETPIPE_SZ, atoi(getenv("XPIPE"))); }
       posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
       posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
     }
@@ -393,18 +393,27 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     im.workers.push_back({pid, static_cast<int>(rank)});
     if (im.options.capture_output) {
       for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
-        auto pump = std::make_unique<OutputPump>(
-            fd, target, spec.prefix, target == STDERR_FILENO ? kTailBytes : 0);
-        if (target == STDERR_FILENO) im.stderr_pumps.push_back(pump.get());
-        ++im.open_pumps;
-        pump->Start(im.executor, [weak = std::weak_ptr<Impl>(impl_)] {
-          if (auto im = weak.lock()) {
-            --im->open_pumps;
-            im->CheckDone();
-          }
-        });
-        im.pumps.push_back(std::move(pump));
+        im.pumps.push_back(std::make_unique<OutputPump>(
+            fd, target, spec.prefix, target == STDERR_FILENO ? kTailBytes : 0));
+        if (target == STDERR_FILENO) im.stderr_pumps.push_back(im.pumps.back().get());
       }
+      for (auto it = im.pumps.end() - 2; it != im.pumps.end(); ++it) {
+        try {
+          (*it)->Start(im.executor, [weak = std::weak_ptr<Impl>(impl_)] {
+            if (auto im = weak.lock()) {
+              --im->open_pumps;
+              im->CheckDone();
+            }
+          });
+          ++im.open_pumps;
+        } catch (const std::system_error& e) {
+          // No thread to be had (the pod's pids.max counts threads): like a
+          // spawn that failed, nothing of this start may survive.
+          result = Status::Infra(std::string("cannot start a thread for worker output: ") + e.what());
+          break;
+        }
+      }
+      if (!result.ok()) break;
     }
   }
   posix_spawnattr_destroy(&attr);

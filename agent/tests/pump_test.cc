@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
@@ -202,6 +204,108 @@ TEST_F(PumpTest, StopEndsAPumpWhoseWorkerKeepsWriting) {
   CloseWorker();
   std::signal(SIGPIPE, old);
   ::close(devnull);
+}
+
+// Two ranks write lines longer than PIPE_BUF into one pipe (the container's
+// stdout): each line goes out in several writes, and none of the other rank's
+// lands between them.
+TEST_F(PumpTest, LongLinesFromTwoRanksAreNotInterleavedOnAPipe) {
+  int agent_out[2], other[2];
+  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(other, O_CLOEXEC), 0);
+  asio::io_context io;
+  int closed = 0;
+  auto p0 = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), agent_out[1], "[r0]: ");
+  auto p1 = std::make_unique<OutputPump>(other[0], agent_out[1], "[r1]: ");
+  p0->Start(io.get_executor(), [&] { ++closed; });
+  p1->Start(io.get_executor(), [&] { ++closed; });
+  std::string got;
+  std::thread reader([&, fd = agent_out[0]] {
+    char chunk[4096];
+    for (ssize_t n; (n = ::read(fd, chunk, sizeof chunk)) > 0;) got.append(chunk, n);
+  });
+  auto writer = [](int fd, char c) {
+    std::string line(3 * PIPE_BUF, c);
+    line += '\n';
+    for (int i = 0; i < 200; ++i) ASSERT_EQ(::write(fd, line.data(), line.size()), line.size());
+    ::close(fd);
+  };
+  std::thread a(writer, worker_[1], 'a'), b(writer, other[1], 'b');
+  worker_[1] = -1;
+  a.join();
+  b.join();
+  ASSERT_TRUE(RunUntil(io, [&] { return closed == 2; }, 10s));
+  p0.reset();
+  p1.reset();
+  ::close(agent_out[1]);  // the reader sees EOF
+  reader.join();
+  ::close(agent_out[0]);
+  std::istringstream lines(got);
+  int count = 0;
+  for (std::string line; std::getline(lines, line); ++count) {
+    const bool whole = line == "[r0]: " + std::string(3 * PIPE_BUF, 'a') ||
+                       line == "[r1]: " + std::string(3 * PIPE_BUF, 'b');
+    ASSERT_TRUE(whole) << "line " << count << " is torn: " << line.substr(0, 40) << "...";
+  }
+  EXPECT_EQ(count, 400);
+}
+
+// A non-root pod: fd 1 is a pipe the (root) runtime made, so it cannot be
+// reopened non-blocking and the pumps poll for room, then write. With the
+// reader stalled after taking a little, Stop() still ends every pump: none is
+// left blocked inside write(). Runs in a child that drops to nobody.
+TEST_F(PumpTest, StopEndsPumpsOnAPipeThatCannotBeReopened) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to make a root-owned pipe and drop to nobody";
+  int agent_out[2];
+  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    std::signal(SIGPIPE, SIG_IGN);
+    if (::setresgid(65534, 65534, 65534) != 0 || ::setresuid(65534, 65534, 65534) != 0) _exit(10);
+    if (::open(("/proc/self/fd/" + std::to_string(agent_out[1])).c_str(), O_WRONLY) >= 0) {
+      _exit(11);  // the reopen works here: not the case under test
+    }
+    asio::io_context io;
+    std::vector<std::unique_ptr<OutputPump>> pumps;
+    std::vector<int> workers;
+    for (int r = 0; r < 4; ++r) {
+      int w[2];
+      if (::pipe2(w, O_CLOEXEC) != 0) _exit(12);
+      pumps.push_back(std::make_unique<OutputPump>(w[0], agent_out[1], "[r]: "));
+      pumps.back()->Start(io.get_executor(), [] {});
+      ::fcntl(w[1], F_SETFL, O_NONBLOCK);
+      workers.push_back(w[1]);
+    }
+    std::string line(99, 'x');
+    line += '\n';
+    auto fill = [&] {
+      for (int i = 0; i < 3000; ++i) {
+        for (int fd : workers) [[maybe_unused]] ssize_t n = ::write(fd, line.data(), line.size());
+      }
+    };
+    fill();
+    char chunk[PIPE_BUF];
+    for (int k = 0; k < 20; ++k) {  // the reader takes a little, several times, then stalls
+      std::this_thread::sleep_for(20ms);
+      [[maybe_unused]] ssize_t n = ::read(agent_out[0], chunk, sizeof chunk);
+      fill();
+    }
+    std::this_thread::sleep_for(300ms);
+    std::thread watchdog([] {
+      std::this_thread::sleep_for(5s);
+      _exit(1);  // a pump is still not joined
+    });
+    watchdog.detach();
+    pumps.clear();
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ::close(agent_out[0]);
+  ::close(agent_out[1]);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 11) GTEST_SKIP() << "this kernel lets nobody reopen a root's pipe";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: a pump was still blocked 5 s after Stop()";
 }
 
 // A reader that goes away: output is dropped, but the worker is still drained
