@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <cerrno>
 #include <cstdint>
@@ -28,14 +27,14 @@ namespace {
 // non-blocking (a non-root pod, a root-owned pipe), only the holder polls for
 // room and then writes, so no pump is left blocked inside write() when the
 // reader stalls.
-std::shared_ptr<std::timed_mutex> OutputLock(const struct stat& st) {
+std::shared_ptr<std::mutex> OutputLock(const struct stat& st) {
   static std::mutex registry_mu;
-  static std::map<std::pair<dev_t, ino_t>, std::weak_ptr<std::timed_mutex>> registry;
+  static std::map<std::pair<dev_t, ino_t>, std::weak_ptr<std::mutex>> registry;
   std::lock_guard lock(registry_mu);
-  std::weak_ptr<std::timed_mutex>& slot = registry[{st.st_dev, st.st_ino}];
-  std::shared_ptr<std::timed_mutex> m = slot.lock();
+  std::weak_ptr<std::mutex>& slot = registry[{st.st_dev, st.st_ino}];
+  std::shared_ptr<std::mutex> m = slot.lock();
   if (!m) {
-    m = std::make_shared<std::timed_mutex>();
+    m = std::make_shared<std::mutex>();
     slot = m;
   }
   return m;
@@ -208,14 +207,19 @@ void OutputPump::Run() {
 
 bool OutputPump::Emit() {
   std::string_view rest = lines_.output();
-  std::unique_lock<std::timed_mutex> lock;
+  std::unique_lock<std::mutex> lock;
   if (out_lock_ && !rest.empty()) {
-    lock = std::unique_lock(*out_lock_, std::defer_lock);
-    while (!lock.try_lock_for(std::chrono::milliseconds(20))) {
+    lock = std::unique_lock(*out_lock_, std::try_to_lock);
+    while (!lock.owns_lock()) {
+      // Another pump has the output (writing, or waiting for room): look again
+      // in 5 ms, or end at once on Stop().
+      pollfd wake{wake_fd_, POLLIN, 0};
+      ::poll(&wake, wake_fd_ >= 0 ? 1 : 0, 5);
       if (stopping_.load(std::memory_order_acquire)) {
         lines_.ClearOutput();
         return false;
       }
+      lock.try_lock();
     }
   }
   bool ok = true;

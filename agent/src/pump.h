@@ -107,7 +107,7 @@ class OutputPump {
   bool regular_ = false;  // out_fd_ is a regular file: write it directly
   bool socket_ = false;   // out_fd_ is a socket: send(MSG_DONTWAIT) on it
   bool broken_ = false;   // the output failed (EPIPE, ...): drop, but keep reading
-  std::shared_ptr<std::timed_mutex> out_lock_;  // not for a regular file (see pump.cc)
+  std::shared_ptr<std::mutex> out_lock_;  // not for a regular file (see pump.cc)
   std::unique_ptr<char[]> buf_;  // kReadBytes, not zeroed: a quiet worker leaves it unbacked
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_
