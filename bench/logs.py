@@ -10,8 +10,11 @@ writing to one file. Through trainlet: one pod with --workers workers; the agent
 reads each worker's pipe, prefixes every line with "[rankN]: " and writes the
 lines to its own stdout, the same kind of file. Throughput = the workers' bytes /
 wall time. Every output is then checked (trainlet-linegen check): each worker's
-sequence complete and in order, no line torn. Runs interleaved; the file lives in
---dir (tmpfs by default, so the disk does not set the pace).
+sequence complete and in order, no line torn. Runs interleaved, a direct run
+then a trainlet run, so each pair's ratio compares runs made seconds apart;
+the reported ratio is the median of those paired ratios. Also reported: the CPU
+seconds (user + system, of every process of the run) each way takes. The file
+lives in --dir (tmpfs by default, so the disk does not set the pace).
 """
 import argparse
 import json
@@ -27,13 +30,16 @@ LINE = 100
 
 
 def timed(argv, path, env=None):
+    """Wall seconds and CPU seconds (user + system of the whole process tree)."""
     with open(path, "wb") as out:
+        r0 = os.times()
         t0 = time.monotonic_ns()
         p = subprocess.run(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
         dt = (time.monotonic_ns() - t0) / 1e9
+        r1 = os.times()
     if p.returncode != 0:
         raise RuntimeError(f"{argv[:3]} exited {p.returncode}")
-    return dt
+    return dt, (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)
 
 
 def check(linegen, path, workers):
@@ -54,12 +60,14 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
     through = [binary, "--nproc-per-node", str(workers), "--log-level", "warn", "--", linegen,
                "write", str(per), str(LINE)]
     res = {"direct": [], "trainlet": []}
+    cpu = {"direct": [], "trainlet": []}
     checks = {"direct": [], "trainlet": []}
     try:
         for _ in range(runs):
             for name, argv in (("direct", direct), ("trainlet", through)):
-                dt = timed(argv, path, common.ENV)
+                dt, cpu_s = timed(argv, path, common.ENV)
                 res[name].append(per * workers / dt / 2**20)  # MiB/s
+                cpu[name].append(cpu_s)
                 c = check(linegen, path, workers)
                 c["lost"] = expected - c["complete_lines_per_source"]
                 checks[name].append(c)
@@ -70,12 +78,18 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
     out = {"bytes": per * workers, "workers": workers,
            "direct_mib_s": common.stats(res["direct"]),
            "trainlet_mib_s": common.stats(res["trainlet"]),
+           "direct_cpu_s": common.stats(cpu["direct"]),
+           "trainlet_cpu_s": common.stats(cpu["trainlet"]),
+           "paired_ratios": [t / d for d, t in zip(res["direct"], res["trainlet"])],
            "lines_expected_per_worker": expected,
            "all_complete": all(c["ok"] and c["lost"] == 0 for c in checks["trainlet"] + checks["direct"]),
            "checks": checks}
-    out["ratio"] = out["trainlet_mib_s"]["median"] / out["direct_mib_s"]["median"]
+    out["ratio_of_medians"] = out["trainlet_mib_s"]["median"] / out["direct_mib_s"]["median"]
+    out["ratio"] = common.stats(out["paired_ratios"])["median"]
     log(f"logs: direct {out['direct_mib_s']['median']:.0f} MiB/s, trainlet "
-        f"{out['trainlet_mib_s']['median']:.0f} MiB/s ({out['ratio'] * 100:.0f} %), "
+        f"{out['trainlet_mib_s']['median']:.0f} MiB/s; paired ratio {out['ratio'] * 100:.0f} % "
+        f"(of medians {out['ratio_of_medians'] * 100:.0f} %); CPU s "
+        f"{out['direct_cpu_s']['median']:.2f} vs {out['trainlet_cpu_s']['median']:.2f}; "
         f"complete: {out['all_complete']}")
     return out
 

@@ -8,8 +8,9 @@
 // every worker was half of direct throughput; see bench/HISTORY.md).
 //
 // Backpressure: when the agent's output does not take more (a pipe whose reader
-// stalls), the pump waits and stops reading, so the worker blocks on its own
-// writes. Lines are never torn: writes to a pipe are at most PIPE_BUF bytes and
+// stalls), the pump reads ahead up to kMaxAhead bytes (so Tail(), which failure
+// classification reads, still holds the worker's last lines), then stops
+// reading, and the worker blocks on its own writes. Lines are never torn: writes to a pipe are at most PIPE_BUF bytes and
 // end on a line break, which pipe(7) makes atomic against other writers, and
 // the pumps sharing an output take turns, so a line longer than PIPE_BUF is
 // not interleaved with another rank's either.
@@ -20,7 +21,6 @@
 
 #include <atomic>
 #include <cstddef>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -49,16 +49,23 @@ class LinePrefixer {
   void Finish();
   std::string_view output() const { return {out_.get(), size_}; }
   void ClearOutput() { size_ = 0; }
+  // Drops the first n bytes of output() (n <= output().size()).
+  void Consume(std::size_t n);
 
  private:
+  // Appends every line of [p, end) that ends in it, each after the prefix;
+  // returns where the unfinished rest begins (end if none).
+  const char* PutCompleteLines(const char* p, const char* end);
+  // Appends prefix + a + b, and '\n' if add_newline.
+  void PutLine(std::string_view a, std::string_view b, bool add_newline);
   // Sends out the unfinished line in max_line_ pieces while it is that long.
   void CutLongLine();
-  // Makes room for `n` more bytes of output.
-  char* Reserve(std::size_t n);
-  void Put(const char* p, std::size_t n) {
-    std::memcpy(Reserve(n), p, n);
-    size_ += n;
+  // Makes room for `n` more bytes of output; returns where they go. Inline:
+  // it runs once per line.
+  char* Reserve(std::size_t n) {
+    return capacity_ - size_ >= n ? out_.get() + size_ : Grow(n);
   }
+  char* Grow(std::size_t n);
   std::string prefix_;
   std::size_t max_line_;
   std::string partial_;
@@ -70,6 +77,9 @@ class OutputPump {
  public:
   static constexpr std::size_t kReadBytes = 64 * 1024;  // one read of the worker's pipe
   static constexpr std::size_t kMaxLine = 64 * 1024;    // longer lines are split, never dropped
+  // Output read but not yet written, at most; then the pump stops reading and
+  // the worker waits on its own writes (backpressure).
+  static constexpr std::size_t kMaxAhead = 1024 * 1024;
 
   // read_fd: the pipe's read end, owned (closed by the pump). out_fd: the agent's
   // fd 1 or 2, not owned. prefix: put before every line, e.g. "[rank3]: ".
@@ -92,11 +102,22 @@ class OutputPump {
   std::string Tail() const;
 
  private:
+  enum class Read { kData, kNothing, kEof };
+  enum class Wait { kOutput, kInput, kTimeout, kStop };
   void Run();
-  // Writes the prefixer's output; false when Stop() interrupted the wait.
-  bool Emit();
-  // Waits until `fd` is ready for `events` or Stop(); false on Stop().
-  bool WaitFor(int fd, short events);
+  // One non-blocking read of the worker's pipe, fed to the prefixer (and the
+  // tail); at EOF or a read error, finishes the stream (eof_).
+  Read ReadSome();
+  // Writes the output read so far (a batch), holding the output's lock.
+  // more_input: the last read returned data, so if another pump has the
+  // output, returns at once to read on (up to kMaxAhead). While it waits for
+  // room or for the lock, it also reads ahead. False when Stop() ended a wait.
+  bool Emit(bool more_input);
+  // Waits for `events` on `fd` (none if fd < 0), for input on the worker's pipe
+  // if `input`, for Stop(), or timeout_ms (-1: none).
+  Wait WaitFor(int fd, short events, bool input, int timeout_ms = -1);
+  std::size_t Pending() const { return lines_.output().size() - sent_; }
+  bool CanReadAhead() const { return !eof_ && Pending() < kMaxAhead; }
 
   int read_fd_;
   int out_fd_;
@@ -107,7 +128,9 @@ class OutputPump {
   bool regular_ = false;  // out_fd_ is a regular file: write it directly
   bool socket_ = false;   // out_fd_ is a socket: send(MSG_DONTWAIT) on it
   bool broken_ = false;   // the output failed (EPIPE, ...): drop, but keep reading
-  std::shared_ptr<std::mutex> out_lock_;  // not for a regular file (see pump.cc)
+  bool eof_ = false;      // the worker's pipe reached EOF (or failed): nothing more to read
+  std::size_t sent_ = 0;  // bytes of lines_.output() already written
+  std::shared_ptr<std::mutex> out_lock_;  // shared by the pumps of one output (see pump.cc)
   std::unique_ptr<char[]> buf_;  // kReadBytes, not zeroed: a quiet worker leaves it unbacked
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_

@@ -136,14 +136,15 @@ TEST_F(PumpTest, AStalledReaderBlocksOnlyThePumpAndStopEndsIt) {
   bool closed = false;
   auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), agent_out[1], "[r]: ");
   pump->Start(io.get_executor(), [&] { closed = true; });
-  // Fill the agent's pipe and then the worker's: 1 MiB of 99-byte lines.
+  // Fill the agent's pipe, the pump's read-ahead and then the worker's pipe:
+  // up to 4 MiB of 99-byte lines.
   int fl = ::fcntl(worker_[1], F_GETFL);
   ::fcntl(worker_[1], F_SETFL, fl | O_NONBLOCK);
   std::string line(98, 'x');
   line += '\n';
   std::size_t written = 0;
   auto progress = std::chrono::steady_clock::now();  // stop once 300 ms pass without any
-  while (written < (1u << 20) && std::chrono::steady_clock::now() - progress < 300ms) {
+  while (written < (4u << 20) && std::chrono::steady_clock::now() - progress < 300ms) {
     ssize_t n = ::write(worker_[1], line.data(), line.size());
     if (n > 0) {
       written += static_cast<std::size_t>(n);
@@ -152,7 +153,8 @@ TEST_F(PumpTest, AStalledReaderBlocksOnlyThePumpAndStopEndsIt) {
       std::this_thread::sleep_for(1ms);
     }
   }
-  EXPECT_LT(written, 1u << 20) << "the worker never felt the backpressure";
+  EXPECT_LT(written, 4u << 20) << "the worker never felt the backpressure";
+  EXPECT_GE(written, OutputPump::kMaxAhead) << "the pump did not read ahead";
   // What reached the agent's pipe is whole prefixed lines: read it to EAGAIN
   // (every write the pump made by then, as it made them).
   ::fcntl(agent_out[0], F_SETFL, O_NONBLOCK);
@@ -171,6 +173,53 @@ TEST_F(PumpTest, AStalledReaderBlocksOnlyThePumpAndStopEndsIt) {
   ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s));
   pump.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  ::close(agent_out[0]);
+  ::close(agent_out[1]);
+}
+
+// Failure classification reads the end of a worker's stderr (Tail()). While the
+// container's output is backed up, the pump still reads ahead, so a worker's
+// last words (a traceback after much logging) are in the tail, not stuck unread
+// in its pipe.
+TEST_F(PumpTest, TheTailHoldsTheLastLinesWhileTheOutputIsBackedUp) {
+  int agent_out[2];
+  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);  // nobody reads it
+  asio::io_context io;
+  bool closed = false;
+  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), agent_out[1], "[r]: ",
+                                           4096);
+  pump->Start(io.get_executor(), [&] { closed = true; });
+  // 400 KiB: more than the agent's pipe, one read and the worker's pipe
+  // together. Non-blocking, with a deadline: a pump that stops reading makes
+  // this fail, not hang.
+  ::fcntl(worker_[1], F_SETFL, ::fcntl(worker_[1], F_GETFL) | O_NONBLOCK);
+  std::string all;
+  for (int i = 0; i < 4096; ++i) all += std::string(99, 'x') + '\n';
+  all += "RuntimeError: the last words\n";
+  std::size_t at = 0;
+  auto give_up = std::chrono::steady_clock::now() + 2s;
+  while (at < all.size() && std::chrono::steady_clock::now() < give_up) {
+    ssize_t n = ::write(worker_[1], all.data() + at, all.size() - at);
+    if (n > 0) {
+      at += static_cast<std::size_t>(n);
+    } else {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  EXPECT_EQ(at, all.size()) << "the pump stopped reading while its output was backed up";
+  CloseWorker();
+  auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (pump->Tail().find("the last words") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  std::string tail = pump->Tail();
+  EXPECT_NE(tail.find("RuntimeError: the last words\n"), std::string::npos);
+  EXPECT_LE(tail.size(), 4096u);
+  EXPECT_FALSE(closed) << "the output is still pending";
+  pump->Stop();
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s));
+  pump.reset();
   ::close(agent_out[0]);
   ::close(agent_out[1]);
 }
