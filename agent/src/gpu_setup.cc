@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <memory>
 
-#include <boost/asio/ip/address.hpp>
 #include <spdlog/spdlog.h>
 
 #include "trainlet/gpu/health.h"
@@ -100,17 +99,11 @@ Result<std::map<std::string, std::string>> PrepareGpuWorkers(
   if (g.nccl_ids) {
     for (const auto& [k, v] : gpu::WorkerNcclEnv(trainer)) out[k] = v;
   }
-  // The interface toward the leader. Not looked up (a netlink dump in every
-  // pod, right after the gang forms) where SocketIfnameEnv would export none:
-  // one pod, both variables set by the user, or a leader on loopback.
-  boost::system::error_code not_ip;
-  const auto leader = boost::asio::ip::make_address(a.master_addr, not_ip);
-  const bool loopback = !not_ip && leader.is_loopback();
-  const bool user_set_both = options.env.contains("NCCL_SOCKET_IFNAME") &&
-                             options.env.contains("GLOO_SOCKET_IFNAME");
-  if (a.nnodes <= 1 || loopback || user_set_both) return out;
-  if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
-    auto socket_env = gpu::SocketIfnameEnv(options.env, a.master_addr, a.nnodes, *ifs);
+  // The interface toward the leader (SocketIfnameEnv lists the interfaces only
+  // where it needs them: not for one pod or a loopback leader).
+  {
+    auto socket_env =
+        gpu::SocketIfnameEnv(options.env, a.master_addr, a.nnodes, gpu::ListInterfaces);
     if (socket_env.ok()) {
       for (const auto& [k, v] : *socket_env) {
         spdlog::info("{}={} (the interface that routes to the leader {})", k, v, a.master_addr);

@@ -19,6 +19,14 @@ using exitcodes::Status;
 
 namespace {
 
+// 127.0.0.0/8 or ::1 (numeric); false for anything else, names included.
+bool IsLoopbackLiteral(const std::string& ip) {
+  in_addr v4{};
+  in6_addr v6{};
+  if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return ::inet_pton(AF_INET6, ip.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
 std::string Numeric(const sockaddr* sa) {
   char host[NI_MAXHOST];
   socklen_t len = sa->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -178,14 +186,18 @@ std::string InterfaceWithAddress(const std::string& address,
 
 Result<std::map<std::string, std::string>> SocketIfnameEnv(
     const std::map<std::string, std::string>& env, const std::string& leader_ip,
-    std::uint32_t nnodes, const std::vector<Interface>& interfaces) {
+    std::uint32_t nnodes, const InterfaceLister& list_interfaces) {
   std::map<std::string, std::string> out;
   if (nnodes <= 1) return out;
   if (env.contains("NCCL_SOCKET_IFNAME") && env.contains("GLOO_SOCKET_IFNAME")) return out;
+  if (IsLoopbackLiteral(leader_ip)) return out;
   auto local = LocalAddressToward(leader_ip);
   if (!local.ok()) return local.status();
-  std::string name = InterfaceWithAddress(*local, interfaces);
-  for (const auto& i : interfaces) {
+  if (IsLoopbackLiteral(*local)) return out;
+  auto interfaces = list_interfaces();
+  if (!interfaces.ok()) return interfaces.status();
+  std::string name = InterfaceWithAddress(*local, *interfaces);
+  for (const auto& i : *interfaces) {
     if (i.name == name && i.loopback) name.clear();
   }
   if (name.empty()) return out;

@@ -1,5 +1,10 @@
 #include "trainlet/gpu/netif.h"
 
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace trainlet::gpu {
@@ -82,7 +87,7 @@ TEST(LocalAddressTowardTest, RealRoutes) {
   auto ifs = ListInterfaces();
   ASSERT_TRUE(ifs.ok());
   // Over loopback (a single machine): nothing to export.
-  auto env = SocketIfnameEnv({}, "127.0.0.1", 2, *ifs);
+  auto env = SocketIfnameEnv({}, "127.0.0.1", 2, [&] { return *ifs; });
   ASSERT_TRUE(env.ok());
   EXPECT_TRUE(env->empty());
 }
@@ -95,18 +100,53 @@ TEST(SocketIfnameEnvTest, ExportsTheInterfaceThatRoutesToTheLeader) {
   if (!src.ok()) GTEST_SKIP() << "no default route here: " << src.status().message();
   std::string name = InterfaceWithAddress(*src, *ifs);
   ASSERT_FALSE(name.empty()) << *src;
-  auto env = SocketIfnameEnv({}, "192.0.2.1", 2, *ifs);
+  auto listed = [&] { return *ifs; };
+  auto env = SocketIfnameEnv({}, "192.0.2.1", 2, listed);
   ASSERT_TRUE(env.ok()) << env.status().message();
   EXPECT_EQ(*env, (std::map<std::string, std::string>{{"NCCL_SOCKET_IFNAME", name},
                                                       {"GLOO_SOCKET_IFNAME", name}}));
   // A user's value is never overridden (it is validated instead).
-  auto user = SocketIfnameEnv({{"NCCL_SOCKET_IFNAME", "x"}}, "192.0.2.1", 2, *ifs);
+  auto user = SocketIfnameEnv({{"NCCL_SOCKET_IFNAME", "x"}}, "192.0.2.1", 2, listed);
   ASSERT_TRUE(user.ok());
   EXPECT_EQ(*user, (std::map<std::string, std::string>{{"GLOO_SOCKET_IFNAME", name}}));
   // A single pod: nothing.
-  auto single = SocketIfnameEnv({}, "192.0.2.1", 1, *ifs);
+  auto single = SocketIfnameEnv({}, "192.0.2.1", 1, listed);
   ASSERT_TRUE(single.ok());
   EXPECT_TRUE(single->empty());
+  // The lister's error is the result's.
+  auto failed = SocketIfnameEnv({}, "192.0.2.1", 2, [] {
+    return exitcodes::Result<std::vector<Interface>>(exitcodes::Status::Infra("netlink: EPERM"));
+  });
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("EPERM"), std::string::npos);
+}
+
+// The interfaces are listed (a netlink dump) only where the answer depends on
+// them: not for one pod, not when the user set both variables, not for a
+// leader on loopback.
+TEST(SocketIfnameEnvTest, ListsInterfacesOnlyWhenItMustChooseOne) {
+  int calls = 0;
+  auto counting = [&] {
+    ++calls;
+    return ListInterfaces();
+  };
+  const std::map<std::string, std::string> both = {{"NCCL_SOCKET_IFNAME", "eth0"},
+                                                   {"GLOO_SOCKET_IFNAME", "eth0"}};
+  for (auto [env, leader, nnodes] :
+       {std::tuple{std::map<std::string, std::string>{}, "192.0.2.1", 1u},
+        std::tuple{both, "192.0.2.1", 2u},
+        std::tuple{std::map<std::string, std::string>{}, "127.0.0.1", 2u},
+        std::tuple{std::map<std::string, std::string>{}, "127.3.4.5", 8u},
+        std::tuple{std::map<std::string, std::string>{}, "::1", 2u}}) {
+    auto r = SocketIfnameEnv(env, leader, nnodes, counting);
+    ASSERT_TRUE(r.ok()) << leader << ": " << r.status().message();
+    EXPECT_TRUE(r->empty()) << leader;
+  }
+  EXPECT_EQ(calls, 0);
+  if (LocalAddressToward("192.0.2.1").ok()) {
+    ASSERT_TRUE(SocketIfnameEnv({}, "192.0.2.1", 2, counting).ok());
+    EXPECT_EQ(calls, 1);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 // leader. Pure functions plus two thin syscall wrappers; all thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -58,14 +59,21 @@ std::vector<std::string> MatchNcclIfname(const std::string& value,
 std::string InterfaceWithAddress(const std::string& address,
                                  const std::vector<Interface>& interfaces);
 
+// Lists the pod's interfaces when SocketIfnameEnv needs them (ListInterfaces,
+// or a fixed list in tests).
+using InterfaceLister = std::function<exitcodes::Result<std::vector<Interface>>()>;
+
 // What the workers get when the user set neither variable: for a gang of more
 // than one pod, the interface that routes to `leader_ip`, as
 // {NCCL_SOCKET_IFNAME=<name>, GLOO_SOCKET_IFNAME=<name>}; each variable the
 // user did set in `env` is left out (it was validated instead). Empty for a
-// single pod, when the route leads over loopback, or when no interface holds
-// the source address. Errors (class infra): as LocalAddressToward.
+// single pod, when the user set both, when the leader or the route to it is
+// loopback, or when no interface holds the source address. `list_interfaces`
+// is called only past those first checks (a netlink dump in every pod of a
+// 4096-pod gang at once is not free), at most once. Errors (class infra): as
+// LocalAddressToward, or the lister's.
 [[nodiscard]] exitcodes::Result<std::map<std::string, std::string>> SocketIfnameEnv(
     const std::map<std::string, std::string>& env, const std::string& leader_ip,
-    std::uint32_t nnodes, const std::vector<Interface>& interfaces);
+    std::uint32_t nnodes, const InterfaceLister& list_interfaces);
 
 }  // namespace trainlet::gpu
