@@ -22,29 +22,61 @@ namespace {
 
 
 
-// One lock per output (by device and inode, so `2>&1` shares one): a pump
-// holds it for a whole batch. On a pipe, terminal or socket, a line longer than
-// PIPE_BUF goes out in several writes, and no other rank's line may land
-// between them; and where the pipe cannot be reopened non-blocking (a non-root
-// pod, a root-owned pipe), only the holder polls for room and then writes, so
-// no pump is left blocked inside write() when the reader stalls. On a regular
-// file the kernel would serialise the writes anyway (the shared file offset's
-// lock), but a waiting pump would spin there: with the lock here it reads
-// ahead instead (bench/HISTORY.md, log forwarding: 8 % less CPU).
-std::shared_ptr<std::mutex> OutputLock(const struct stat& st) {
+// The pumps of one output (by device and inode, so `2>&1` shares one) take
+// turns: one writes a batch at a time. On a pipe, terminal or socket, a line
+// longer than PIPE_BUF goes out in several writes, and no other rank's line may
+// land between them; and where the pipe cannot be reopened non-blocking (a
+// non-root pod, a root-owned pipe), only the holder polls for room and then
+// writes, so no pump is left blocked inside write() when the reader stalls. On
+// a regular file the kernel would serialise the writes anyway (the shared file
+// offset's lock), but a waiting pump would spin there: with turns it reads
+// ahead instead (bench/HISTORY.md, log forwarding). The turn goes to the
+// waiting pumps in the order they asked, handed over directly: a pump that has
+// just written cannot take it again ahead of them, so on a slow reader every
+// rank still gets its share.
+std::shared_ptr<OutputTurns> TurnsFor(const struct stat& st) {
   static std::mutex registry_mu;
-  static std::map<std::pair<dev_t, ino_t>, std::weak_ptr<std::mutex>> registry;
+  static std::map<std::pair<dev_t, ino_t>, std::weak_ptr<OutputTurns>> registry;
   std::lock_guard lock(registry_mu);
-  std::weak_ptr<std::mutex>& slot = registry[{st.st_dev, st.st_ino}];
-  std::shared_ptr<std::mutex> m = slot.lock();
-  if (!m) {
-    m = std::make_shared<std::mutex>();
-    slot = m;
+  std::weak_ptr<OutputTurns>& slot = registry[{st.st_dev, st.st_ino}];
+  std::shared_ptr<OutputTurns> t = slot.lock();
+  if (!t) {
+    t = std::make_shared<OutputTurns>();
+    slot = t;
   }
-  return m;
+  return t;
 }
 
 }  // namespace
+
+bool OutputTurns::Take(const void* who, int wake_fd) {
+  std::lock_guard lock(mu_);
+  if (owner_ == who) return true;
+  if (owner_ == nullptr && queue_.empty()) {
+    owner_ = who;
+    return true;
+  }
+  for (const auto& [waiting, fd] : queue_) {
+    if (waiting == who) return false;
+  }
+  queue_.emplace_back(who, wake_fd);
+  return false;
+}
+
+void OutputTurns::Leave(const void* who) {
+  std::lock_guard lock(mu_);
+  std::erase_if(queue_, [who](const auto& q) { return q.first == who; });
+  if (owner_ != who) return;
+  owner_ = nullptr;
+  if (queue_.empty()) return;
+  auto [next, fd] = queue_.front();
+  queue_.pop_front();
+  owner_ = next;
+  if (fd >= 0) {
+    std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof one);
+  }
+}
 
 LinePrefixer::LinePrefixer(std::string prefix, std::size_t max_line)
     : prefix_(std::move(prefix)), max_line_(std::max<std::size_t>(max_line, 1)) {}
@@ -139,7 +171,8 @@ OutputPump::OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t 
   if (int fl = ::fcntl(read_fd_, F_GETFL); fl >= 0) ::fcntl(read_fd_, F_SETFL, fl | O_NONBLOCK);
   struct stat st{};
   if (::fstat(out_fd_, &st) != 0) return;  // writes will fail: output dropped
-  out_lock_ = OutputLock(st);
+  turns_ = TurnsFor(st);
+  turn_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (S_ISREG(st.st_mode)) {
     regular_ = true;  // a file never stalls: plain blocking writes, as large as they come
     return;
@@ -157,7 +190,7 @@ OutputPump::OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t 
 OutputPump::~OutputPump() {
   Stop();
   if (thread_.joinable()) thread_.join();
-  for (int fd : {read_fd_, wake_fd_, private_fd_}) {
+  for (int fd : {read_fd_, wake_fd_, private_fd_, turn_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -238,6 +271,7 @@ void OutputPump::Run() {
     }
     if (!Emit(r == Read::kData)) break;
   }
+  if (turns_) turns_->Leave(this);  // queued, or handed the turn while stopping
   // A late writer (a daemon that kept the pipe) gets EPIPE instead of blocking.
   ::close(read_fd_);
   read_fd_ = -1;
@@ -249,34 +283,39 @@ bool OutputPump::Emit(bool more_input) {
     sent_ = 0;
     return true;
   }
-  std::unique_lock<std::mutex> lock;
-  if (out_lock_) {
-    lock = std::unique_lock(*out_lock_, std::try_to_lock);
-    while (!lock.owns_lock()) {
-      // Another pump has the output (writing, or waiting for room). Read on
-      // meanwhile, up to kMaxAhead: this pump's next write is then larger, and
-      // Tail() stays current while the output is backed up.
+  if (turns_) {
+    while (!turns_->Take(this, turn_fd_)) {
+      // Another pump is writing (or waiting for room). Read on meanwhile, up
+      // to kMaxAhead: this pump's next batch is then larger, and Tail() stays
+      // current while the output is backed up.
       if (more_input && CanReadAhead()) return true;
-      if (regular_) {
-        lock.lock();  // a file write never stalls: the wait is one write long
-        break;
-      }
-      // A pipe, terminal or socket may stall for good: look again in 5 ms,
-      // read what arrives, or end at once on Stop().
-      switch (WaitFor(-1, 0, CanReadAhead(), 5)) {
+      // Queued: wait for the turn (turn_fd_), for input, or for Stop(). Without
+      // an eventfd (out of fds), look again every millisecond.
+      switch (WaitFor(turn_fd_, POLLIN, CanReadAhead(), turn_fd_ >= 0 ? -1 : 1)) {
         case Wait::kStop:
           return false;
         case Wait::kInput:
           ReadSome();
           break;
-        default:
+        case Wait::kOutput: {
+          std::uint64_t count;
+          [[maybe_unused]] ssize_t n = ::read(turn_fd_, &count, sizeof count);
+          break;
+        }
+        case Wait::kTimeout:
           break;
       }
-      lock.try_lock();
     }
+    if (stopping_.load(std::memory_order_acquire)) return false;
   }
-  // What was read before the lock was taken; what is read while waiting for
-  // room goes in the next batch, so pumps take turns.
+  const bool ok = WriteBatch();
+  if (turns_) turns_->Leave(this);
+  return ok;
+}
+
+bool OutputPump::WriteBatch() {
+  // What was read before the turn came; what is read while waiting for room
+  // goes in the next batch, so pumps take turns.
   const std::size_t batch_end = lines_.output().size();
   while (sent_ < batch_end && !broken_) {
     std::string_view rest = lines_.output().substr(sent_, batch_end - sent_);
@@ -322,11 +361,12 @@ bool OutputPump::Emit(bool more_input) {
   }
   if (broken_ || sent_ == lines_.output().size()) {
     lines_.ClearOutput();
-    sent_ = 0;
-  } else if (sent_ >= Pending()) {
-    lines_.Consume(sent_);  // moves at most as much as was written: amortised
-    sent_ = 0;
+    // A backed-up output can have grown the buffer to a few MiB: not kept.
+    if (lines_.capacity() > 2 * kMaxAhead) lines_.ReleaseMemory();
+  } else {
+    lines_.Consume(sent_);  // at most kMaxAhead and one read's worth stay
   }
+  sent_ = 0;
   return true;
 }
 

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,14 @@ class LinePrefixer {
   void Finish();
   std::string_view output() const { return {out_.get(), size_}; }
   void ClearOutput() { size_ = 0; }
+  std::size_t capacity() const { return capacity_; }
+  // Frees the output buffer if it is empty (it grows again when needed).
+  void ReleaseMemory() {
+    if (size_ == 0) {
+      out_.reset();
+      capacity_ = 0;
+    }
+  }
   // Drops the first n bytes of output() (n <= output().size()).
   void Consume(std::size_t n);
 
@@ -71,6 +80,25 @@ class LinePrefixer {
   std::string partial_;
   std::unique_ptr<char[]> out_;  // not zeroed: only what is written is touched
   std::size_t size_ = 0, capacity_ = 0;
+};
+
+// Turns at one output, shared by the pumps that write to it (pump.cc). The
+// turn is free, or held by one pump; pumps that asked for it while it was held
+// get it in order, handed over directly. Thread-safe.
+class OutputTurns {
+ public:
+  // True if `who` holds the turn now (it was free, or handed to `who`).
+  // Otherwise `who` is queued (once), and 1 is written to `wake_fd` (an
+  // eventfd; -1: none) when the turn is handed to it.
+  bool Take(const void* who, int wake_fd);
+  // `who` is done with the turn, or stops waiting for it: it leaves the queue,
+  // and if it held the turn, the next in the queue gets it.
+  void Leave(const void* who);
+
+ private:
+  std::mutex mu_;
+  const void* owner_ = nullptr;
+  std::deque<std::pair<const void*, int>> queue_;
 };
 
 class OutputPump {
@@ -108,16 +136,20 @@ class OutputPump {
   // One non-blocking read of the worker's pipe, fed to the prefixer (and the
   // tail); at EOF or a read error, finishes the stream (eof_).
   Read ReadSome();
-  // Writes the output read so far (a batch), holding the output's lock.
-  // more_input: the last read returned data, so if another pump has the
-  // output, returns at once to read on (up to kMaxAhead). While it waits for
-  // room or for the lock, it also reads ahead. False when Stop() ended a wait.
+  // Writes the output read so far (a batch) in this pump's turn. more_input:
+  // the last read returned data, so if another pump has the turn, returns at
+  // once to read on (up to kMaxAhead). While it waits for the turn or for
+  // room, it also reads ahead. False when Stop() ended a wait.
   bool Emit(bool more_input);
+  // Emit's writes, in the turn.
+  bool WriteBatch();
   // Waits for `events` on `fd` (none if fd < 0), for input on the worker's pipe
   // if `input`, for Stop(), or timeout_ms (-1: none).
   Wait WaitFor(int fd, short events, bool input, int timeout_ms = -1);
   std::size_t Pending() const { return lines_.output().size() - sent_; }
-  bool CanReadAhead() const { return !eof_ && Pending() < kMaxAhead; }
+  // The whole buffer (what a partly written batch still holds too) counts:
+  // with one read's growth (prefixes of short lines), it stays near kMaxAhead.
+  bool CanReadAhead() const { return !eof_ && lines_.output().size() < kMaxAhead; }
 
   int read_fd_;
   int out_fd_;
@@ -130,7 +162,8 @@ class OutputPump {
   bool broken_ = false;   // the output failed (EPIPE, ...): drop, but keep reading
   bool eof_ = false;      // the worker's pipe reached EOF (or failed): nothing more to read
   std::size_t sent_ = 0;  // bytes of lines_.output() already written
-  std::shared_ptr<std::mutex> out_lock_;  // shared by the pumps of one output (see pump.cc)
+  std::shared_ptr<OutputTurns> turns_;  // shared by the pumps of one output (see pump.cc)
+  int turn_fd_ = -1;                    // eventfd: written when the turn is handed to this pump
   std::unique_ptr<char[]> buf_;  // kReadBytes, not zeroed: a quiet worker leaves it unbacked
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_

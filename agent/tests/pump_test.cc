@@ -12,7 +12,9 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -222,6 +224,69 @@ TEST_F(PumpTest, TheTailHoldsTheLastLinesWhileTheOutputIsBackedUp) {
   pump.reset();
   ::close(agent_out[0]);
   ::close(agent_out[1]);
+}
+
+// Three ranks that write without pause share a pipe whose reader takes 4 KiB
+// a millisecond: each gets its share. (A pump that had just written used to
+// take the output again before the others looked: one rank got everything,
+// and the others' workers stayed blocked in write().)
+TEST_F(PumpTest, RanksSharingASlowPipeEachGetTheirShare) {
+  int agent_out[2];
+  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+  asio::io_context io;
+  std::atomic<bool> go{true};
+  std::vector<std::unique_ptr<OutputPump>> pumps;
+  std::vector<std::thread> workers;
+  std::vector<int> write_ends;
+  for (int r = 0; r < 3; ++r) {
+    int w[2];
+    ASSERT_EQ(::pipe2(w, O_CLOEXEC), 0);
+    write_ends.push_back(w[1]);
+    pumps.push_back(std::make_unique<OutputPump>(w[0], agent_out[1], "[r" + std::to_string(r) + "]: "));
+    pumps.back()->Start(io.get_executor(), [] {});
+    ::fcntl(w[1], F_SETFL, ::fcntl(w[1], F_GETFL) | O_NONBLOCK);
+    workers.emplace_back([fd = w[1], &go] {
+      std::string block;
+      for (int i = 0; i < 64; ++i) block += std::string(99, 'x') + '\n';
+      std::size_t at = 0;
+      while (go.load()) {
+        ssize_t n = ::write(fd, block.data() + at, block.size() - at);
+        if (n > 0) {
+          at = (at + static_cast<std::size_t>(n)) % block.size();
+        } else {
+          std::this_thread::sleep_for(200us);
+        }
+      }
+    });
+  }
+  std::string got;
+  char chunk[4096];
+  for (auto end = std::chrono::steady_clock::now() + 1500ms; std::chrono::steady_clock::now() < end;) {
+    ssize_t n = ::read(agent_out[0], chunk, sizeof chunk);
+    if (n > 0) got.append(chunk, static_cast<std::size_t>(n));
+    std::this_thread::sleep_for(1ms);
+  }
+  go = false;
+  for (auto& t : workers) t.join();
+  for (auto& p : pumps) p->Stop();
+  pumps.clear();
+  for (int fd : write_ends) ::close(fd);
+  ::close(agent_out[0]);
+  ::close(agent_out[1]);
+  std::map<std::string, std::size_t> lines;
+  std::size_t total = 0;
+  for (std::size_t at = 0; at < got.size();) {
+    std::size_t nl = got.find('\n', at);
+    if (nl == std::string::npos) break;
+    ++lines[got.substr(at, got.find(']', at) + 1 - at)];
+    ++total;
+    at = nl + 1;
+  }
+  ASSERT_GT(total, 1000u) << "the reader got almost nothing";
+  for (int r = 0; r < 3; ++r) {
+    std::string key = "[r" + std::to_string(r) + "]";
+    EXPECT_GE(lines[key] * 5, total) << key << " got " << lines[key] << " of " << total << " lines";
+  }
 }
 
 // A worker that keeps writing as fast as it can (2-byte lines, which cost the
