@@ -1,10 +1,12 @@
 // Runs the built binary: bad or missing input gets one clear line and exit 78
 // within a second, before any network traffic; --help and --version work.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -109,6 +111,31 @@ TEST(CliTest, WorkersGetTorchrunEnvironment) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("[rank1]: 1/1/2/2/0/1/127.0.0.1/29500/0/1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank0]: has-files"), std::string::npos) << r.out;
+}
+
+// The workers' error-file directory is gone when the agent exits: empty, and
+// with an error file a worker wrote in it (which the agent read first).
+TEST(CliTest, TheErrorFileDirectoryIsRemovedAtExit) {
+  // torchelastic's error-file format, as a trainer's @record would write it.
+  const std::string json = "/tmp/cli-test-error-" + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream f(json);
+    f << R"({"message": {"message": "ModuleNotFoundError: No module named 'apex'", "extraInfo": {}}})";
+  }
+  for (std::string body : {std::string(""), "cp " + json + " $TORCHELASTIC_ERROR_FILE; exit 1"}) {
+    Outcome r = Trainlet("", "-- sh -c 'echo dir=$(dirname $TORCHELASTIC_ERROR_FILE); " + body + "'");
+    auto at = r.out.find("dir=");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    std::string dir = r.out.substr(at + 4, r.out.find('\n', at) - at - 4);
+    ASSERT_NE(dir.find("trainlet-"), std::string::npos) << dir;
+    EXPECT_NE(::access(dir.c_str(), F_OK), 0) << dir << " is still there\n" << r.out;
+    if (!body.empty()) {  // read before it went: a deterministic Python error is bug (42)
+      EXPECT_EQ(r.code, 42) << r.out;
+      EXPECT_NE(r.out.find("its error file says 'ModuleNotFoundError'"), std::string::npos)
+          << r.out;
+    }
+  }
+  std::remove(json.c_str());
 }
 
 TEST(CliTest, MaxRestartsRestartsInPlaceThenFollowsTheContract) {
