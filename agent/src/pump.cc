@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -236,14 +237,19 @@ OutputPump::Wait OutputPump::WaitFor(int fd, short events, bool input, int timeo
 }
 
 OutputPump::Read OutputPump::ReadSome() {
+  // With a tail, the read and the tail's update are one step under tail_mu_
+  // (the read is non-blocking), so CaughtUp() never sees bytes that have left
+  // the pipe but are not in the tail yet.
+  std::unique_lock<std::mutex> tail_lock;
+  if (tail_limit_ > 0) tail_lock = std::unique_lock(tail_mu_);
   for (;;) {
     ssize_t n = ::read(read_fd_, buf_.get(), kReadBytes);
     if (n > 0) {
       std::string_view data(buf_.get(), static_cast<std::size_t>(n));
       if (tail_limit_ > 0) {
-        std::lock_guard lock(tail_mu_);
         tail_.append(data);
         if (tail_.size() > 2 * tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
+        tail_lock.unlock();
       }
       lines_.Feed(data);
       return Read::kData;
@@ -253,9 +259,17 @@ OutputPump::Read OutputPump::ReadSome() {
     // EOF: every writer (the worker and whatever inherited its stdout) is gone;
     // a read error ends the stream the same way.
     eof_ = true;
+    if (tail_lock.owns_lock()) tail_lock.unlock();
     lines_.Finish();
     return Read::kEof;
   }
+}
+
+bool OutputPump::CaughtUp() const {
+  std::lock_guard lock(tail_mu_);
+  if (eof_ || read_fd_ < 0) return true;
+  int unread = 0;
+  return ::ioctl(read_fd_, FIONREAD, &unread) == 0 && unread == 0;
 }
 
 void OutputPump::Run() {
@@ -273,6 +287,7 @@ void OutputPump::Run() {
   }
   if (turns_) turns_->Leave(this);  // queued, or handed the turn while stopping
   // A late writer (a daemon that kept the pipe) gets EPIPE instead of blocking.
+  std::lock_guard lock(tail_mu_);  // CaughtUp() reads read_fd_
   ::close(read_fd_);
   read_fd_ = -1;
 }

@@ -128,6 +128,11 @@ class OutputPump {
   void Stop();
   // The last `tail_bytes` bytes read (lines without prefix). Thread-safe.
   std::string Tail() const;
+  // True once Tail() holds everything the worker has written so far: nothing
+  // is left unread in its pipe (FIONREAD), or the stream has ended. False
+  // while bytes wait in the pipe (the pump has not got to them, or it stopped
+  // reading: kMaxAhead). For a pump with a tail (tail_bytes > 0). Thread-safe.
+  bool CaughtUp() const;
 
  private:
   enum class Read { kData, kNothing, kEof };
@@ -160,7 +165,9 @@ class OutputPump {
   bool regular_ = false;  // out_fd_ is a regular file: write it directly
   bool socket_ = false;   // out_fd_ is a socket: send(MSG_DONTWAIT) on it
   bool broken_ = false;   // the output failed (EPIPE, ...): drop, but keep reading
-  bool eof_ = false;      // the worker's pipe reached EOF (or failed): nothing more to read
+  // The worker's pipe reached EOF (or failed): nothing more to read. Written
+  // by the pump thread (under tail_mu_ if there is a tail), like read_fd_.
+  bool eof_ = false;
   std::size_t sent_ = 0;  // bytes of lines_.output() already written
   std::shared_ptr<OutputTurns> turns_;  // shared by the pumps of one output (see pump.cc)
   int turn_fd_ = -1;                    // eventfd: written when the turn is handed to this pump

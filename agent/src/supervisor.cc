@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <system_error>
+#include <thread>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -287,7 +289,15 @@ Supervisor::~Supervisor() {
 
 std::string Supervisor::StderrTail(int local_rank) const {
   if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
-  return impl_->stderr_pumps[local_rank]->Tail();
+  const OutputPump& pump = *impl_->stderr_pumps[local_rank];
+  // Usually caught up at once: the pump thread reads as the worker writes.
+  // It can be behind when the cores are busy, or stopped reading (its output
+  // backed up past OutputPump::kMaxAhead): then the tail is what it has.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (!pump.CaughtUp() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pump.Tail();
 }
 
 bool Supervisor::running(int local_rank) const {

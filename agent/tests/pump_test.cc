@@ -289,6 +289,33 @@ TEST_F(PumpTest, RanksSharingASlowPipeEachGetTheirShare) {
   }
 }
 
+// CaughtUp(): whether the tail holds everything the worker wrote so far. What
+// waits unread in the pipe (the pump not started yet, as when its thread has
+// not run since the worker's last write) is not caught up; once the pump has
+// read it, it is, and the tail has the last line.
+TEST_F(PumpTest, CaughtUpOnceTheTailHoldsWhatThePipeHeld) {
+  int agent_err[2];
+  ASSERT_EQ(::pipe2(agent_err, O_CLOEXEC), 0);
+  asio::io_context io;
+  bool closed = false;
+  OutputPump pump(std::exchange(worker_[0], -1), agent_err[1], "[r]: ", 4096);
+  Write("step 1\nRuntimeError: NCCL error: ncclRemoteError\n");
+  EXPECT_FALSE(pump.CaughtUp()) << "bytes wait in the pipe";
+  EXPECT_EQ(pump.Tail(), "");
+  pump.Start(io.get_executor(), [&] { closed = true; });
+  auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (!pump.CaughtUp() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(pump.CaughtUp());
+  EXPECT_NE(pump.Tail().find("ncclRemoteError\n"), std::string::npos) << pump.Tail();
+  CloseWorker();
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s));
+  EXPECT_TRUE(pump.CaughtUp()) << "after EOF";
+  ::close(agent_err[0]);
+  ::close(agent_err[1]);
+}
+
 // A worker that keeps writing as fast as it can (2-byte lines, which cost the
 // pump far more than the worker), into an output that never blocks: Stop()
 // still ends the pump at once, so a supervisor can always be torn down.

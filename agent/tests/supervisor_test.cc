@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -91,18 +92,25 @@ class SupervisorTest : public ::testing::Test {
   // Runs `scripts` (one sh -c script per worker) to the end; `after_start`
   // runs once the workers are up. Returns the result; fails the test if the
   // supervisor takes longer than `limit`.
+  // `at_first_failure` runs in the supervisor's on_first_failure callback.
   SupervisorResult Run(const std::vector<std::string>& scripts, std::chrono::milliseconds grace,
-                       SendSignal to_agent = {}, std::chrono::seconds limit = 20s) {
+                       SendSignal to_agent = {}, std::chrono::seconds limit = 20s,
+                       std::function<void(Supervisor&, const FirstFailure&)> at_first_failure = {}) {
     asio::io_context io;
     SupervisorResult result;
     bool done = false;
     SupervisorOptions o;
     o.grace = grace;
+    Supervisor* self = nullptr;
+    o.on_first_failure = [&](const FirstFailure& f) {
+      if (at_first_failure) at_first_failure(*self, f);
+    };
     Supervisor sup(io.get_executor(), o, [&](SupervisorResult r) {
       result = r;
       done = true;
       io.stop();
     });
+    self = &sup;
     auto signals = SignalSource::Create(io.get_executor(), [&](int s) {
       if (s == SIGCHLD) {
         sup.Reap();
@@ -181,6 +189,23 @@ TEST_F(SupervisorTest, FirstFailureStopsTheOthersAndDecidesTheCode) {
   EXPECT_TRUE(std::filesystem::exists(File("rank0"))) << "rank 0 received SIGTERM";
   EXPECT_EQ(r.collateral, 1);
   EXPECT_TRUE(NoChildrenLeft());
+}
+
+// The stderr tail read at the first failure (what decides a restart) has the
+// worker's last line, though it came right after 2 MB and just before exit.
+TEST_F(SupervisorTest, TheStderrTailAtTheFirstFailureHasTheLastLine) {
+  CapturedFd err(STDERR_FILENO);
+  std::string tail;
+  auto r = Run({"yes 'loss 0.1' | head -c 2000000 >&2; echo 'NCCL WARN NET/IB: last words' >&2; "
+                "exit 1"},
+               5s, {}, 20s, [&](Supervisor& sup, const FirstFailure& f) {
+                 tail = sup.StderrTail(f.local_rank);
+               });
+  err.Restore();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(tail.find("NCCL WARN NET/IB: last words\n"), std::string::npos)
+      << tail.substr(tail.size() > 200 ? tail.size() - 200 : 0);
+  EXPECT_LE(tail.size(), 8192u);
 }
 
 TEST_F(SupervisorTest, SignalDeathIs128PlusSignal) {

@@ -80,7 +80,9 @@ class Supervisor {
   void Reap();
 
   // The last 8 KiB a worker wrote to stderr (empty when output is not
-  // captured); evidence for the failure classification.
+  // captured); evidence for the failure classification. Called as a worker
+  // exits, its last lines may still be in the pipe: waits (blocking, at most
+  // 100 ms) until the stderr pump has read all the pipe holds.
   std::string StderrTail(int local_rank) const;
 
   // True once the workers are being stopped (a failure, a signal, a peer).
