@@ -8,12 +8,13 @@
 // every worker was half of direct throughput; see bench/HISTORY.md).
 //
 // Backpressure: when the agent's output does not take more (a pipe whose reader
-// stalls), the pump reads ahead up to kMaxAhead bytes (so Tail(), which failure
-// classification reads, still holds the worker's last lines), then stops
-// reading, and the worker blocks on its own writes. Lines are never torn: writes to a pipe are at most PIPE_BUF bytes and
-// end on a line break, which pipe(7) makes atomic against other writers, and
-// the pumps sharing an output take turns, so a line longer than PIPE_BUF is
-// not interleaved with another rank's either.
+// stalls), or another pump has the output, the pump reads ahead up to
+// kMaxAhead bytes (so Tail(), which failure classification reads, still holds
+// the worker's last lines), then stops reading, and the worker blocks on its
+// own writes. Lines are never torn: writes to a pipe are at most PIPE_BUF bytes
+// and end on a line break, which pipe(7) makes atomic against other writers,
+// and the pumps sharing an output take turns (OutputTurns), so a line longer
+// than PIPE_BUF is not interleaved with another rank's either.
 //
 // The pump thread logs nothing and touches no state but its own (the agent's
 // spdlog sink belongs to the event-loop thread).
@@ -105,8 +106,8 @@ class OutputPump {
  public:
   static constexpr std::size_t kReadBytes = 64 * 1024;  // one read of the worker's pipe
   static constexpr std::size_t kMaxLine = 64 * 1024;    // longer lines are split, never dropped
-  // Output read but not yet written, at most; then the pump stops reading and
-  // the worker waits on its own writes (backpressure).
+  // Output buffered, at most (plus one read's worth): then the pump stops
+  // reading and the worker waits on its own writes (backpressure).
   static constexpr std::size_t kMaxAhead = 1024 * 1024;
 
   // read_fd: the pipe's read end, owned (closed by the pump). out_fd: the agent's
