@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <cerrno>
 #include <cstdint>
@@ -252,6 +253,7 @@ OutputPump::Read OutputPump::ReadSome() {
         tail_lock.unlock();
       }
       lines_.Feed(data);
+      full_.store(lines_.output().size() >= kMaxAhead, std::memory_order_release);
       return Read::kData;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -268,6 +270,9 @@ OutputPump::Read OutputPump::ReadSome() {
 bool OutputPump::CaughtUp() const {
   std::lock_guard lock(tail_mu_);
   if (eof_ || read_fd_ < 0) return true;
+  // Reading paused at kMaxAhead (the output is backed up): nothing more comes
+  // into the tail until the output drains, so there is nothing to wait for.
+  if (full_.load(std::memory_order_acquire)) return true;
   int unread = 0;
   return ::ioctl(read_fd_, FIONREAD, &unread) == 0 && unread == 0;
 }
@@ -355,7 +360,7 @@ bool OutputPump::WriteBatch() {
       // A pipe without /proc to reopen it: wait for room first (POLLOUT on a
       // pipe means PIPE_BUF bytes fit), so Stop() can still end the wait.
       Wait ready = WaitFor(out_fd_, POLLOUT, CanReadAhead());
-      if (ready == Wait::kStop) return false;
+      if (ready == Wait::kStop) return EndLineAtStop();
       if (ready == Wait::kInput) {
         ReadSome();
         continue;
@@ -368,7 +373,7 @@ bool OutputPump::WriteBatch() {
       continue;
     } else if (w < 0 && errno == EAGAIN) {
       Wait ready = WaitFor(wait_fd, POLLOUT, CanReadAhead());
-      if (ready == Wait::kStop) return false;
+      if (ready == Wait::kStop) return EndLineAtStop();
       if (ready == Wait::kInput) ReadSome();
     } else {
       broken_ = true;  // EPIPE, EBADF, ...: drop output from now on, keep draining the worker
@@ -382,7 +387,29 @@ bool OutputPump::WriteBatch() {
     lines_.Consume(sent_);  // at most kMaxAhead and one read's worth stay
   }
   sent_ = 0;
+  full_.store(lines_.output().size() >= kMaxAhead, std::memory_order_release);
   return true;
+}
+
+bool OutputPump::EndLineAtStop() {
+  // Stopped inside a line (a long line in several writes, or a partial write on
+  // a socket or terminal): end it, so the next writer's text (another rank,
+  // the agent's own log) starts on a line of its own. The output was full a
+  // moment ago: give a slow reader up to 50 ms to make room for the '\n'; a
+  // stalled one keeps the line unended.
+  if (sent_ == 0 || lines_.output()[sent_ - 1] == '\n') return false;
+  const int fd = private_fd_ >= 0 ? private_fd_ : out_fd_;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  for (;;) {
+    pollfd p{fd, POLLOUT, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        give_up - std::chrono::steady_clock::now());
+    if (left.count() < 0 || ::poll(&p, 1, static_cast<int>(left.count())) != 1) return false;
+    if ((p.revents & POLLOUT) == 0) return false;  // POLLERR, POLLHUP: the reader is gone
+    const char nl = '\n';
+    ssize_t n = socket_ ? ::send(fd, &nl, 1, MSG_DONTWAIT | MSG_NOSIGNAL) : ::write(fd, &nl, 1);
+    if (n == 1 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
+  }
 }
 
 }  // namespace trainlet::agent

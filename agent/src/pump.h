@@ -115,7 +115,8 @@ class OutputPump {
   // tail_bytes: how much of the stream's end Tail() keeps (0: none).
   OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t tail_bytes = 0);
   // Stops the thread (Stop()) and joins it: returns within one write to a
-  // regular file, never waits for a stalled reader or an open pipe.
+  // regular file, or 50 ms when a line to a pipe, terminal or socket was cut
+  // short (its '\n'); never waits longer for a stalled reader or an open pipe.
   ~OutputPump();
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
@@ -131,8 +132,10 @@ class OutputPump {
   std::string Tail() const;
   // True once Tail() holds everything the worker has written so far: nothing
   // is left unread in its pipe (FIONREAD), or the stream has ended. False
-  // while bytes wait in the pipe (the pump has not got to them, or it stopped
-  // reading: kMaxAhead). For a pump with a tail (tail_bytes > 0). Thread-safe.
+  // while bytes wait in the pipe for the pump. Also true while the pump has
+  // stopped reading (kMaxAhead buffered, the output backed up): the tail then
+  // lags, and waiting would not help. For a pump with a tail (tail_bytes > 0).
+  // Thread-safe.
   bool CaughtUp() const;
 
  private:
@@ -149,6 +152,9 @@ class OutputPump {
   bool Emit(bool more_input);
   // Emit's writes, in the turn.
   bool WriteBatch();
+  // On Stop() in the middle of a line: ends it with '\n' if the output takes
+  // it within 50 ms. Returns false (WriteBatch's result on Stop).
+  bool EndLineAtStop();
   // Waits for `events` on `fd` (none if fd < 0), for input on the worker's pipe
   // if `input`, for Stop(), or timeout_ms (-1: none).
   Wait WaitFor(int fd, short events, bool input, int timeout_ms = -1);
@@ -176,6 +182,7 @@ class OutputPump {
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> full_{false};  // kMaxAhead buffered: reading paused (CaughtUp)
   std::thread thread_;
 };
 

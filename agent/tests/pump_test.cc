@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -314,6 +315,81 @@ TEST_F(PumpTest, CaughtUpOnceTheTailHoldsWhatThePipeHeld) {
   EXPECT_TRUE(pump.CaughtUp()) << "after EOF";
   ::close(agent_err[0]);
   ::close(agent_err[1]);
+}
+
+// With the output backed up past kMaxAhead the pump stops reading: CaughtUp()
+// says so at once (a caller must not wait for a tail that cannot move).
+TEST_F(PumpTest, CaughtUpWhileReadingIsPausedAtTheBound) {
+  int agent_err[2];
+  ASSERT_EQ(::pipe2(agent_err, O_CLOEXEC), 0);  // nobody reads it
+  asio::io_context io;
+  OutputPump pump(std::exchange(worker_[0], -1), agent_err[1], "[r]: ", 4096);
+  pump.Start(io.get_executor(), [] {});
+  ::fcntl(worker_[1], F_SETFL, ::fcntl(worker_[1], F_GETFL) | O_NONBLOCK);
+  const std::string line = std::string(99, 'y') + '\n';
+  std::size_t written = 0;
+  for (auto idle_since = std::chrono::steady_clock::now();
+       std::chrono::steady_clock::now() - idle_since < 200ms;) {
+    if (::write(worker_[1], line.data(), line.size()) > 0) {
+      written += line.size();
+      idle_since = std::chrono::steady_clock::now();
+    } else {
+      std::this_thread::sleep_for(1ms);
+    }
+  }
+  ASSERT_GT(written, OutputPump::kMaxAhead) << "the worker was never held back";
+  int unread = 0;
+  ASSERT_EQ(::ioctl(worker_[1] , FIONREAD, &unread), 0);
+  EXPECT_GT(unread, 0) << "bytes wait in the worker's pipe";
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(pump.CaughtUp());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10ms);
+  pump.Stop();
+  ::close(agent_err[0]);
+  ::close(agent_err[1]);
+}
+
+// Stopped in the middle of a line longer than PIPE_BUF (its first pieces out,
+// the rest waiting for room), the pump ends the line with '\n' once a slow
+// reader makes room: the agent's next log line starts on a line of its own.
+TEST_F(PumpTest, AStopInsideALineEndsTheLine) {
+  int agent_out[2];
+  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+  asio::io_context io;
+  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), agent_out[1], "[r]: ");
+  pump->Start(io.get_executor(), [] {});
+  // 200 KB lines: more than the pipe holds, so each goes out in pieces.
+  std::thread worker([fd = worker_[1]] {
+    const std::string big = std::string(200000, 'z') + '\n';
+    for (int i = 0; i < 3; ++i) {
+      if (::write(fd, big.data(), big.size()) != static_cast<ssize_t>(big.size())) return;
+    }
+  });
+  std::string got;
+  char chunk[4096];
+  ::fcntl(agent_out[0], F_SETFL, O_NONBLOCK);
+  auto read_some = [&](std::chrono::milliseconds for_how_long) {
+    for (auto end = std::chrono::steady_clock::now() + for_how_long;
+         std::chrono::steady_clock::now() < end;) {
+      ssize_t n = ::read(agent_out[0], chunk, sizeof chunk);
+      if (n > 0) got.append(chunk, static_cast<std::size_t>(n));
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  read_some(60ms);  // a slow reader: ~240 KB in, so the pump is inside line 2
+  ASSERT_GT(got.size(), 70000u);
+  std::thread stopper([&] { pump->Stop(); pump.reset(); });
+  read_some(150ms);  // still reading slowly while the pump ends its line
+  stopper.join();
+  for (ssize_t n; (n = ::read(agent_out[0], chunk, sizeof chunk)) > 0;) {
+    got.append(chunk, static_cast<std::size_t>(n));
+  }
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back(), '\n') << "the cut line was left open: " << got.size() << " bytes";
+  CloseWorker();
+  worker.join();
+  ::close(agent_out[0]);
+  ::close(agent_out[1]);
 }
 
 // A worker that keeps writing as fast as it can (2-byte lines, which cost the
