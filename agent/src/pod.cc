@@ -11,6 +11,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -22,6 +23,9 @@
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/health.h"
+#include "trainlet/agent/log_format.h"
+#include "trainlet/agent/metrics.h"
+#include "trainlet/agent/stragglers.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
@@ -94,8 +98,7 @@ class Pod {
     const PodIdentity& id = options_.identity;
     // Several agents may share one terminal (trainlet local) or one log stream:
     // every line says which pod wrote it.
-    spdlog::set_pattern("[trainlet pod" + std::to_string(id.index) +
-                        " %Y-%m-%dT%H:%M:%S.%e %l] %v");
+    SetLogPod(id.index);  // log_format.h
     if (::getpid() != 1) {
       // Orphaned grandchildren are re-parented to us instead of to the real
       // init, so we can reap them (prctl(2), PR_SET_CHILD_SUBREAPER).
@@ -116,7 +119,7 @@ class Pod {
         // Ready: the gang formed and our workers run. Live: no hang found.
         return HealthServer::State{.ready = supervisor_ != nullptr && !own_result_,
                                    .live = !hang_reason_};
-      });
+      }, [this] { return RenderMetrics(Metrics()); });
       if (!health.ok()) return Fail(health.status());
       health_ = std::move(health).value();
     }
@@ -143,6 +146,7 @@ class Pod {
       if (epoch == epoch_) OnAssignment(a);
     };
     round_started_ = Clock::now();
+    in_rendezvous_ = true;
     const auto round_started = round_started_;
     // What does not depend on the assignment is prepared while we wait for it:
     // once the gang forms, every pod's work lands at the same moment.
@@ -170,6 +174,7 @@ class Pod {
       lo.run_id = id.job_id;
       lo.token = options_.token;
       lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
+      lo.deadline = round_started + options_.rdzv_timeout;
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
@@ -204,15 +209,19 @@ class Pod {
 
   void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
     deadline_timer_.cancel();
+    in_rendezvous_ = false;
+    rendezvous_seconds_ = std::chrono::duration<double>(Clock::now() - round_started_).count();
     if (!result.ok()) {
       Finish(result.status());
       return;
     }
     const auto& a = *result;
     const PodIdentity& id = options_.identity;
+    gang_formed_ = true;
     if (generation_ == 0) phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
     rank_base_ = a.rank_base;
     generation_ = a.generation;
+    SetLogGeneration(generation_);
     spdlog::info("rendezvous {:.1f} ms: generation {}, world size {}, ranks {}..{}, "
                  "MASTER_ADDR={} MASTER_PORT={}",
                  Ms(Clock::now() - round_started_), a.generation, a.world_size, a.rank_base,
@@ -262,10 +271,12 @@ class Pod {
     }
     SupervisorOptions so;
     so.grace = options_.grace;
+    if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
     so.on_first_failure = [this](const FirstFailure& f) {
+      first_failure_class_ = ClassOf(f);
       GangFailure("local rank " + std::to_string(f.local_rank) + " (rank " +
                       std::to_string(rank_base_ + f.local_rank) + ") failed: " + f.exit.Describe(),
-                  ClassOf(f));
+                  *first_failure_class_);
     };
     oom_baseline_ = ReadOomKillCount();
     workers_started_ = Clock::now();
@@ -294,8 +305,119 @@ class Pod {
     StartGangChannel();
     if (!heartbeat_files_.empty()) {
       heartbeat_started_ = std::filesystem::file_time_type::clock::now();
+      step_meter_ = StepMeter::Create(io_.get_executor(), heartbeat_files_);
       WatchHeartbeats();
     }
+  }
+
+  // ---- Metrics (metrics.h): read on the loop at each scrape ----
+
+  MetricsSnapshot Metrics() const {
+    const PodIdentity& id = options_.identity;
+    MetricsSnapshot m;
+    m.leader = id.is_leader();
+    m.generation = generation_;
+    m.restarts = restarts_;
+    m.rendezvous_seconds =
+        in_rendezvous_ ? std::chrono::duration<double>(Clock::now() - round_started_).count()
+                       : rendezvous_seconds_;
+    m.pods_expected = id.nnodes;
+    m.pods_joined = in_rendezvous_ ? (leader_ ? leader_->admitted() : 0)
+                                   : (gang_formed_ ? id.nnodes : 0);
+    for (std::uint32_t lr = 0; supervisor_ && lr < id.nproc_per_node; ++lr) {
+      m.workers_running += supervisor_->running(static_cast<int>(lr)) ? 1 : 0;
+    }
+    m.worker_exits = worker_exits_;
+    if (leader_) {
+      for (const auto& [pod, p] : leader_->peer_stats()) {
+        if (p.rtt_seconds) m.heartbeat_rtt_seconds[pod] = *p.rtt_seconds;
+      }
+    }
+    m.step_rate = step_rates_;
+    m.stragglers.assign(stragglers_.begin(), stragglers_.end());
+    if (last_failure_class_) m.last_failure_class = exitcodes::ClassName(*last_failure_class_);
+    const auto now = std::filesystem::file_time_type::clock::now();
+    for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
+      std::error_code ec;
+      auto mtime = std::filesystem::last_write_time(heartbeat_files_[lr], ec);
+      if (ec) continue;
+      m.heartbeat_age_seconds[static_cast<std::uint32_t>(lr)] =
+          std::chrono::duration<double>(now - std::max(mtime, heartbeat_started_)).count();
+    }
+    FillProcessStats(&m);
+    return m;
+  }
+
+  // Each worker's exit under its class: the first failure's own, the workers
+  // stopped after it (or after a stop request) peer_failed or terminated, ok.
+  void CountWorkerExits(const SupervisorResult& r) {
+    const std::uint32_t n = options_.identity.nproc_per_node;
+    const std::uint32_t failed = (r.first_failure ? 1u : 0u) + static_cast<std::uint32_t>(r.collateral);
+    if (r.first_failure) {
+      const auto c = first_failure_class_.value_or(exitcodes::FailureClass::kWorker);
+      ++worker_exits_[std::string(exitcodes::ClassName(c))];
+    }
+    if (r.collateral > 0) {
+      worker_exits_[r.stop_signal ? "terminated" : "peer_failed"] +=
+          static_cast<std::uint64_t>(r.collateral);
+    }
+    if (n > failed) worker_exits_["ok"] += n - failed;
+  }
+
+  // ---- Step rates and stragglers (stragglers.h), with the hang watcher's poll ----
+
+  void UpdateStepRates() {
+    if (!step_meter_) return;
+    std::vector<bool> running;
+    for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
+      running.push_back(supervisor_->running(static_cast<int>(lr)));
+    }
+    const auto own = step_meter_->Slowest(running, StepClock::now());
+    if (member_) {
+      member_->SetStepRate(own ? static_cast<std::uint32_t>(std::min(own->first * 1000, 4e9)) : 0,
+                           own ? rank_base_ + own->second : 0);
+      return;
+    }
+    if (!leader_) return;
+    std::map<std::uint32_t, double> rates;
+    std::map<std::uint32_t, std::uint32_t> ranks;
+    if (own) {
+      rates[options_.identity.index] = own->first;
+      ranks[options_.identity.index] = rank_base_ + own->second;
+    }
+    for (const auto& [pod, p] : leader_->peer_stats()) {
+      if (p.step_rate_milli == 0) continue;
+      rates[pod] = p.step_rate_milli / 1000.0;
+      ranks[pod] = p.slowest_rank;
+    }
+    step_rates_ = rates;
+    if (options_.straggler_factor <= 0) return;
+    auto now = FindStragglers(rates, options_.straggler_factor, stragglers_);
+    const double median = MedianRate(rates);
+    for (std::uint32_t pod : now) {
+      if (stragglers_.contains(pod)) continue;
+      LogFields lf;
+      lf.pod = pod;
+      lf.rank = static_cast<int>(ranks[pod]);
+      ScopedLogFields fields(std::move(lf));
+      spdlog::warn("straggler: pod {} (rank {}) at {:.2f} steps/s, {:.1f}x behind the gang's "
+                   "median of {:.2f} steps/s",
+                   pod, ranks[pod], rates[pod], median / rates[pod], median);
+    }
+    for (std::uint32_t pod : stragglers_) {
+      if (now.contains(pod)) continue;
+      LogFields lf;
+      lf.pod = pod;
+      ScopedLogFields fields(std::move(lf));
+      if (rates.contains(pod)) {
+        spdlog::info("straggler: pod {} caught up ({:.2f} steps/s, median {:.2f})", pod,
+                     rates[pod], median);
+      } else {
+        spdlog::info("straggler: pod {} no longer reports a step rate (its workers finished)",
+                     pod);
+      }
+    }
+    stragglers_ = std::move(now);
   }
 
   // ---- Hang detection: heartbeat files' mtimes, polled on the loop ----
@@ -304,8 +426,10 @@ class Pod {
     const auto steady = options_.hang_timeout;
     const auto start = options_.hang_start_timeout.count() > 0 ? options_.hang_start_timeout
                                                                : steady;
+    // With step rates (stragglers.h) at least 4 looks a second: a straggler is
+    // named within a step or two of showing.
     auto poll = std::clamp(std::min(steady, start) / 4, std::chrono::milliseconds(50),
-                           std::chrono::milliseconds(1000));
+                           std::chrono::milliseconds(step_meter_ ? 250 : 1000));
     hang_timer_.expires_after(poll);
     hang_timer_.async_wait([this, steady, start](boost::system::error_code ec) {
       if (ec || own_result_ || hang_reason_ || supervisor_->stopping()) return;
@@ -326,6 +450,7 @@ class Pod {
         }
       }
       if (hung.empty()) {
+        UpdateStepRates();
         WatchHeartbeats();
         return;
       }
@@ -420,6 +545,7 @@ class Pod {
                    return;
                  }
                  if (!peer_failure_) {
+                   last_failure_class_ = exitcodes::FailureClass::kPeerFailed;
                    peer_terminated_ = IsTermination(stop.reason);
                    peer_failure_ = "pod " + std::to_string(stop.failed_index) +
                                    " failed first (" + stop.reason + ")";
@@ -515,6 +641,7 @@ class Pod {
     if (reported_failure_) return;
     reported_failure_ = true;
     own_class_ = c;
+    last_failure_class_ = c;
     failed_at_ = Clock::now();
     const std::uint32_t own = options_.identity.index;
     if (leader_) {
@@ -533,6 +660,7 @@ class Pod {
                  bool hang = false) {
     if (first_failed_index_) return;
     first_failed_index_ = index;
+    last_failure_class_ = c;
     if (index != options_.identity.index) failed_at_ = Clock::now();
     hang = hang || reason.find(": hang: ") != std::string::npos;
     const bool restart = CanRestart(c) && !GangSucceeded();
@@ -571,6 +699,7 @@ class Pod {
   void OnWorkersDone(const SupervisorResult& r) {
     phase_ms_[generation_ == 0 ? "run" : "run_generation_" + std::to_string(generation_)] =
         Ms(Clock::now() - workers_started_);
+    CountWorkerExits(r);
     own_result_ = r;
     if (r.stop_signal && !own_stop_signal_) own_stop_signal_ = r.stop_signal;
     if (restarting_ && !r.stop_signal) {
@@ -618,9 +747,15 @@ class Pod {
   void BeginNextGeneration() {
     ++epoch_;  // callbacks of the old generation's objects are ignored from now on
     generation_ += 1;
+    ++restarts_;
+    first_failure_class_.reset();
+    SetLogGeneration(generation_);
     spdlog::info("restart {} of {}: joining the rendezvous for generation {}", generation_,
                  options_.max_restarts, generation_);
     supervisor_.reset();
+    step_meter_.reset();
+    step_rates_.clear();
+    stragglers_.clear();
     hang_timer_.cancel();
     diag_timer_.cancel();
     if (member_) member_->Close();
@@ -696,6 +831,10 @@ class Pod {
     exitcodes::Verdict v = exitcodes::Classify(e, options_.codes, options_.markers);
     exit_code_ = v.code;
     if (v.failure_class == exitcodes::FailureClass::kOk) {
+      LogFields lf;
+      lf.failure_class = "ok";
+      lf.code = 0;
+      ScopedLogFields fields(std::move(lf));
       spdlog::info("exit 0: every worker finished ({:.1f} s)",
                    Ms(Clock::now() - started_) / 1000);
     } else {
@@ -711,9 +850,22 @@ class Pod {
       std::string summary = exitcodes::TerminationMessage(info);
       WriteTerminationLog(options_.termination_log, summary);
       // A stop request (preemption, deletion, successPolicy) is no error.
-      spdlog::log(v.failure_class == exitcodes::FailureClass::kTerminated ? spdlog::level::info
-                                                                          : spdlog::level::err,
-                  "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class), summary);
+      const auto level = v.failure_class == exitcodes::FailureClass::kTerminated
+                             ? spdlog::level::info
+                             : spdlog::level::err;
+      if (CurrentLogFormat() == LogFormat::kJson) {
+        // The termination message's object itself, as "summary" (log_format.h).
+        LogFields lf;
+        lf.failure_class = std::string(exitcodes::ClassName(v.failure_class));
+        lf.code = v.code;
+        lf.summary = summary;
+        ScopedLogFields fields(std::move(lf));
+        spdlog::log(level, "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class),
+                    v.reason);
+      } else {
+        spdlog::log(level, "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class),
+                    summary);
+      }
     }
     Stop();
   }
@@ -776,6 +928,7 @@ class Pod {
     hang_timer_.cancel();
     diag_timer_.cancel();
     release_timer_.cancel();
+    step_meter_.reset();
     health_.reset();
     if (signals_) signals_->Close();
     RemoveErrorDir();
@@ -828,6 +981,18 @@ class Pod {
   Clock::time_point failed_at_;    // when this generation's failure was first seen here
   Clock::time_point round_started_;  // this rendezvous round began
   int exit_code_ = 0;
+  // Metrics (metrics.h).
+  bool in_rendezvous_ = false;
+  bool gang_formed_ = false;  // some generation's rendezvous completed
+  double rendezvous_seconds_ = 0;  // the last completed rendezvous
+  std::uint64_t restarts_ = 0;
+  std::map<std::string, std::uint64_t> worker_exits_;  // by class name
+  std::optional<exitcodes::FailureClass> last_failure_class_;
+  std::optional<exitcodes::FailureClass> first_failure_class_;  // this generation's
+  // Stragglers (stragglers.h): this generation's.
+  std::unique_ptr<StepMeter> step_meter_;
+  std::map<std::uint32_t, double> step_rates_;  // leader: by pod, steps/s
+  std::set<std::uint32_t> stragglers_;          // leader: pods named behind
 };
 
 }  // namespace

@@ -403,8 +403,16 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     im.workers.push_back({pid, static_cast<int>(rank)});
     if (im.options.capture_output) {
       for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
-        im.pumps.push_back(std::make_unique<OutputPump>(
-            fd, target, spec.prefix, target == STDERR_FILENO ? kTailBytes : 0));
+        const std::size_t tail = target == STDERR_FILENO ? kTailBytes : 0;
+        if (const auto& base = im.options.json_lines_rank_base) {
+          im.pumps.push_back(std::make_unique<OutputPump>(
+              fd, target,
+              JsonLinePrefix(static_cast<int>(*base + rank),
+                             target == STDERR_FILENO ? "stderr" : "stdout"),
+              tail, LinePrefixer::Format::kJson));
+        } else {
+          im.pumps.push_back(std::make_unique<OutputPump>(fd, target, spec.prefix, tail));
+        }
         if (target == STDERR_FILENO) im.stderr_pumps.push_back(im.pumps.back().get());
       }
       for (auto it = im.pumps.end() - 2; it != im.pumps.end(); ++it) {

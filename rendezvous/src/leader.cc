@@ -37,16 +37,24 @@ struct Leader::Conn {
   FrameQueue outq;
   std::chrono::steady_clock::time_point last_rx = std::chrono::steady_clock::now();
   bool settled = false;  // reported success, or reported as lost/failed
+  // Heartbeats (wire::Heartbeat): the member's last one, to echo; what it says.
+  std::uint64_t peer_sent_us = 0;
+  std::chrono::steady_clock::time_point peer_rx;
+  std::optional<double> rtt_seconds;
+  std::uint32_t step_rate_milli = 0;
+  std::uint32_t slowest_rank = 0;
   // Authentication in progress: the hello waits for the member's proof.
   std::optional<wire::Hello> pending_hello;
   std::string leader_nonce;
 };
 
 struct Leader::Impl {
-  explicit Impl(asio::any_io_executor ex) : executor(ex), acceptor(ex), accept_pause(ex) {}
+  explicit Impl(asio::any_io_executor ex)
+      : executor(ex), acceptor(ex), accept_pause(ex), progress_timer(ex) {}
   asio::any_io_executor executor;
   tcp::acceptor acceptor;
   asio::steady_timer accept_pause;
+  asio::steady_timer progress_timer;  // LogProgress, while the gang is incomplete
   LeaderOptions options;
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   std::optional<wire::Hello> own;
@@ -78,6 +86,12 @@ struct Leader::Impl {
 };
 
 namespace {
+
+std::uint64_t NowUs() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 
 // Names the first field that differs between two launch configurations, or "".
 std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,
@@ -157,6 +171,7 @@ void Leader::Close() {
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
   impl_->accept_pause.cancel();
+  impl_->progress_timer.cancel();
   impl_->channel = false;
   if (impl_->heartbeat_timer) impl_->heartbeat_timer->cancel();
   for (auto& c : impl_->all) {
@@ -181,6 +196,7 @@ void Leader::Start(wire::Hello own, Done done) {
     im.log->info("leader: listening on port {}, waiting for {} pod(s)", port_,
                  im.options.nnodes - 1);
     AcceptNext();
+    LogProgress();
   } else {
     asio::post(im.executor, [self = shared_from_this()] { self->MaybeAssign(); });
   }
@@ -517,6 +533,7 @@ void Leader::Finish(Result<wire::Assignment> result) {
   Impl& im = *impl_;
   if (im.finished) return;
   im.finished = true;
+  im.progress_timer.cancel();
   boost::system::error_code ec;
   im.acceptor.close(ec);  // late and stray connections are refused by the kernel now
   if (result.ok()) im.log->info("leader: all {} pod(s) joined", im.options.nnodes);
@@ -576,7 +593,17 @@ void Leader::Heartbeat() {
       }
       continue;
     }
-    if (send) Send(conn, wire::Encode(wire::Heartbeat{}));
+    if (send) {
+      wire::Heartbeat hb;
+      hb.sent_us = NowUs();
+      hb.echo_us = conn->peer_sent_us;
+      if (conn->peer_sent_us != 0) {
+        hb.echo_held_us = static_cast<std::uint32_t>(std::min<std::int64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(now - conn->peer_rx).count(),
+            UINT32_MAX));
+      }
+      Send(conn, wire::Encode(hb));
+    }
   }
   // Check four times per heartbeat, so a silent peer is noticed within a
   // quarter heartbeat of the bound, not up to a whole one late.
@@ -588,7 +615,19 @@ void Leader::Heartbeat() {
 
 void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m) {
   Impl& im = *impl_;
-  if (std::holds_alternative<wire::Heartbeat>(m)) return;
+  if (const auto* hb = std::get_if<wire::Heartbeat>(&m)) {
+    const std::uint64_t now = NowUs();
+    conn->peer_sent_us = hb->sent_us;
+    conn->peer_rx = std::chrono::steady_clock::now();
+    conn->step_rate_milli = hb->step_rate_milli;
+    conn->slowest_rank = hb->slowest_rank;
+    // Our own sent_us, echoed: a value from the future or an absurd hold is
+    // not ours (an older or confused peer), and is ignored.
+    if (hb->echo_us != 0 && hb->echo_us <= now && now - hb->echo_us >= hb->echo_held_us) {
+      conn->rtt_seconds = static_cast<double>(now - hb->echo_us - hb->echo_held_us) / 1e6;
+    }
+    return;
+  }
   if (const auto* r = std::get_if<wire::Report>(&m)) {
     if (r->index != *conn->index) {
       im.log->warn("leader: pod {} sent a report for index {}; closing", *conn->index, r->index);
@@ -615,11 +654,58 @@ void Leader::BroadcastStop(const wire::Stop& stop) {
   for (auto& [index, conn] : impl_->members) Send(conn, frame);
 }
 
+std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
+  std::map<std::uint32_t, PeerStats> out;
+  for (const auto& [index, conn] : impl_->members) {
+    if (!conn->closed) out[index] = {conn->rtt_seconds, conn->step_rate_milli, conn->slowest_rank};
+  }
+  return out;
+}
+
 bool Leader::AllMembersSettled() const {
   for (const auto& [index, conn] : impl_->members) {
     if (!conn->settled && !conn->closed) return false;
   }
   return true;
+}
+
+std::string CompactIndices(const std::vector<std::uint32_t>& sorted, std::size_t max_runs) {
+  std::string out;
+  std::size_t runs = 0;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (runs == max_runs) {
+      out += fmt::format(" (+{} more)", sorted.size() - i);
+      break;
+    }
+    out += (out.empty() ? "" : ",") + std::to_string(sorted[i]) +
+           (j > i ? "-" + std::to_string(sorted[j]) : "");
+    ++runs;
+    i = j + 1;
+  }
+  return out;
+}
+
+void Leader::LogProgress() {
+  Impl& im = *impl_;
+  im.progress_timer.expires_after(im.options.progress_interval);
+  im.progress_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    Impl& im = *self->impl_;
+    if (ec || im.finished) return;
+    std::string left;
+    if (im.options.deadline) {
+      auto s = std::chrono::duration<double>(*im.options.deadline -
+                                             std::chrono::steady_clock::now()).count();
+      left = fmt::format("; {:.0f} s left", std::max(0.0, s));
+    }
+    im.log->info("leader: waiting for the gang: {} of {} pod(s) joined; missing indices {}{}{}",
+                 self->admitted(), im.options.nnodes, CompactIndices(self->missing(), 16),
+                 im.pending > 0 ? fmt::format("; {} connection(s) mid-handshake", im.pending)
+                                : std::string(),
+                 left);
+    self->LogProgress();
+  });
 }
 
 }  // namespace trainlet::rendezvous

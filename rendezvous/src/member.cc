@@ -1,6 +1,8 @@
 #include "trainlet/rendezvous/member.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -30,6 +32,7 @@ struct Member::Impl {
         socket(ex),
         op_timer(ex),
         deadline_timer(ex),
+        progress_timer(ex),
         backoff(options.backoff, options.seed) {}
   asio::any_io_executor executor;
   MemberOptions options;
@@ -37,6 +40,7 @@ struct Member::Impl {
   tcp::socket socket;
   asio::steady_timer op_timer;        // connect timeout, backoff sleep
   asio::steady_timer deadline_timer;  // the whole join
+  asio::steady_timer progress_timer;  // LogProgress, until the assignment
   Backoff backoff;
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   Done done;
@@ -63,6 +67,10 @@ struct Member::Impl {
   int misses = 3;
   Clock::time_point last_rx;
   Clock::time_point last_tx;
+  std::uint64_t peer_sent_us = 0;  // the leader's last heartbeat, to echo
+  Clock::time_point peer_rx;
+  std::uint32_t step_rate_milli = 0;
+  std::uint32_t slowest_rank = 0;
   FrameQueue outq;
 };
 
@@ -92,6 +100,7 @@ void Member::Close() {
   boost::system::error_code ec;
   impl_->op_timer.cancel();
   impl_->deadline_timer.cancel();
+  impl_->progress_timer.cancel();
   impl_->socket.close(ec);
   if (impl_->resolver) impl_->resolver->Cancel();
 }
@@ -117,7 +126,32 @@ void Member::Start(Done done) {
                                                            : "; the leader refused: " + im.refusal) +
         ")"));
   });
+  LogProgress();
   Resolve();
+}
+
+void Member::LogProgress() {
+  Impl& im = *impl_;
+  im.progress_timer.expires_after(im.options.progress_interval);
+  im.progress_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    Impl& im = *self->impl_;
+    if (ec || im.finished) return;
+    auto left = std::chrono::duration<double>(im.options.deadline - Clock::now()).count();
+    std::string tried;
+    for (const auto& a : im.tried) tried += (tried.empty() ? "" : ", ") + a;
+    if (im.state == "joined") {
+      im.log->info("rendezvous: connected to leader {} port {}, waiting for the gang to "
+                   "form; {:.0f} s left",
+                   im.options.leader_host, im.options.port, std::max(0.0, left));
+    } else {
+      im.log->info("rendezvous: still trying leader {} port {} ({}; addresses tried: {}; "
+                   "last error: {}); {:.0f} s left",
+                   im.options.leader_host, im.options.port,
+                   im.state.empty() ? "resolving" : im.state, tried.empty() ? "none" : tried,
+                   im.last_error.empty() ? "none" : im.last_error, std::max(0.0, left));
+    }
+    self->LogProgress();
+  });
 }
 
 void Member::Resolve() {
@@ -343,6 +377,7 @@ void Member::Finish(Result<wire::Assignment> result) {
   im.finished = true;
   im.op_timer.cancel();
   im.deadline_timer.cancel();
+  im.progress_timer.cancel();
   if (im.resolver) im.resolver->Cancel();
   if (!result.ok()) {
     boost::system::error_code ec;
@@ -393,6 +428,10 @@ void Member::ChannelRead() {
       }
       if (!next->has_value()) break;
       im.last_rx = Clock::now();
+      if (const auto* hb = std::get_if<wire::Heartbeat>(&**next)) {
+        im.peer_sent_us = hb->sent_us;
+        im.peer_rx = im.last_rx;
+      }
       if (const auto* stop = std::get_if<wire::Stop>(&**next)) {
         if (im.callbacks.on_stop) im.callbacks.on_stop(*stop);
         if (!im.channel) return;
@@ -417,12 +456,29 @@ void Member::ChannelHeartbeat() {
   }
   if (Clock::now() - im.last_tx >= im.heartbeat) {
     im.last_tx = Clock::now();
-    Send(wire::Encode(wire::Heartbeat{}));
+    wire::Heartbeat hb;
+    hb.sent_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(im.last_tx.time_since_epoch())
+            .count());
+    hb.echo_us = im.peer_sent_us;
+    if (im.peer_sent_us != 0) {
+      hb.echo_held_us = static_cast<std::uint32_t>(std::min<std::int64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(im.last_tx - im.peer_rx).count(),
+          UINT32_MAX));
+    }
+    hb.step_rate_milli = im.step_rate_milli;
+    hb.slowest_rank = im.slowest_rank;
+    Send(wire::Encode(hb));
   }
   im.op_timer.expires_after(im.heartbeat / 4);  // check 4x per heartbeat (see leader.cc)
   im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec) self->ChannelHeartbeat();
   });
+}
+
+void Member::SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank) {
+  impl_->step_rate_milli = step_rate_milli;
+  impl_->slowest_rank = slowest_rank;
 }
 
 void Member::SendReport(const wire::Report& report, std::function<void()> sent) {

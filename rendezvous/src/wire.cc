@@ -132,7 +132,13 @@ void EncodePayload(Writer& w, const Reject& m) {
   w.U16(m.retriable ? 1 : 0);
 }
 
-void EncodePayload(Writer&, const Heartbeat&) {}
+void EncodePayload(Writer& w, const Heartbeat& m) {
+  w.U64(m.sent_us);
+  w.U64(m.echo_us);
+  w.U32(m.echo_held_us);
+  w.U32(m.step_rate_milli);
+  w.U32(m.slowest_rank);
+}
 
 void EncodePayload(Writer& w, const Report& m) {
   w.U32(m.index);
@@ -206,7 +212,11 @@ bool DecodePayload(Reader& r, Reject* m) {
   return true;
 }
 
-bool DecodePayload(Reader&, Heartbeat*) { return true; }
+bool DecodePayload(Reader& r, Heartbeat* m) {
+  if (r.AtEnd()) return true;  // an older peer's empty heartbeat
+  return r.U64(&m->sent_us) && r.U64(&m->echo_us) && r.U32(&m->echo_held_us) &&
+         r.U32(&m->step_rate_milli) && r.U32(&m->slowest_rank);
+}
 
 bool DecodePayload(Reader& r, Report* m) {
   std::uint16_t ok = 0;

@@ -49,6 +49,8 @@ std::vector<Message> Samples() {
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
           Heartbeat{},
+          Heartbeat{.sent_us = 1ULL << 40 | 7, .echo_us = 123456789, .echo_held_us = 250,
+                    .step_rate_milli = 4500, .slowest_rank = 17},
           Report{.index = 3, .ok = false, .failure_class = 1, .reason = "rank 7 exited 42"},
           Report{.index = 2, .ok = true, .failure_class = 0, .reason = ""},
           Stop{.failed_index = 3, .reason = "pod 3 failed"},
@@ -78,6 +80,15 @@ Result<std::vector<Message>> DecodeAll(const std::vector<std::uint8_t>& bytes, s
 }
 
 
+
+// Version 2's heartbeat had no payload: it still decodes, with every field 0.
+TEST(WireTest, AnEmptyHeartbeatFromAnOlderPeerDecodesAsZeros) {
+  const std::vector<std::uint8_t> frame = {0x54, 0x4C, 0x4E, 0x54, 0, 2, 0, 4, 0, 0, 0, 0};
+  auto got = DecodeAll(frame, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ(std::get<Heartbeat>((*got)[0]), Heartbeat{});
+}
 
 TEST(WireTest, RoundTripsEveryMessageByteByByte) {
   for (const Message& m : Samples()) {

@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "trainlet/exitcodes/status.h"
+#include "trainlet/rendezvous/tunables.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::rendezvous {
@@ -37,6 +40,11 @@ struct LeaderOptions {
   // Shared token (auth.h); empty: no authentication. Then a member presenting
   // one is refused, as is a member without one when the leader has it.
   std::string token;
+  // While the gang is incomplete, a line every `progress_interval` names the
+  // missing indices, and the time left until `deadline` (the caller's
+  // rendezvous deadline; for that line only, unset: not shown).
+  std::chrono::milliseconds progress_interval = tunables::kProgressInterval;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   // Makes the NCCL unique ids of one assignment round (gpu/nccl.h): called once
   // per round in MaybeAssign, on the executor, with the gang's world size and the
   // leader's address as the members reached it. Returns {ncclGetVersion(), ids};
@@ -45,6 +53,10 @@ struct LeaderOptions {
                                                                    const std::string& leader_addr)>
       make_nccl_ids;
 };
+
+// "1-3,7,9-12": ascending indices as runs, at most `max_runs` of them, then
+// " (+N more)" for the indices left out. For log lines about many pods.
+std::string CompactIndices(const std::vector<std::uint32_t>& sorted, std::size_t max_runs);
 
 class Leader : public std::enable_shared_from_this<Leader> {
  public:
@@ -91,6 +103,17 @@ class Leader : public std::enable_shared_from_this<Leader> {
   // Closes the listener and every connection; `done` is not called after this.
   void Close();
 
+  // What the control channel's heartbeats tell about each connected member,
+  // by index (for metrics): the last heartbeat round trip, in seconds (unset
+  // before the first echo), and the step rate the member reported
+  // (wire::Heartbeat::step_rate_milli; 0: unknown).
+  struct PeerStats {
+    std::optional<double> rtt_seconds;
+    std::uint32_t step_rate_milli = 0;
+    std::uint32_t slowest_rank = 0;
+  };
+  std::map<std::uint32_t, PeerStats> peer_stats() const;
+
   // Members admitted so far (the leader's own pod included), for logs and tests.
   std::uint32_t admitted() const;
   // Indices (1..nnodes-1) not admitted yet, for the timeout message.
@@ -115,6 +138,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Heartbeat();
   void Deliver(std::function<void()> event);
   void Finish(exitcodes::Result<wire::Assignment> result);
+  void LogProgress();
   std::unique_ptr<Impl> impl_;
   std::uint16_t port_ = 0;
 };

@@ -23,6 +23,7 @@
 #include "trainlet/exitcodes/status.h"
 #include "trainlet/rendezvous/backoff.h"
 #include "trainlet/rendezvous/resolver.h"
+#include "trainlet/rendezvous/tunables.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::rendezvous {
@@ -38,6 +39,10 @@ struct MemberOptions {
   BackoffOptions backoff;
   std::uint64_t seed = 0;  // jitter seed (tests pass a fixed one)
   std::string token;       // shared token (auth.h); empty: no authentication
+  // Until the assignment, a line every `progress_interval`: what the member
+  // waits for (the address it tries and the last error, or the gang), and the
+  // time left until `deadline`.
+  std::chrono::milliseconds progress_interval = tunables::kProgressInterval;
 };
 
 class Member : public std::enable_shared_from_this<Member> {
@@ -71,6 +76,10 @@ class Member : public std::enable_shared_from_this<Member> {
   // Sends a report to the leader; `sent` runs once it is written (or failed).
   void SendReport(const wire::Report& report, std::function<void()> sent = {});
 
+  // The step rate its heartbeats report from now on (wire::Heartbeat::
+  // step_rate_milli, 0: unknown; slowest_rank).
+  void SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank);
+
   // Stops everything; `done` is not called afterwards. The connection is closed.
   void Close();
 
@@ -83,6 +92,7 @@ class Member : public std::enable_shared_from_this<Member> {
   void ReadReply();
   void Retry(const std::string& state, const std::string& detail);
   void Finish(exitcodes::Result<wire::Assignment> result);
+  void LogProgress();
   void ChannelRead();
   void ChannelHeartbeat();
   void Send(std::vector<std::uint8_t> frame, std::function<void()> sent = {});

@@ -30,6 +30,9 @@ inline constexpr milliseconds kReplyTimeout{kHeartbeatInterval * kHeartbeatMisse
 inline constexpr milliseconds kBindRetryInitial{100};    // ms; first wait after EADDRINUSE (a leftover process or TIME_WAIT usually lets go within seconds)
 inline constexpr milliseconds kBindRetryCap{1000};       // ms; longest wait between bind attempts, until the rendezvous deadline
 
+// ---- logs while waiting ----
+inline constexpr milliseconds kProgressInterval{10'000};  // ms; a leader or member still waiting in the rendezvous says what for (missing indices; address and last error) this often: a line per 10 s per pod, minutes of silence otherwise
+
 // ---- wire buffers ----
 inline constexpr std::size_t kMaxQueuedFrameBytes = 1 << 20;  // bytes queued for one peer that does not read; beyond it the connection is closed (a healthy peer drains in ms)
 

@@ -97,7 +97,22 @@ struct Reject {
   bool operator==(const Reject&) const = default;
 };
 
+// Fields appended to version 2's empty heartbeat: a heartbeat without them
+// (an older peer) decodes with all zero.
 struct Heartbeat {
+  // The sender's steady clock when it sent this, in microseconds (an opaque
+  // value for the receiver, which only echoes it).
+  std::uint64_t sent_us = 0;
+  // The last sent_us received from the peer (0: none yet), and how long, in
+  // microseconds, the sender held it before this heartbeat: the peer's round
+  // trip is its own clock now - echo_us - echo_held_us.
+  std::uint64_t echo_us = 0;
+  std::uint32_t echo_held_us = 0;
+  // Member -> leader: the step rate of the pod's slowest worker, in heartbeat-file
+  // touches per 1000 s (0: not known, no heartbeat files or no touch yet), and
+  // that worker's global rank.
+  std::uint32_t step_rate_milli = 0;
+  std::uint32_t slowest_rank = 0;
   bool operator==(const Heartbeat&) const = default;
 };
 
