@@ -37,37 +37,6 @@ using Clock = std::chrono::steady_clock;
 using exitcodes::Result;
 using exitcodes::Status;
 
-std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
-                                           const WorkerPlacement& p) {
-  std::map<std::string, std::string> env = base;
-  const std::uint32_t rank = p.rank_base + p.local_rank;
-  auto set = [&env](const std::string& k, const std::string& v) { env[k] = v; };
-  set("RANK", std::to_string(rank));
-  set("LOCAL_RANK", std::to_string(p.local_rank));
-  set("WORLD_SIZE", std::to_string(p.world_size));
-  set("LOCAL_WORLD_SIZE", std::to_string(p.nproc_per_node));
-  set("GROUP_RANK", std::to_string(p.group_rank));
-  set("GROUP_WORLD_SIZE", std::to_string(p.nnodes));
-  set("ROLE_NAME", p.role_name);
-  set("ROLE_RANK", std::to_string(rank - std::min(rank, p.role_rank_base)));
-  set("ROLE_WORLD_SIZE",
-      std::to_string(p.role_world_size == 0 ? p.world_size : p.role_world_size));
-  set("MASTER_ADDR", p.master_addr);
-  set("MASTER_PORT", std::to_string(p.master_port));
-  set("TORCHELASTIC_RUN_ID", p.run_id);
-  set("TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count));
-  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(p.max_restarts));
-  // The trainers' rank 0 hosts the store itself (init_process_group env://).
-  set("TORCHELASTIC_USE_AGENT_STORE", "False");
-  if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);
-  // torchrun's default: several workers per pod would otherwise oversubscribe.
-  if (p.nproc_per_node > 1 && !env.contains("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
-}
-
 namespace {
 
 // A hang's diagnostics signal (stack dumps) gets this long before the stop.
