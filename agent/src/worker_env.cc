@@ -27,6 +27,35 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
   // The trainers' rank 0 hosts the store itself (init_process_group env://).
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);
+  // torchrun sets it unless the user did (torch >= 2.2's name, and the older
+  // NCCL_ASYNC_ERROR_HANDLING that torch < 2.2 reads): a collective that
+  // times out aborts the communicator instead of hanging.
+  const char* kAsync[] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"};
+  std::string async_value = "1";
+  for (const char* k : kAsync) {
+    if (auto it = base.find(k); it != base.end()) {
+      async_value = it->second;
+      break;
+    }
+  }
+  for (const char* k : kAsync) env.try_emplace(k, async_value);
+  // JAX on the same gang: jax.distributed.initialize()'s arguments.
+  if (p.jax_port != 0) {
+    const bool v6 = p.master_addr.find(':') != std::string::npos;
+    set("JAX_COORDINATOR_ADDRESS", (v6 ? "[" + p.master_addr + "]" : p.master_addr) + ":" +
+                                       std::to_string(p.jax_port));
+    set("JAX_NUM_PROCESSES", std::to_string(p.world_size));
+    set("JAX_PROCESS_ID", std::to_string(rank));
+    // The GPUs this worker drives: LOCAL_RANK's share of the pod's GPUs.
+    if (p.gpu_count > 0 && p.gpu_count % p.nproc_per_node == 0) {
+      const std::uint32_t per = p.gpu_count / p.nproc_per_node;
+      std::string ids;
+      for (std::uint32_t g = p.local_rank * per; g < (p.local_rank + 1) * per; ++g) {
+        ids += (ids.empty() ? "" : ",") + std::to_string(g);
+      }
+      set("JAX_LOCAL_DEVICE_IDS", ids);
+    }
+  }
   // torchrun's default: several workers per pod would otherwise oversubscribe.
   if (p.nproc_per_node > 1 && !env.contains("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
   std::vector<std::string> out;

@@ -16,6 +16,7 @@
 
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/worker_env.h"
+#include "trainlet/agent/worker_logs.h"
 #include "trainlet/exitcodes/classify.h"
 #include "trainlet/exitcodes/contract.h"
 
@@ -76,6 +77,12 @@ struct PodOptions {
   // writable, else nowhere.
   std::string termination_log;
   GpuOptions gpu;
+  WorkerLogOptions logs;  // per-rank log files (worker_logs.h)
+  // torchrun's --local-addr on the leader: MASTER_ADDR for every pod ("" = the
+  // address each member reached the leader on).
+  std::string local_addr;
+  // --rdzv-conf read_timeout: a connection's time to send its hello (0 = the default).
+  std::chrono::milliseconds rdzv_read_timeout{0};
 };
 
 int RunPod(const PodOptions& options);

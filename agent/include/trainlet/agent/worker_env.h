@@ -17,7 +17,15 @@ namespace trainlet::agent {
 // ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
 // TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
 // TORCHELASTIC_ERROR_FILE (`error_file`), TORCHELASTIC_USE_AGENT_STORE=False,
-// and OMP_NUM_THREADS=1 when unset and the pod runs more than one worker.
+// and OMP_NUM_THREADS=1 when unset and the pod runs more than one worker;
+// TORCH_NCCL_ASYNC_ERROR_HANDLING and NCCL_ASYNC_ERROR_HANDLING (torch < 2.2)
+// as torchrun sets them: the value of whichever `base` has (TORCH_ first),
+// else 1; a variable `base` has is never replaced.
+// JAX (jax.distributed.initialize, https://jax.readthedocs.io/en/latest/
+// multi_process.html), when jax_port is not 0: JAX_COORDINATOR_ADDRESS =
+// MASTER_ADDR:jax_port ([v6]:port), JAX_NUM_PROCESSES = WORLD_SIZE,
+// JAX_PROCESS_ID = RANK, and with gpu_count GPUs in the pod (a multiple of
+// nproc_per_node) JAX_LOCAL_DEVICE_IDS = this local rank's share, e.g. "2,3".
 // Roles as torchrun's WorkerSpec.role has them (torch/distributed/elastic/agent/
 // server/api.py): ROLE_NAME is the role, ROLE_RANK = RANK - role_rank_base (the
 // rank among the role's workers), ROLE_WORLD_SIZE the role's workers; without
@@ -38,6 +46,8 @@ struct WorkerPlacement {
   std::string role_name = "default";
   std::uint32_t role_rank_base = 0;   // global rank of the role's first worker
   std::uint32_t role_world_size = 0;  // workers in the role; 0 = world_size
+  std::uint16_t jax_port = 0;         // the JAX coordinator's port on MASTER_ADDR; 0 = none
+  std::uint32_t gpu_count = 0;        // GPUs visible to the pod; 0 = none or unknown
 };
 std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
                                            const WorkerPlacement& p);
