@@ -163,7 +163,9 @@ class TorchrunCompatTest(unittest.TestCase):
         self.assertEqual(l["workers"]["rank0.json"]["env"]["TORCHELASTIC_RESTART_COUNT"], "1")
         self.assertEqual(sorted(t["logs"]), sorted(l["logs"]))
         self.assertIn("attempt_1/1/stdout.log", l["logs"])
-        self.assertIn("failing attempt 0", l["logs"]["attempt_0/0/stderr.log"])
+        # The rank that failed first wrote why (the other may have been stopped before).
+        self.assertTrue(any("failing attempt 0" in v for k, v in l["logs"].items()
+                            if k.startswith("attempt_0/") and k.endswith("stderr.log")), l["logs"])
         # Attempt 0's files depend on which rank failed first (both launchers then
         # stop the other); attempt 1 ran to the end in both.
         second = lambda logs: {k: v for k, v in logs.items() if k.startswith("attempt_1/")}
