@@ -403,17 +403,22 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     im.workers.push_back({pid, static_cast<int>(rank)});
     if (im.options.capture_output) {
       for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
-        const std::size_t tail = target == STDERR_FILENO ? kTailBytes : 0;
+        const bool is_err = target == STDERR_FILENO;
+        const bool console = is_err ? spec.stderr_console : spec.stdout_console;
+        const int out = console ? target : -1;
+        const std::size_t tail = is_err ? kTailBytes : 0;
         if (const auto& base = im.options.json_lines_rank_base) {
           im.pumps.push_back(std::make_unique<OutputPump>(
-              fd, target,
-              JsonLinePrefix(static_cast<int>(*base + rank),
-                             target == STDERR_FILENO ? "stderr" : "stdout"),
+              fd, out, JsonLinePrefix(static_cast<int>(*base + rank), is_err ? "stderr" : "stdout"),
               tail, LinePrefixer::Format::kJson));
         } else {
-          im.pumps.push_back(std::make_unique<OutputPump>(fd, target, spec.prefix, tail));
+          im.pumps.push_back(std::make_unique<OutputPump>(fd, out, spec.prefix, tail));
         }
-        if (target == STDERR_FILENO) im.stderr_pumps.push_back(im.pumps.back().get());
+        if (const std::string& file = is_err ? spec.stderr_file : spec.stdout_file; !file.empty()) {
+          im.pumps.back()->SetFile(
+              ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        }
+        if (is_err) im.stderr_pumps.push_back(im.pumps.back().get());
       }
       for (auto it = im.pumps.end() - 2; it != im.pumps.end(); ++it) {
         try {
