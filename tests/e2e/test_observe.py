@@ -271,7 +271,7 @@ class ObserveTest(test_gang.GangHelpers, PodsimTestCase):
     def test_a_straggler_is_named_within_three_of_its_steps(self):
         with self.cluster(pods=3) as c:
             c.publish_all()
-            plan = {0: (1, 250), 1: (1, 250), 2: (15, 16)}  # (tenths per step, steps)
+            plan = {0: (1, 100), 1: (1, 100), 2: (15, 8)}  # (tenths per step, steps)
             for i, (tenths, steps) in plan.items():
                 worker = ["sh", "-c", STEPPER, "trainer", self.marks_path(c, i), str(tenths),
                           str(steps)]
