@@ -7,8 +7,8 @@
 launch: exec of the launcher -> exec of `date +%s%N` (bench/launch.py's measure), and
 `--version` (process start alone), both builds interleaved run by run.
 memory: VmRSS/PSS of the leader and a member once heartbeats flow (bench/memory.py's
-measure), 2 pods (both real agents) and 64 pods (8 real agents + loadgen connections),
-the builds alternating. Prints medians and portable/native ratios; JSON with --json.
+measure), by default 2 pods (both real agents) and 64 pods (8 real agents + loadgen
+connections), the builds alternating. Prints medians and portable/native ratios; JSON with --json.
 """
 import argparse
 import json
@@ -41,9 +41,9 @@ def bench_launch(builds, runs):
             "version_ms": {k: common.stats(v) for k, v in vt.items()}}
 
 
-def bench_memory(builds, loadgen, runs):
+def bench_memory(builds, loadgen, runs, sizes):
     out = {}
-    for n, real in ((2, 2), (64, 8)):
+    for n, real in sizes:
         rows = {k: [] for k in builds}
         for _ in range(runs):
             for k, b in builds.items():
@@ -62,11 +62,14 @@ def main():
     ap.add_argument("--loadgen", required=True)
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--memory-runs", type=int, default=5)
+    ap.add_argument("--memory-sizes", default="2:2,64:8",
+                    help="PODS:REAL_AGENTS,... (the rest of PODS are loadgen connections)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     builds = {"native": os.path.abspath(a.native), "portable": os.path.abspath(a.portable)}
     res = bench_launch(builds, a.runs)
-    res["memory"] = bench_memory(builds, os.path.abspath(a.loadgen), a.memory_runs)
+    sizes = [tuple(int(x) for x in s.split(":")) for s in a.memory_sizes.split(",")]
+    res["memory"] = bench_memory(builds, os.path.abspath(a.loadgen), a.memory_runs, sizes)
     res["binary_bytes"] = {k: os.path.getsize(b) for k, b in builds.items()}
     if a.json:
         print(json.dumps(res, indent=1))
