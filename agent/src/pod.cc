@@ -29,6 +29,7 @@
 #include "trainlet/rendezvous/launch.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
+#include "trainlet/rendezvous/name_check.h"
 
 namespace trainlet::agent {
 
@@ -172,10 +173,19 @@ class Pod {
       lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
+      lo.max_generation = options_.max_restarts;
+      lo.bind_deadline = round_started + options_.rdzv_timeout;  // busy ports are retried
+      lo.check_master_port = true;  // a busy MASTER_PORT is infra, not rank 0's failure
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
       leader_->Start(hello, on_assignment);
+      if (id.nnodes > 1 && !name_check_) {  // the name members dial leads here? (name_check.h)
+        auto check = rendezvous::LeaderNameCheck::Start(
+            io_.get_executor(), {.name = id.leader_host},
+            [](const std::string& problem) { spdlog::warn("{}", problem); });
+        if (check.ok()) name_check_ = std::move(check).value();
+      }
       return Status::Ok();
     }
     rendezvous::MemberOptions mo;
@@ -204,6 +214,7 @@ class Pod {
 
   void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
     deadline_timer_.cancel();
+    if (name_check_ && result.ok()) name_check_->Cancel();  // the members found us
     if (!result.ok()) {
       Finish(result.status());
       return;
@@ -800,6 +811,7 @@ class Pod {
   std::unique_ptr<SignalSource> signals_;
   std::unique_ptr<HealthServer> health_;
   std::shared_ptr<rendezvous::Leader> leader_;
+  std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
   std::string error_dir_;

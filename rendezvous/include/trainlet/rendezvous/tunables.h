@@ -26,6 +26,9 @@ inline constexpr milliseconds kBadConnectionLogWindow{10'000};  // ms; a scanner
 inline constexpr milliseconds kConnectTimeout{3000};     // ms per address per attempt; a SYN retransmit (1 s) plus slack, then the next address
 inline constexpr milliseconds kReplyTimeout{kHeartbeatInterval * kHeartbeatMisses};  // ms; a leader that accepted but sent no frame (not even a heartbeat) for this long is frozen or stale: try the next address
 
+// ---- the leader's own name (name_check.h) ----
+inline constexpr milliseconds kLeaderNameCheckPatience{15'000};  // ms; a pod's record appears seconds after its IP and NXDOMAIN is cached briefly: warn only once it stays wrong this long
+
 // ---- the leader's listening socket ----
 inline constexpr milliseconds kBindRetryInitial{100};    // ms; first wait after EADDRINUSE (a leftover process or TIME_WAIT usually lets go within seconds)
 inline constexpr milliseconds kBindRetryCap{1000};       // ms; longest wait between bind attempts, until the rendezvous deadline
