@@ -174,16 +174,20 @@ class Pod {
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
       lo.max_generation = options_.max_restarts;
-      lo.bind_deadline = round_started + options_.rdzv_timeout;  // busy ports are retried
+      // Busy ports are retried, until a moment before the rendezvous deadline so
+      // the error names the port rather than "timed out".
+      lo.bind_deadline =
+          round_started + options_.rdzv_timeout - rendezvous::tunables::kBindRetryCap;
       lo.check_master_port = true;  // a busy MASTER_PORT is infra, not rank 0's failure
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
       leader_->Start(hello, on_assignment);
       if (id.nnodes > 1 && !name_check_) {  // the name members dial leads here? (name_check.h)
+        rendezvous::NameCheckOptions nc;
+        nc.name = id.leader_host;
         auto check = rendezvous::LeaderNameCheck::Start(
-            io_.get_executor(), {.name = id.leader_host},
-            [](const std::string& problem) { spdlog::warn("{}", problem); });
+            io_.get_executor(), nc, [](const std::string& problem) { spdlog::warn("{}", problem); });
         if (check.ok()) name_check_ = std::move(check).value();
       }
       return Status::Ok();
