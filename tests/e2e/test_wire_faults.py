@@ -38,8 +38,15 @@ BIND_MASTER = ["python3", "-c",
 class WireFaultsTest(PodsimTestCase):
     needs_trainlet = True
 
-    def summary(self, pod):
-        return json.loads(pod.stderr().rstrip().splitlines()[-1])
+    def tlog(self, c, i):
+        return os.path.join(c.workdir, f"termination-{i}.log")
+
+    def argv(self, c, i, cmd, **kw):
+        return self.trainlet("--termination-log", self.tlog(c, i), cmd=cmd, **kw)
+
+    def summary(self, c, i):
+        with open(self.tlog(c, i)) as f:
+            return json.loads(f.read())
 
     def test_silent_leader_address_is_left_for_the_next(self):
         with self.cluster(pods=3) as c:
@@ -49,13 +56,16 @@ class WireFaultsTest(PodsimTestCase):
             c.readdress(0, live)
             frozen = c.start_pod(2, FROZEN)
             time.sleep(0.5)
+            # dnsmasq answers a hosts file's addresses last line first: the frozen
+            # address comes first in the answer (and c-ares keeps that order for two
+            # IPv4 addresses of one subnet).
             with open(os.path.join(c.hostsdir, c.hostname(0)), "w") as f:
-                f.write(f"{c.pod_ip(2)} {c.fqdn(0)}\n{live} {c.fqdn(0)}\n")
+                f.write(f"{live} {c.fqdn(0)}\n{c.pod_ip(2)} {c.fqdn(0)}\n")
             c.publish(1)
             time.sleep(0.5)  # dnsmasq reads the directory (inotify)
             t0 = time.time()
-            leader = c.start_pod(0, self.trainlet(cmd=["true"], nnodes=2))
-            member = c.start_pod(1, self.trainlet(cmd=["true"], nnodes=2))
+            leader = c.start_pod(0, self.argv(c, 0, ["true"], nnodes=2))
+            member = c.start_pod(1, self.argv(c, 1, ["true"], nnodes=2))
             self.assertExit(member, 30, 0)
             self.assertExit(leader, 30, 0)
             took = time.time() - t0
@@ -72,9 +82,9 @@ class WireFaultsTest(PodsimTestCase):
             time.sleep(0.5)
             c.publish(0, ip=c.pod_ip(2))
             c.publish(1)
-            member = c.start_pod(1, self.trainlet(cmd=["true"], nnodes=2, rdzv_timeout=8))
+            member = c.start_pod(1, self.argv(c, 1, ["true"], nnodes=2, rdzv_timeout=8))
             self.assertExit(member, 30, 75)
-            s = self.summary(member)
+            s = self.summary(c, 1)
             self.assertRegex(s["reason"], rf"last error: {c.pod_ip(2)}: accepted the "
                              r"connection but sent nothing for 3000 ms")
             frozen.kill()
@@ -83,11 +93,11 @@ class WireFaultsTest(PodsimTestCase):
         with self.cluster(pods=1) as c:
             holder = "python3 -c 'import socket,time; s=socket.socket(); " \
                      "s.bind((\"0.0.0.0\", 29500)); s.listen(1); time.sleep(600)' & sleep 0.5; exec \"$@\""
-            argv = ["sh", "-c", holder, "pod"] + self.trainlet(cmd=BIND_MASTER, nnodes=1,
-                                                               rdzv_timeout=3)
+            argv = ["sh", "-c", holder, "pod"] + self.argv(c, 0, BIND_MASTER, nnodes=1,
+                                                           rdzv_timeout=3)
             pod = c.start_pod(0, argv)
             self.assertExit(pod, 30, 75)
-            s = self.summary(pod)
+            s = self.summary(c, 0)
             self.assertEqual(s["class"], "infra", str(s))
             self.assertIn("MASTER_PORT 29500", s["reason"])
             self.assertNotRegex(pod.stderr(), r"\[rank0\]", "no trainer was started")
@@ -95,10 +105,10 @@ class WireFaultsTest(PodsimTestCase):
     def test_missing_leader_name_says_what_to_fix(self):
         with self.cluster(pods=2) as c:
             c.publish(1)  # the leader's record is never published
-            leader = c.start_pod(0, self.trainlet(cmd=["true"], nnodes=2, rdzv_timeout=25))
-            member = c.start_pod(1, self.trainlet(cmd=["true"], nnodes=2, rdzv_timeout=20))
+            leader = c.start_pod(0, self.argv(c, 0, ["true"], nnodes=2, rdzv_timeout=25))
+            member = c.start_pod(1, self.argv(c, 1, ["true"], nnodes=2, rdzv_timeout=20))
             self.assertExit(member, 40, 75)
-            s = self.summary(member)
+            s = self.summary(c, 1)
             self.assertIn(f"the leader's name {c.fqdn(0)}", s["reason"])
             self.assertIn("never resolved", s["reason"])
             deadline = time.time() + 15
