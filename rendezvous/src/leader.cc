@@ -36,6 +36,7 @@ struct Leader::Conn {
   std::optional<std::uint32_t> index;  // set once admitted
   std::uint32_t generation = 0;        // the generation its hello asked for
   bool closed = false;
+  bool fresh = true;  // not read yet: the first read is tried at accept (see ReadFrom)
   // Control channel.
   FrameQueue outq;
   std::chrono::steady_clock::time_point last_rx = std::chrono::steady_clock::now();
@@ -142,7 +143,8 @@ boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t p
 // The backlog covers the whole gang arriving at once (PyTorch's TCPStore does
 // the same; a small backlog turns a burst of joins into SYN retransmits).
 int BacklogFor(std::uint32_t nnodes) {
-  return static_cast<int>(std::min<std::uint32_t>(nnodes + 64, 65535));
+  return static_cast<int>(std::min<std::size_t>(
+      std::max<std::size_t>(nnodes + 64, tunables::kMinListenBacklog), 65535));
 }
 
 // Whether `port` can be bound on every interface now (bound, then closed at
@@ -360,8 +362,7 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
 }
 
 void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
-  conn->socket.async_wait(
-      tcp::socket::wait_read, [self = shared_from_this(), conn](boost::system::error_code ec) {
+  auto on_ready = [self = shared_from_this(), conn](boost::system::error_code ec) {
         Impl& im = *self->impl_;
         if (conn->closed) return;
         std::size_t n = 0;
@@ -431,7 +432,16 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
           if (conn->closed) return;
         }
         self->ReadFrom(conn);
-      });
+      };
+  // A member's hello follows its connect at once, so it is usually there by the
+  // time the connection is accepted: read it then, and the member is admitted
+  // before any idle connection can push it out of the pending slots.
+  if (conn->fresh) {
+    conn->fresh = false;
+    on_ready({});
+    return;
+  }
+  conn->socket.async_wait(tcp::socket::wait_read, std::move(on_ready));
 }
 
 void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {

@@ -19,6 +19,7 @@ inline constexpr int kHeartbeatMisses = 3;               // intervals; silent th
 // ---- the leader's handshakes ----
 inline constexpr milliseconds kHandshakeTimeout{3000};   // ms; a member sends its hello (and proof) within one RTT of connecting; idle sockets must not hold a slot long
 inline constexpr std::size_t kMaxPendingHandshakes = 256;  // connections; raised to the gang's size by the agent; beyond it the oldest pending one is evicted, so idle sockets cannot lock members out
+inline constexpr std::size_t kMinListenBacklog = 4096;  // connections; at least this (or the gang + 64) may wait to be accepted: idle sockets must not fill the queue and drop members' SYNs (1 s, 3 s, 7 s retransmits); net.core.somaxconn caps it
 inline constexpr std::size_t kMaxBadConnectionLogsPerPeer = 1;  // lines per peer address per kBadConnectionLogWindow; the rest are counted, then summed up in one line
 inline constexpr milliseconds kBadConnectionLogWindow{10'000};  // ms; a scanner or a flood of random bytes costs one log line per peer per 10 s
 
