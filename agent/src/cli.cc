@@ -255,9 +255,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "is stopped as hung (exit 75); 0 = off (default)");
   AddFlag(app, f, "hang-start-timeout", &f.hang_start_timeout,
           "seconds until a worker's first heartbeat (model loading, compilation); default: "
-          "--hang-timeout");
+          "none (a worker that never touches the file is not watched)");
   AddFlag(app, f, "hang-signal", &f.hang_signal,
-          "signal sent to the workers when a hang is found, for stack dumps (default SIGUSR1)");
+          "signal sent, when a hang is found, to the worker processes that handle it, for "
+          "stack dumps (default SIGUSR1)");
   AddFlag(app, f, "termination-log", &f.termination_log,
           "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
           "writable)");

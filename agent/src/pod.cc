@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "resident.h"
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/gpu_setup.h"
+#include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
@@ -40,6 +43,9 @@ using exitcodes::Status;
 
 namespace {
 
+// A heartbeat file's mtime until its worker first touches it (seconds since
+// the epoch: 1970-01-01T00:00:01Z, a time no touch can produce).
+constexpr time_t kNeverTouched = 1;
 // A hang's diagnostics signal (stack dumps) gets this long before the stop.
 constexpr std::chrono::seconds kDiagnosticsDelay{2};
 // Start-up's code pages are given back this long after the first workers start.
@@ -247,6 +253,10 @@ class Pod {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);
         if (int fd = ::open(hb.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
             fd >= 0) {
+          // Its mtime starts at kNeverTouched: any touch, even one within the
+          // file system's coarse clock tick of this creation, moves it.
+          const timespec times[2] = {{0, UTIME_OMIT}, {kNeverTouched, 0}};
+          ::futimens(fd, times);
           ::close(fd);
           heartbeat_files_.push_back(hb);
           env.push_back("TRAINLET_HEARTBEAT_FILE=" + hb);
@@ -298,42 +308,52 @@ class Pod {
   // ---- Hang detection: heartbeat files' mtimes, polled on the loop ----
 
   void WatchHeartbeats() {
-    const auto steady = options_.hang_timeout;
-    const auto start = options_.hang_start_timeout.count() > 0 ? options_.hang_start_timeout
-                                                               : steady;
-    auto poll = std::clamp(std::min(steady, start) / 4, std::chrono::milliseconds(50),
-                           std::chrono::milliseconds(1000));
-    hang_timer_.expires_after(poll);
-    hang_timer_.async_wait([this, steady, start](boost::system::error_code ec) {
-      if (ec || own_result_ || hang_reason_ || supervisor_->stopping()) return;
+    if (!hang_policy_) {
+      hang_policy_.emplace(
+          HangOptions{.timeout = options_.hang_timeout,
+                      .start_timeout = options_.hang_start_timeout.count() > 0
+                                           ? std::optional(options_.hang_start_timeout)
+                                           : std::nullopt},
+          static_cast<int>(heartbeat_files_.size()));
+    }
+    hang_timer_.expires_after(hang_policy_->PollInterval());
+    hang_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+      if (ec || epoch != epoch_ || !supervisor_ || own_result_ || hang_reason_ ||
+          supervisor_->stopping()) {
+        return;
+      }
+      using std::chrono::duration_cast;
+      using std::chrono::milliseconds;
       auto now = std::filesystem::file_time_type::clock::now();
-      std::string hung;
+      timespec wall{};
+      ::clock_gettime(CLOCK_REALTIME, &wall);  // the clock file times are in
+      std::vector<HeartbeatSample> samples;
       for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
-        if (!supervisor_->running(static_cast<int>(lr))) continue;  // finished: not hung
-        std::error_code fec;
-        auto mtime = std::filesystem::last_write_time(heartbeat_files_[lr], fec);
-        if (fec) continue;
-        bool never = mtime <= heartbeat_started_;
-        auto since = now - (never ? heartbeat_started_ : mtime);
-        if (since > (never ? start : steady)) {
-          hung += (hung.empty() ? "" : ", ") + std::string("local rank ") + std::to_string(lr) +
-                  (never ? " never showed progress in " : " showed no progress for ") +
-                  fmt::format("{:.1f} s",
-                              std::chrono::duration<double>(never ? start : steady).count());
+        HeartbeatSample& s = samples.emplace_back();
+        s.running = supervisor_->running(static_cast<int>(lr));
+        struct stat st {};
+        if (::stat(heartbeat_files_[lr].c_str(), &st) != 0) {
+          s.running = false;  // the file is gone: nothing to judge it by
+        } else if (st.st_mtim.tv_sec != kNeverTouched) {
+          s.since_touch = milliseconds((wall.tv_sec - st.st_mtim.tv_sec) * 1000 +
+                                       (wall.tv_nsec - st.st_mtim.tv_nsec) / 1'000'000);
         }
       }
-      if (hung.empty()) {
+      HangCheck check =
+          hang_policy_->Check(duration_cast<milliseconds>(now - heartbeat_started_), samples);
+      if (!check.note.empty()) spdlog::info("hang detection: {}", check.note);
+      if (check.hung.empty()) {
         WatchHeartbeats();
         return;
       }
-      hang_reason_ = hung;
-      spdlog::error("hang: {}; sending {} for diagnostics, stopping in 2 s", hung,
+      hang_reason_ = check.hung;
+      spdlog::error("hang: {}; sending {} for diagnostics, stopping in 2 s", check.hung,
                     exitcodes::SignalName(options_.hang_signal));
-      supervisor_->OnSignal(options_.hang_signal);
-      GangFailure("hang: " + hung, exitcodes::FailureClass::kInfra, /*hang=*/true);
+      supervisor_->SendDiagnostics(options_.hang_signal);
+      GangFailure("hang: " + check.hung, exitcodes::FailureClass::kInfra, /*hang=*/true);
       hang_timer_.expires_after(kDiagnosticsDelay);
-      hang_timer_.async_wait([this](boost::system::error_code ec) {
-        if (!ec && supervisor_) supervisor_->StopForPeer();
+      hang_timer_.async_wait([this, epoch](boost::system::error_code ec) {
+        if (!ec && epoch == epoch_ && supervisor_) supervisor_->StopForPeer();
       });
     });
   }
@@ -486,9 +506,7 @@ class Pod {
           ReadErrorFileMessage(error_dir_ + "/error-" + std::to_string(f.local_rank) + ".json");
     }
     e.first_failure = w;
-    if (auto now = ReadOomKillCount(); now && oom_baseline_ && *now > *oom_baseline_) {
-      e.oom_kills = *now - *oom_baseline_;
-    }
+    oom_kills_at_failure_ = e.oom_kills = OomKillsSinceStart();
     return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
 
@@ -500,7 +518,7 @@ class Pod {
       supervisor_->StopForPeer();
       return;
     }
-    supervisor_->OnSignal(diagnostics_signal);
+    supervisor_->SendDiagnostics(diagnostics_signal);
     diag_timer_.expires_after(kDiagnosticsDelay);
     diag_timer_.async_wait([this](boost::system::error_code ec) {
       if (!ec && supervisor_) supervisor_->StopForPeer();
@@ -627,6 +645,8 @@ class Pod {
     RemoveErrorDir();
     error_dir_.clear();
     heartbeat_files_.clear();
+    hang_policy_.reset();
+    oom_kills_at_failure_.reset();
     hang_reason_.reset();
     own_result_.reset();
     peer_failure_.reset();
@@ -682,16 +702,25 @@ class Pod {
     e.stop_signal = r.stop_signal;
     e.collateral = r.collateral;
     if (r.first_failure && !e.peer_failure) e.gpu_fault = GpuFaultEvidence(options_.gpu);
-    if (auto now = ReadOomKillCount(); now && oom_baseline_ && *now > *oom_baseline_) {
-      e.oom_kills = *now - *oom_baseline_;
-    }
+    // Up to the first failure (what the processes stopped after it did is not
+    // its cause); for a run without one, up to now.
+    e.oom_kills = r.first_failure && oom_kills_at_failure_ ? *oom_kills_at_failure_
+                                                            : OomKillsSinceStart();
     Conclude(e);
+  }
+
+  // OOM kills the memory cgroup counted since the workers started (v2
+  // memory.events or v1 memory.oom_control; evidence.h).
+  std::uint64_t OomKillsSinceStart() const {
+    auto now = ReadOomKillCount();
+    return now && oom_baseline_ && *now > *oom_baseline_ ? *now - *oom_baseline_ : 0;
   }
 
   // Classifies, writes the termination message, logs the summary last, stops.
   void Conclude(const exitcodes::Evidence& e) {
     exitcodes::Verdict v = exitcodes::Classify(e, options_.codes, options_.markers);
     exit_code_ = v.code;
+    if (auto w = exitcodes::VerdictWarning(e, v); !w.empty()) spdlog::warn("{}", w);
     if (v.failure_class == exitcodes::FailureClass::kOk) {
       spdlog::info("exit 0: every worker finished ({:.1f} s)",
                    Ms(Clock::now() - started_) / 1000);
@@ -793,6 +822,7 @@ class Pod {
   std::vector<std::string> heartbeat_files_;  // by local rank
   WorkerLogDirs log_dirs_{options_.logs};      // --log-dir, --redirects, --tee
   std::filesystem::file_time_type heartbeat_started_;
+  std::optional<HangPolicy> hang_policy_;  // this generation's, made at the first watch
   std::optional<std::string> hang_reason_;
   Clock::time_point started_;
   std::unique_ptr<SignalSource> signals_;
@@ -806,6 +836,7 @@ class Pod {
   bool peer_terminated_ = false;          // the peer stop was a pod's SIGTERM/SIGINT
   std::optional<int> own_stop_signal_;    // this pod's first SIGTERM/SIGINT: no restart after it
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
+  std::optional<std::uint64_t> oom_kills_at_failure_;  // counted up to the first failure
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;
   // Gang state.
