@@ -146,6 +146,7 @@ class Pod {
       lo.run_id = id.job_id;
       lo.token = options_.token;
       lo.master_addr = options_.local_addr;  // --local-addr
+      lo.jax_port = options_.jax_port;
       if (options_.rdzv_read_timeout.count() > 0) lo.handshake_timeout = options_.rdzv_read_timeout;
       lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
@@ -247,7 +248,9 @@ class Pod {
                         .max_restarts = options_.max_restarts,
                         .role_name = id.role_name,
                         .role_rank_base = id.role_rank_base,
-                        .role_world_size = id.role_world_size};
+                        .role_world_size = id.role_world_size,
+                        .jax_port = a.jax_port,
+                        .gpu_count = options_.gpu_count};
       auto env = WorkerEnvironment(base_env, p);
       if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);

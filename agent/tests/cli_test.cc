@@ -119,6 +119,8 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"", "--role '' train.py", "--role='': a role needs a name"},
       {"", "--gang a=1 --role r train.py", "--role/PET_ROLE with --gang"},
       {"", "--rdzv-port 29500 train.py", "need two ports"},
+      {"", "--jax-port 29500 -- true", "JAX's coordinator needs a port of its own"},
+      {"", "--jax-port x -- true", "--jax-port/TRAINLET_JAX_PORT='x'"},
       {"", "--log-dir /dev/null/x -r 3 -- true", "--log-dir '/dev/null/x'"},
       // trainlet's own flags mean what they say on their own, or are refused.
       {"", "--preflight-timeout 5 -- true", "--preflight-timeout has no effect without --preflight"},
@@ -565,4 +567,14 @@ TEST(CliTest, NprocPerNodeCpu) {
   EXPECT_NE(r.out.find("lws=" + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN))),
             std::string::npos)
       << r.out;
+}
+
+// JAX on the same gang: the coordinator at MASTER_ADDR and the leader's JAX port.
+TEST(CliTest, WorkersGetJaxEnvironment) {
+  Outcome r = Trainlet("", "--nproc-per-node 2 --jax-port 29611 -- sh -c 'echo "
+                           "$JAX_COORDINATOR_ADDRESS/$JAX_NUM_PROCESSES/$JAX_PROCESS_ID'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: 127.0.0.1:29611/2/1"), std::string::npos) << r.out;
+  r = Trainlet("", "--jax-port 0 -- sh -c 'echo jax=${JAX_COORDINATOR_ADDRESS:-none}'");
+  EXPECT_NE(r.out.find("[rank0]: jax=none"), std::string::npos) << r.out;
 }
