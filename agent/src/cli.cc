@@ -349,8 +349,8 @@ exitcodes::Result<std::uint16_t> ParsePort(const std::string& what, const std::s
 exitcodes::Result<int> ParseSignal(const std::string& what, const std::string& v) {
   std::string name = v.starts_with("SIG") ? v.substr(3) : v;
   for (int s = 1; s < 32; ++s) {
-    const char* abbrev = sigabbrev_np(s);
-    if ((abbrev != nullptr && name == abbrev) || v == std::to_string(s)) {
+    // SignalName: "SIG" + sigabbrev_np(3), also where glibc predates it.
+    if (name == exitcodes::SignalName(s).substr(3) || v == std::to_string(s)) {
       if (s == SIGKILL || s == SIGSTOP) break;
       return s;
     }
