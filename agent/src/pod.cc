@@ -36,6 +36,7 @@
 #include "trainlet/rendezvous/launch.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
+#include "trainlet/rendezvous/name_check.h"
 
 namespace trainlet::agent {
 
@@ -155,10 +156,23 @@ class Pod {
       lo.deadline = round_started + options_.rdzv_timeout;
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
+      lo.max_generation = options_.max_restarts;
+      // Busy ports are retried, until a moment before the rendezvous deadline so
+      // the error names the port rather than "timed out".
+      lo.bind_deadline =
+          round_started + options_.rdzv_timeout - rendezvous::tunables::kBindRetryCap;
+      lo.check_master_port = true;  // a busy MASTER_PORT is infra, not rank 0's failure
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
       leader_->Start(hello, on_assignment);
+      if (id.nnodes > 1 && !name_check_) {  // the name members dial leads here? (name_check.h)
+        rendezvous::NameCheckOptions nc;
+        nc.name = id.leader_host;
+        auto check = rendezvous::LeaderNameCheck::Start(
+            io_.get_executor(), nc, [](const std::string& problem) { spdlog::warn("{}", problem); });
+        if (check.ok()) name_check_ = std::move(check).value();
+      }
       return Status::Ok();
     }
     rendezvous::MemberOptions mo;
@@ -189,6 +203,7 @@ class Pod {
     deadline_timer_.cancel();
     in_rendezvous_ = false;
     rendezvous_seconds_ = std::chrono::duration<double>(Clock::now() - round_started_).count();
+    if (name_check_ && result.ok()) name_check_->Cancel();  // the members found us
     if (!result.ok()) {
       Finish(result.status());
       return;
@@ -972,6 +987,7 @@ class Pod {
   std::unique_ptr<SignalSource> signals_;
   std::unique_ptr<HealthServer> health_;
   std::shared_ptr<rendezvous::Leader> leader_;
+  std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
   std::string error_dir_;

@@ -291,14 +291,23 @@ std::vector<std::uint8_t> Encode(const Message& message) {
 
 exitcodes::Status Decoder::Feed(std::span<const std::uint8_t> bytes) {
   if (failed_) return *failed_;
-  if (buffered() + bytes.size() > 2 * (kHeaderSize + kMaxPayload)) {
-    failed_ = WireError("peer sent more than " + std::to_string(2 * (kHeaderSize + kMaxPayload)) +
+  // Drop what Next() consumed before appending, so the buffer holds at most one
+  // partial frame plus the new bytes, whatever the frames' alignment in the
+  // stream (a frame split across reads leaves a partial one behind every time).
+  if (consumed_ > 0) {
+    buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(consumed_));
+    consumed_ = 0;
+  }
+  if (buffer_.size() + bytes.size() > kMaxBuffered) {
+    failed_ = WireError("peer sent more than " + std::to_string(kMaxBuffered) +
                         " bytes without a complete frame being consumed");
+    buffer_ = {};
     return *failed_;
   }
-  if (consumed_ > 0 && consumed_ == buffer_.size()) {
-    buffer_.clear();
-    consumed_ = 0;
+  // Grow to the bound at most, never by doubling past it.
+  if (buffer_.capacity() < buffer_.size() + bytes.size()) {
+    buffer_.reserve(std::min(kMaxBuffered, std::max(2 * buffer_.capacity(),
+                                                    buffer_.size() + bytes.size())));
   }
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
   return Status::Ok();

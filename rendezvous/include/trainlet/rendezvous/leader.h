@@ -38,9 +38,28 @@ struct LeaderOptions {
   std::string master_addr;
   std::uint16_t jax_port = 0;  // handed to every pod (Assignment::jax_port); 0 = none
   // A connection that has not sent a valid hello within this time is dropped.
-  std::chrono::milliseconds handshake_timeout{10'000};
-  // Connections allowed to be mid-handshake at once; beyond it new ones are closed.
-  std::size_t max_pending_handshakes = 256;
+  std::chrono::milliseconds handshake_timeout = tunables::kHandshakeTimeout;
+  // Connections allowed to be mid-handshake at once. A new connection beyond it
+  // evicts the oldest pending one, so connections that send nothing (however
+  // many, however often reopened) cannot keep a member out: a member's hello
+  // follows its connect within a round trip.
+  std::size_t max_pending_handshakes = tunables::kMaxPendingHandshakes;
+  // The highest generation a member may ask for (--max-restarts: no real pod
+  // ever runs a later one). A hello asking more is refused (field
+  // "generation"); see Start for who decides the generation.
+  std::uint32_t max_generation = 0;
+  // While the rendezvous port is in use (a leftover process still holds it),
+  // Listen's bind is retried with backoff (tunables kBindRetry*) until this
+  // time; the default (epoch) tries once.
+  std::chrono::steady_clock::time_point bind_deadline{};
+  // Check that master_port can be bound on this pod before any member is
+  // admitted (retried like a busy rendezvous port): a port held by another
+  // process fails the rendezvous as infra naming MASTER_PORT, instead of rank
+  // 0's trainer failing to bind it (a worker failure).
+  bool check_master_port = false;
+  // Admitted members waiting for the assignment get a heartbeat this often, so
+  // a member can tell a waiting leader from a frozen one (MemberOptions::reply_timeout).
+  std::chrono::milliseconds waiting_heartbeat = tunables::kHeartbeatInterval;
   // Shared token (auth.h); empty: no authentication. Then a member presenting
   // one is refused, as is a member without one when the leader has it.
   std::string token;
@@ -69,7 +88,11 @@ class Leader : public std::enable_shared_from_this<Leader> {
   // Binds `port` on every interface (IPv6 dual-stack "[::]" with IPV6_V6ONLY off,
   // or 0.0.0.0 where IPv6 is unavailable; SO_REUSEADDR) and listens with a backlog
   // sized to the gang. Port 0 picks a free port (see port()). Does not accept yet.
-  // Errors: class infra ("rendezvous port 29400 is in use: ...") when binding fails.
+  // A port in use (EADDRINUSE) with options.bind_deadline in the future is not an
+  // error yet: the bind is retried from Start() with backoff, and `done` gets
+  // class infra naming the port if it is still taken at the deadline.
+  // Errors: class infra ("cannot listen on rendezvous port 29400: ...") when
+  // binding fails otherwise.
   [[nodiscard]] static exitcodes::Result<std::shared_ptr<Leader>> Listen(
       boost::asio::any_io_executor executor, std::uint16_t port, LeaderOptions options);
   ~Leader();
@@ -79,12 +102,16 @@ class Leader : public std::enable_shared_from_this<Leader> {
 
   // Starts admitting members. `own` is the leader pod's hello (index 0), checked
   // like any other. `done` runs exactly once, on the executor:
-  //  - with the leader pod's own Assignment once every pod has been sent its own;
-  //    its generation is the highest any hello (own included) asked for;
-  //  - with class config when a member's launch configuration differs from the
-  //    leader's (the member is sent a Reject naming the field first);
-  //  - never for strangers, stale attempts or duplicate indices: those members
-  //    are refused (Reject with the reason, then closed) and the leader waits on.
+  //  - with the leader pod's own Assignment once every pod has been sent its own.
+  //    The generation is the leader's: own.generation. Only a fresh leader
+  //    (own.generation 0: a replaced leader pod, which cannot know the gang's
+  //    count) takes the highest generation its admitted members ask for, and
+  //    no hello may ask beyond options.max_generation;
+  //  - with class infra when the port stays in use until options.bind_deadline;
+  //  - never because of a member's hello: a member whose launch configuration
+  //    differs is refused (non-retriable Reject naming the field: that member
+  //    exits config), as are strangers, stale attempts and duplicate indices
+  //    (retriable); the leader keeps serving the others and waits on.
   // There is no deadline here: the caller bounds the whole rendezvous.
   void Start(wire::Hello own, Done done);
 
@@ -128,6 +155,9 @@ class Leader : public std::enable_shared_from_this<Leader> {
   struct Impl;
   Leader() = default;
   void AcceptNext();
+  void BindAndAccept();
+  void WaitingHeartbeat();
+  void Warn(const std::shared_ptr<Conn>& conn, const std::string& line);
   void OnAccept(std::shared_ptr<Conn> conn);
   void ReadFrom(std::shared_ptr<Conn> conn);
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);

@@ -162,8 +162,12 @@ std::vector<std::uint8_t> Encode(const Message& message);
 // failed (the connection should be closed): every later call returns that error.
 class Decoder {
  public:
-  // Appends bytes. Fails (class infra, "wire: ...") when more than one maximal
-  // frame is buffered without being consumed, i.e. the caller is not draining.
+  // Most bytes a Decoder ever holds: two maximal frames (one partial frame
+  // left from the last read plus one read of up to a frame).
+  static constexpr std::size_t kMaxBuffered = 2 * (kHeaderSize + kMaxPayload);
+  // Appends bytes, first dropping what Next() consumed. Fails (class infra,
+  // "wire: ...") when the unconsumed bytes would exceed kMaxBuffered, i.e. the
+  // caller is not draining or feeds more than a frame at once.
   [[nodiscard]] exitcodes::Status Feed(std::span<const std::uint8_t> bytes);
   // The next complete message, nullopt when more bytes are needed, or an error
   // naming what was wrong: bad magic, unsupported version, unknown type,
@@ -172,6 +176,9 @@ class Decoder {
   // Version announced by the last header seen (0 if none), for error replies.
   std::uint16_t peer_version() const { return peer_version_; }
   std::size_t buffered() const { return buffer_.size() - consumed_; }
+  // Bytes of memory the buffer holds (its capacity): never above kMaxBuffered,
+  // however long the stream (fuzz/fuzz_wire_stream.cc checks it).
+  std::size_t held() const { return buffer_.capacity(); }
 
  private:
   std::vector<std::uint8_t> buffer_;
