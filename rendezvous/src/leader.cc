@@ -391,7 +391,7 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
             conn->settled = true;
             std::uint32_t index = *conn->index;
             self->Drop(conn);
-            self->Deliver([self, index, why = "its connection closed (" + ec.message() + ")"] {
+            self->Deliver([self = self.get(), index, why = "its connection closed (" + ec.message() + ")"] {
               if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
             });
             return;
@@ -705,6 +705,9 @@ void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
   for (auto& event : early) event();
 }
 
+// Events run here or in StartChannel, both on a live Leader, so they capture a raw
+// `this`: a shared_ptr kept in early_events would keep a leader whose channel never
+// started alive forever (a cycle LeakSanitizer reports).
 void Leader::Deliver(std::function<void()> event) {
   if (impl_->channel) {
     event();
@@ -725,7 +728,7 @@ void Leader::Heartbeat() {
     if (!conn->settled && now - conn->last_rx > im.heartbeat * im.misses) {
       conn->settled = true;
       Drop(conn);
-      Deliver([self = shared_from_this(), index,
+      Deliver([self = this, index,
                why = "no heartbeat for " + std::to_string(im.heartbeat.count() * im.misses) +
                      " ms"] {
         if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
@@ -775,7 +778,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
       conn->settled = true;
       Drop(conn);
       if (!was_settled) {
-        Deliver([self = shared_from_this(), index] {
+        Deliver([self = this, index] {
           if (self->impl_->callbacks.on_lost) {
             self->impl_->callbacks.on_lost(index, "protocol error (a report for another index)");
           }
@@ -785,7 +788,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
     }
     if (conn->settled) return;  // one report per pod: the first one stands
     conn->settled = true;
-    Deliver([self = shared_from_this(), index = *conn->index, report = *r] {
+    Deliver([self = this, index = *conn->index, report = *r] {
       if (self->impl_->callbacks.on_report) self->impl_->callbacks.on_report(index, report);
     });
     return;
@@ -798,7 +801,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
   // Through Deliver: this may run before StartChannel (the member spoke in the
   // moment between its assignment and the leader's own), when no callback is set yet.
   if (!was_settled) {
-    Deliver([self = shared_from_this(), index] {
+    Deliver([self = this, index] {
       if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, "protocol error");
     });
   }
