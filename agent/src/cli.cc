@@ -21,6 +21,7 @@
 
 #include "file_util.h"
 #include "output.h"
+#include "trainlet/agent/build_info.h"
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/health.h"
@@ -305,7 +306,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       "starts the trainer with torchrun's environment, supervises it, and exits with a code\n"
       "the Job's podFailurePolicy understands (`trainlet exit-codes`).",
       "trainlet"};
-  app.set_version_flag("--version", std::string("trainlet ") + TRAINLET_VERSION);
+  app.set_version_flag("--version", std::string("trainlet ") + kVersion + " (commit " + kCommit + ")");
   app.footer(
       "Every flag is also TRAINLET_<FLAG> in the environment (e.g. TRAINLET_NNODES).\n"
       "Examples:\n"

@@ -46,6 +46,8 @@ TEST(CliTest, HelpAndVersion) {
   Outcome v = Trainlet("", "--version");
   EXPECT_EQ(v.code, 0);
   EXPECT_EQ(v.out.rfind("trainlet ", 0), 0u) << v.out;
+  // The release version (VERSION file) and the commit it was built from.
+  EXPECT_NE(v.out.find(TRAINLET_EXPECTED_VERSION " (commit "), std::string::npos) << v.out;
   Outcome e = Trainlet("", "exit-codes");
   EXPECT_EQ(e.code, 0);
   EXPECT_NE(e.out.find("143"), std::string::npos);

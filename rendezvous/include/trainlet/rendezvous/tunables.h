@@ -1,0 +1,36 @@
+// trainlet/rendezvous/tunables.h — every timing and size the gang runs on, in one place.
+//
+// One line each: name, value, unit, why. Code takes its defaults from here
+// (LeaderOptions, MemberOptions, Pod); tests may pass smaller values through
+// those options, never by editing this file. Header-only constants; thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+namespace trainlet::rendezvous::tunables {
+
+using std::chrono::milliseconds;
+
+// ---- control channel (leader <-> members, after and while waiting for the assignment) ----
+inline constexpr milliseconds kHeartbeatInterval{1000};  // ms; a frame each way per interval: cheap at 12,500 pods, a lost pod known in ~3 s
+inline constexpr int kHeartbeatMisses = 3;               // intervals; silent this long = lost (one lost packet plus a retransmit must not count)
+
+// ---- the leader's handshakes ----
+inline constexpr milliseconds kHandshakeTimeout{3000};   // ms; a member sends its hello (and proof) within one RTT of connecting; idle sockets must not hold a slot long
+inline constexpr std::size_t kMaxPendingHandshakes = 256;  // connections; raised to the gang's size by the agent; beyond it the oldest pending one is evicted, so idle sockets cannot lock members out
+inline constexpr std::size_t kMaxBadConnectionLogsPerPeer = 1;  // lines per peer address per kBadConnectionLogWindow; the rest are counted, then summed up in one line
+inline constexpr milliseconds kBadConnectionLogWindow{10'000};  // ms; a scanner or a flood of random bytes costs one log line per peer per 10 s
+
+// ---- the member's join ----
+inline constexpr milliseconds kConnectTimeout{3000};     // ms per address per attempt; a SYN retransmit (1 s) plus slack, then the next address
+inline constexpr milliseconds kReplyTimeout{kHeartbeatInterval * kHeartbeatMisses};  // ms; a leader that accepted but sent no frame (not even a heartbeat) for this long is frozen or stale: try the next address
+
+// ---- the leader's listening socket ----
+inline constexpr milliseconds kBindRetryInitial{100};    // ms; first wait after EADDRINUSE (a leftover process or TIME_WAIT usually lets go within seconds)
+inline constexpr milliseconds kBindRetryCap{1000};       // ms; longest wait between bind attempts, until the rendezvous deadline
+
+// ---- wire buffers ----
+inline constexpr std::size_t kMaxQueuedFrameBytes = 1 << 20;  // bytes queued for one peer that does not read; beyond it the connection is closed (a healthy peer drains in ms)
+
+}  // namespace trainlet::rendezvous::tunables
