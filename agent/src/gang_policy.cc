@@ -7,6 +7,10 @@ namespace trainlet::agent {
 using exitcodes::FailureClass;
 using Kind = Conclusion::Kind;
 
+namespace {
+std::string FirstWords(std::uint32_t index, FailureClass c, const std::string& reason);
+}  // namespace
+
 bool RestartableClass(FailureClass c) {
   return c == FailureClass::kWorker || c == FailureClass::kInfra || c == FailureClass::kOom ||
          c == FailureClass::kPeerFailed;
@@ -14,17 +18,26 @@ bool RestartableClass(FailureClass c) {
 
 // ---- What both roles share ----
 
-bool GangRole::CanRestart(FailureClass c) const {
+namespace {
+// "pod 2 failed first (pod 2: ...)", or "was stopped first" for a stop signal.
+std::string FirstWords(std::uint32_t index, FailureClass c, const std::string& reason) {
+  return "pod " + std::to_string(index) +
+         (c == FailureClass::kTerminated ? " was stopped first (" : " failed first (") + reason +
+         ")";
+}
+}  // namespace
+
+bool GangPolicyBase::CanRestart(FailureClass c) const {
   return !stop_signal_ && generation_ < config_.max_restarts && RestartableClass(c);
 }
 
-GangActions GangRole::Conclude(GangActions a, Conclusion c) {
+GangActions GangPolicyBase::Conclude(GangActions a, Conclusion c) {
   concluded_ = true;
   a.conclude = std::move(c);
   return a;
 }
 
-GangActions GangRole::ConcludeNow(GangActions a) {
+GangActions GangPolicyBase::ConcludeNow(GangActions a) {
   const Generation& g = gen_;
   auto terminated = [&] {
     return Conclusion{.kind = Kind::kTerminated,
@@ -57,14 +70,14 @@ GangActions GangRole::ConcludeNow(GangActions a) {
   return Conclude(std::move(a), {.kind = Kind::kOwn, .failure_class = FailureClass::kWorker});
 }
 
-GangActions GangRole::Restart(GangActions a) {
+GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
   gen_ = {};
   restarted_ = true;
   return a;
 }
 
-GangActions GangRole::OnCommon(const GangEvent& e, bool* handled) {
+GangActions GangPolicyBase::OnCommon(const GangEvent& e, bool* handled) {
   *handled = true;
   if (const auto* a = std::get_if<gang::Assigned>(&e)) {
     generation_ = a->generation;
@@ -133,7 +146,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   }
   if (index != config_.index) {
     if (!restart) {
-      gen_.peer = "pod " + std::to_string(index) + " failed first (" + reason + ")";
+      gen_.peer = FirstWords(index, c, reason);
       gen_.peer_terminated = c == FailureClass::kTerminated;
     }
     a.stop_workers = diag;
@@ -267,8 +280,8 @@ GangActions MemberPolicy::AfterOwnFailureDone() {
 GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   GangActions a;
   if (gen_.verdict || gen_.restarting) return a;
-  const std::string first = "pod " + std::to_string(s.failed_index) + " failed first (" +
-                            s.reason + ")";
+  const std::string first =
+      FirstWords(s.failed_index, static_cast<FailureClass>(s.failure_class), s.reason);
   if (s.restart && !stop_signal_) {
     gen_.restarting = true;
     a.log = "the leader restarts the gang in place (generation " +
@@ -282,7 +295,8 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
     // Another pod's failure came first: ours, if any, is collateral.
     gen_.peer = first;
     gen_.peer_terminated = s.failure_class == static_cast<std::uint16_t>(FailureClass::kTerminated);
-    a.log = "the leader stops the gang: " + first;
+    // A pod stopping on its own stop signal needs no word of the others'.
+    if (!stop_signal_) a.log = "the leader stops the gang: " + first;
     a.stop_workers = s.diagnostics_signal;
   }
   if (gen_.done) return ConcludeNow(std::move(a));
@@ -383,8 +397,8 @@ GangActions GangPolicy::On(const GangEvent& e) {
   return std::visit([&e](auto& r) { return r.On(e); }, role_);
 }
 
-const GangRole& GangPolicy::role() const {
-  return std::visit([](const auto& r) -> const GangRole& { return r; }, role_);
+const GangPolicyBase& GangPolicy::role() const {
+  return std::visit([](const auto& r) -> const GangPolicyBase& { return r; }, role_);
 }
 
 }  // namespace trainlet::agent

@@ -363,40 +363,54 @@ void Member::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
   im.heartbeat = heartbeat;
   im.misses = misses;
   im.last_rx = Clock::now();
-  ChannelRead();
+  // Posted: a Stop already buffered reaches on_stop after the caller's
+  // StartChannel returned, not from inside it.
+  asio::post(im.executor, [self = shared_from_this()] { self->ChannelRead(); });
   ChannelHeartbeat();
+}
+
+void Member::ChannelLost(const std::string& why) {
+  Impl& im = *impl_;
+  im.channel = false;
+  boost::system::error_code ignored;
+  im.op_timer.cancel();
+  im.socket.close(ignored);
+  if (!im.reported_ok && im.callbacks.on_lost) im.callbacks.on_lost(why);
+}
+
+bool Member::ChannelDrain() {
+  Impl& im = *impl_;
+  for (;;) {
+    auto next = im.decoder.Next();
+    if (!next.ok()) {
+      ChannelLost("the leader sent garbage: " + next.status().message());
+      return false;
+    }
+    if (!next->has_value()) return true;
+    im.last_rx = Clock::now();
+    if (const auto* stop = std::get_if<wire::Stop>(&**next)) {
+      if (im.callbacks.on_stop) im.callbacks.on_stop(*stop);
+      if (!im.channel) return false;
+    }
+  }
 }
 
 void Member::ChannelRead() {
   Impl& im = *impl_;
+  // What is already buffered first: a Stop that came in the same read as the
+  // Assignment must not wait for the leader's next frame.
+  if (!im.channel || !ChannelDrain()) return;
   im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this()](
                                                       boost::system::error_code ec, std::size_t n) {
     Impl& im = *self->impl_;
     if (!im.channel) return;
-    auto lost = [&](const std::string& why) {
-      im.channel = false;
-      boost::system::error_code ignored;
-      im.op_timer.cancel();
-      im.socket.close(ignored);
-      if (!im.reported_ok && im.callbacks.on_lost) im.callbacks.on_lost(why);
-    };
     if (ec) {
-      lost("the leader's connection closed (" + ec.message() + ")");
+      self->ChannelLost("the leader's connection closed (" + ec.message() + ")");
       return;
     }
-    Status fed = im.decoder.Feed(std::span(im.buf.data(), n));
-    for (;;) {
-      auto next = im.decoder.Next();
-      if (!fed.ok() || !next.ok()) {
-        lost("the leader sent garbage: " + (fed.ok() ? next.status() : fed).message());
-        return;
-      }
-      if (!next->has_value()) break;
-      im.last_rx = Clock::now();
-      if (const auto* stop = std::get_if<wire::Stop>(&**next)) {
-        if (im.callbacks.on_stop) im.callbacks.on_stop(*stop);
-        if (!im.channel) return;
-      }
+    if (Status fed = im.decoder.Feed(std::span(im.buf.data(), n)); !fed.ok()) {
+      self->ChannelLost("the leader sent garbage: " + fed.message());
+      return;
     }
     self->ChannelRead();
   });

@@ -145,9 +145,9 @@ struct Generation {
 };
 
 // What both roles share: the state that survives restarts, and the helpers.
-class GangRole {
+class GangPolicyBase {
  public:
-  explicit GangRole(GangConfig config) : config_(config) {}
+  explicit GangPolicyBase(GangConfig config) : config_(config) {}
   bool concluded() const { return concluded_; }
   std::uint32_t generation() const { return generation_; }
   std::optional<int> stop_signal() const { return stop_signal_; }
@@ -168,9 +168,9 @@ class GangRole {
   Generation gen_;
 };
 
-class LeaderPolicy : public GangRole {
+class LeaderPolicy : public GangPolicyBase {
  public:
-  using GangRole::GangRole;
+  using GangPolicyBase::GangPolicyBase;
   GangActions On(const GangEvent& e);
 
  private:
@@ -181,9 +181,9 @@ class LeaderPolicy : public GangRole {
   bool AllSettled() const { return gen_.settled.size() + 1 >= config_.nnodes; }
 };
 
-class MemberPolicy : public GangRole {
+class MemberPolicy : public GangPolicyBase {
  public:
-  using GangRole::GangRole;
+  using GangPolicyBase::GangPolicyBase;
   GangActions On(const GangEvent& e);
 
  private:
@@ -199,7 +199,7 @@ class GangPolicy {
  public:
   explicit GangPolicy(GangConfig config);
   GangActions On(const GangEvent& e);
-  const GangRole& role() const;
+  const GangPolicyBase& role() const;
   bool is_leader() const { return std::holds_alternative<LeaderPolicy>(role_); }
 
  private:

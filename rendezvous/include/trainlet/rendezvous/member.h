@@ -84,6 +84,8 @@ class Member : public std::enable_shared_from_this<Member> {
   void Retry(const std::string& state, const std::string& detail);
   void Finish(exitcodes::Result<wire::Assignment> result);
   void ChannelRead();
+  bool ChannelDrain();  // handles buffered frames; false once the channel ended
+  void ChannelLost(const std::string& why);
   void ChannelHeartbeat();
   void Send(std::vector<std::uint8_t> frame, std::function<void()> sent = {});
   std::unique_ptr<Impl> impl_;
