@@ -117,7 +117,10 @@ bool LeaderPolicy::GangSucceeded() const {
 GangActions LeaderPolicy::MaybeConclude(GangActions a) {
   if (!gen_.done) return a;
   if (gen_.first || AllSettled()) return ConcludeNow(std::move(a));
-  if (gen_.success) a.log = "workers finished; waiting for the other pods to finish";
+  if (gen_.success) {
+    a.log = "workers finished; waiting for the other pods to finish";
+    a.log_info = true;
+  }
   return a;
 }
 
@@ -141,6 +144,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   } else if (index == config_.index && AllSettled()) {
     // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
     a.log = "gang: " + reason + "; every other pod has finished";
+    a.log_info = true;
   } else {
     a.log = "gang: " + reason + "; stopping every pod";
   }
@@ -174,6 +178,7 @@ GangActions LeaderPolicy::On(const GangEvent& e) {
       GangActions a;
       a.log = "pod " + std::to_string(r->index) + " stopped after the gang succeeded (" +
               r->report.reason + "); not a failure";
+      a.log_info = true;
       return MaybeConclude(std::move(a));
     }
     return PodFailed(r->index, c, "pod " + std::to_string(r->index) + ": " + r->report.reason,
@@ -274,6 +279,7 @@ GangActions MemberPolicy::AfterOwnFailureDone() {
   // whose failure came first.
   a.arm_verdict_timer = true;
   a.log = "workers stopped; waiting for the leader's decision (restart or stop)";
+  a.log_info = true;
   return a;
 }
 

@@ -152,7 +152,7 @@ class Pod {
   }
 
   void Apply(const GangActions& a) {
-    if (!a.log.empty()) spdlog::warn("{}", a.log);
+    if (!a.log.empty()) spdlog::log(a.log_info ? spdlog::level::info : spdlog::level::warn, "{}", a.log);
     if (a.broadcast && leader_) leader_->BroadcastStop(*a.broadcast);
     if (a.report && member_) {
       if (a.report->ok) {
@@ -577,7 +577,6 @@ class Pod {
     phase_ms_[generation_ == 0 ? "run" : "run_generation_" + std::to_string(generation_)] =
         Ms(Clock::now() - workers_started_);
     own_result_ = r;
-    stall_watch_ = false;  // the channel may now be closed by the peers for good reasons
     Feed(gang::WorkersDone{!r.first_failure && !r.stop_signal && !r.peer_stop});
   }
 

@@ -109,7 +109,8 @@ struct GangActions {
   bool arm_verdict_timer = false;  // member: bound the wait for the leader's Stop
   bool restart = false;            // join the rendezvous again for the next generation
   std::optional<Conclusion> conclude;  // exit now
-  std::string log{};               // one line worth a warning, or ""
+  std::string log{};               // one line worth logging, or ""
+  bool log_info = false;           // ... at info (expected progress), not as a warning
   bool operator==(const GangActions&) const = default;
 };
 
