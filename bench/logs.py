@@ -59,12 +59,17 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
     direct = ["sh", "-c", direct_sh + " wait"]
     through = [binary, "--nproc-per-node", str(workers), "--log-level", "warn", "--", linegen,
                "write", str(per), str(LINE)]
-    res = {"direct": [], "trainlet": []}
-    cpu = {"direct": [], "trainlet": []}
-    checks = {"direct": [], "trainlet": []}
+    # torchrun's per-rank log files too (--tee 3 --log-dir, in the same tmpfs).
+    log_dir = os.path.join(directory, f"trainlet-bench-logdir-{os.getpid()}")
+    files = [binary, "--nproc-per-node", str(workers), "--log-level", "warn", "--tee", "3",
+             "--log-dir", log_dir, "--", linegen, "write", str(per), str(LINE)]
+    res = {"direct": [], "trainlet": [], "files": []}
+    cpu = {"direct": [], "trainlet": [], "files": []}
+    checks = {"direct": [], "trainlet": [], "files": []}
+    file_bytes = []
     try:
         for _ in range(runs):
-            for name, argv in (("direct", direct), ("trainlet", through)):
+            for name, argv in (("direct", direct), ("trainlet", through), ("files", files)):
                 dt, cpu_s = timed(argv, path, common.ENV)
                 res[name].append(per * workers / dt / 2**20)  # MiB/s
                 cpu[name].append(cpu_s)
@@ -72,9 +77,14 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
                 c["lost"] = expected - c["complete_lines_per_source"]
                 checks[name].append(c)
                 os.unlink(path)
+                if name == "files":  # every byte of every worker is in its stdout.log
+                    file_bytes.append(sum(os.path.getsize(os.path.join(d, f))
+                                          for d, _, fs in os.walk(log_dir) for f in fs))
+                    subprocess.run(["rm", "-rf", log_dir], check=True)
     finally:
         if os.path.exists(path):
             os.unlink(path)
+        subprocess.run(["rm", "-rf", log_dir], check=False)
     out = {"bytes": per * workers, "workers": workers,
            "direct_mib_s": common.stats(res["direct"]),
            "trainlet_mib_s": common.stats(res["trainlet"]),
@@ -86,11 +96,19 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
            "checks": checks}
     out["ratio_of_medians"] = out["trainlet_mib_s"]["median"] / out["direct_mib_s"]["median"]
     out["ratio"] = common.stats(out["paired_ratios"])["median"]
+    out["files_mib_s"] = common.stats(res["files"])
+    out["files_cpu_s"] = common.stats(cpu["files"])
+    # The cost of the files: --tee 3 --log-dir against plain forwarding, paired.
+    out["files_ratio"] = common.stats([f / t for t, f in zip(res["trainlet"], res["files"])])["median"]
+    out["files_complete"] = all(b == per * workers for b in file_bytes) and all(
+        c["ok"] and c["lost"] == 0 for c in checks["files"])
     log(f"logs: direct {out['direct_mib_s']['median']:.0f} MiB/s, trainlet "
         f"{out['trainlet_mib_s']['median']:.0f} MiB/s; paired ratio {out['ratio'] * 100:.0f} % "
         f"(of medians {out['ratio_of_medians'] * 100:.0f} %); CPU s "
         f"{out['direct_cpu_s']['median']:.2f} vs {out['trainlet_cpu_s']['median']:.2f}; "
-        f"complete: {out['all_complete']}")
+        f"complete: {out['all_complete']}; with --tee 3 --log-dir {out['files_mib_s']['median']:.0f} "
+        f"MiB/s = {out['files_ratio'] * 100:.0f} % of forwarding, files complete: "
+        f"{out['files_complete']}")
     return out
 
 

@@ -2,6 +2,9 @@
 
 #include <string.h>
 #include <malloc.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -28,6 +32,8 @@
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/local.h"
 #include "trainlet/agent/pod.h"
+#include "trainlet/agent/supervision_policy.h"
+#include "trainlet/agent/torchrun.h"
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/exitcodes/policy.h"
@@ -75,19 +81,125 @@ struct Flags {
   bool preflight = false, require_gpus = false;
   std::string preflight_timeout = "60", preflight_min_busbw = "0";
   std::string nccl_ids = "on", gpu_health = "on";
+  // torchrun's own flags (torch/distributed/run.py), with its defaults.
+  std::string rdzv_backend = "static", rdzv_endpoint, rdzv_id, rdzv_conf, role;
+  std::string monitor_interval = "0.1", start_method = "spawn", event_log_handler = "null";
+  std::string log_dir, redirects = "0", tee = "0", local_ranks_filter;
+  std::string local_addr, signals_to_handle, shutdown_timeout, logs_specs, numa_binding;
+  std::string python;
+  bool standalone = false, module = false, no_python = false, run_path = false;
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
+  // Flags whose PET_<FLAG> Given() reads (torchrun's argparse `env` action);
+  // identity.cc reads PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK and
+  // PET_MASTER_ADDR itself.
+  std::map<std::string, std::string> pet;
 };
+
+// torchrun spells each of its flags with dashes and with underscores.
+bool IsTorchrunFlag(const std::string& name) {
+  static const std::set<std::string> kNames = {
+      "nnodes", "nproc-per-node", "max-restarts", "node-rank", "master-addr", "master-port"};
+  return kNames.contains(name);
+}
+
+std::string EnvName(const std::string& prefix, const std::string& name) {
+  std::string env = prefix;
+  for (char c : name) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return env;
+}
+
+std::string Names(const std::string& name, const std::string& short_name = "") {
+  std::string names = (short_name.empty() ? "" : "-" + short_name + ",") + "--" + name;
+  if (name.find('-') != std::string::npos) {
+    std::string underscored = name;
+    std::replace(underscored.begin(), underscored.end(), '-', '_');
+    names += ",--" + underscored;
+  }
+  return names;
+}
 
 // Adds --<name> with TRAINLET_<NAME> as its environment variable.
 template <typename T>
 CLI::Option* AddFlag(CLI::App& app, Flags& f, const std::string& name, T* target,
                      const std::string& help) {
-  std::string env = "TRAINLET_";
-  for (char c : name) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
-  CLI::Option* o = app.add_option("--" + name, *target, help)->envname(env);
+  CLI::Option* o =
+      app.add_option(IsTorchrunFlag(name) ? Names(name) : "--" + name, *target, help)
+          ->envname(EnvName("TRAINLET_", name));
   f.opts[name] = o;
   return o;
+}
+
+// One of torchrun's flags: both spellings, TRAINLET_<FLAG>, and PET_<FLAG>
+// read by Given().
+CLI::Option* AddTorchrunFlag(CLI::App& app, Flags& f, const std::string& name,
+                             std::string* target, const std::string& help,
+                             const std::string& short_name = "") {
+  CLI::Option* o = app.add_option(Names(name, short_name), *target, help + " (torchrun's)")
+                       ->envname(EnvName("TRAINLET_", name));
+  f.opts[name] = o;
+  f.pet[name] = EnvName("PET_", name);
+  return o;
+}
+
+// torchrun's switches (its `check_env` action): PET_<FLAG>=1 sets them too.
+void AddTorchrunSwitch(CLI::App& app, Flags& f, const std::string& name, bool* target,
+                       const std::string& help, const std::string& short_name = "") {
+  f.opts[name] = app.add_flag(Names(name, short_name), *target, help + " (torchrun's)")
+                     ->envname(EnvName("TRAINLET_", name));
+  f.pet[name] = EnvName("PET_", name);
+}
+
+// How the first positional runs; in `local` too.
+void AddTrainerFlags(CLI::App& app, Flags& f) {
+  AddTorchrunSwitch(app, f, "module", &f.module,
+                    "the first argument is a Python module: python -u -m MODULE args", "m");
+  AddTorchrunSwitch(app, f, "no-python", &f.no_python,
+                    "the first argument is the program itself, not a Python script");
+  AddTorchrunSwitch(app, f, "run-path", &f.run_path,
+                    "run the script with runpy.run_path in python -u (wins over --no-python)");
+  AddFlag(app, f, "python", &f.python,
+          "the interpreter for script.py and -m (default: PYTHON_EXEC, as torchrun, else the "
+          "python3 on PATH)");
+}
+
+void AddTorchrunFlags(CLI::App& app, Flags& f) {
+  AddTorchrunSwitch(app, f, "standalone", &f.standalone,
+                    "a gang of this pod alone, on free loopback ports");
+  AddTorchrunFlag(app, f, "rdzv-backend", &f.rdzv_backend,
+                  "static, c10d, etcd, etcd-v2: all served by trainlet's own rendezvous");
+  AddTorchrunFlag(app, f, "rdzv-endpoint", &f.rdzv_endpoint,
+                  "HOST[:PORT]: the leader's address and rendezvous port (default port 29400)");
+  AddTorchrunFlag(app, f, "rdzv-id", &f.rdzv_id, "the job id (as --job-id)");
+  AddTorchrunFlag(app, f, "rdzv-conf", &f.rdzv_conf,
+                  "KEY=VALUE,...: join_timeout or timeout (as --rdzv-timeout), read_timeout "
+                  "(seconds a connecting pod has for its hello); other keys are refused");
+  AddTorchrunFlag(app, f, "role", &f.role, "ROLE_NAME of the workers (default 'default')");
+  AddTorchrunFlag(app, f, "monitor-interval", &f.monitor_interval,
+                  "accepted: trainlet reaps workers on SIGCHLD, it does not poll");
+  AddTorchrunFlag(app, f, "start-method", &f.start_method,
+                  "spawn|fork|forkserver, accepted: every worker is a fresh process");
+  AddTorchrunFlag(app, f, "event-log-handler", &f.event_log_handler, "only 'null'");
+  AddTorchrunFlag(app, f, "log-dir", &f.log_dir,
+                  "keep each worker's output in <dir>/<run-id>_<suffix>/attempt_<restart>/"
+                  "<local-rank>/{stdout,stderr}.log (with --redirects / --tee)");
+  AddTorchrunFlag(app, f, "redirects", &f.redirects,
+                  "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local "
+                  "rank as 0:1,1:2",
+                  "r");
+  AddTorchrunFlag(app, f, "tee", &f.tee, "streams to files and the console (as --redirects)",
+                  "t");
+  AddTorchrunFlag(app, f, "local-ranks-filter", &f.local_ranks_filter,
+                  "0,1,...: only these local ranks' output reaches the console (files keep all)");
+  AddTorchrunFlag(app, f, "local-addr", &f.local_addr,
+                  "on the leader (index 0): the address every trainer gets as MASTER_ADDR");
+  AddTorchrunFlag(app, f, "signals-to-handle", &f.signals_to_handle,
+                  "signals forwarded to the workers: trainlet always forwards SIGTERM, SIGINT, "
+                  "SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2; others are refused");
+  AddTorchrunFlag(app, f, "shutdown-timeout", &f.shutdown_timeout,
+                  "as --grace-period; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  AddTorchrunFlag(app, f, "logs-specs", &f.logs_specs, "refused: no Python plugins");
+  AddTorchrunFlag(app, f, "numa-binding", &f.numa_binding, "refused: no NUMA binding");
 }
 
 void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
@@ -149,7 +261,9 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "termination-log", &f.termination_log,
           "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
           "writable)");
+  AddTrainerFlags(app, f);
   if (local) return;
+  AddTorchrunFlags(app, f);
   AddFlag(app, f, "node-rank", &f.node_rank,
           "this pod's completion index; else JOB_COMPLETION_INDEX, PET_NODE_RANK, or the "
           "--podinfo-file annotation");
@@ -188,10 +302,35 @@ std::optional<std::string> Given(const Flags& f, const std::string& name,
                                  const std::map<std::string, std::string>& env,
                                  const std::string* value, const char* pet = nullptr) {
   if (f.opts.at(name)->count() > 0) return *value;
+  if (pet == nullptr && f.pet.contains(name)) pet = f.pet.at(name).c_str();
   if (pet != nullptr) {
     if (auto it = env.find(pet); it != env.end()) return it->second;
   }
   return std::nullopt;
+}
+
+// The name to put in a message about a flag's value: where it came from.
+std::string Source(const Flags& f, const std::string& name,
+                   const std::map<std::string, std::string>& env) {
+  if (f.opts.at(name)->count() == 0 && f.pet.contains(name) && env.contains(f.pet.at(name))) {
+    return f.pet.at(name);
+  }
+  return "--" + name;
+}
+
+// A torchrun switch: the flag, TRAINLET_<FLAG>, else PET_<FLAG> as torchrun
+// reads it (bool(int(value))).
+exitcodes::Result<bool> GivenSwitch(const Flags& f, const std::string& name,
+                                    const std::map<std::string, std::string>& env, bool value) {
+  if (f.opts.at(name)->count() > 0) return value;
+  auto it = env.find(f.pet.at(name));
+  if (it == env.end()) return false;
+  auto n = ParseCount(it->first, it->second, 1'000'000);
+  if (!n.ok()) {
+    return exitcodes::Status::Config(it->first + "='" + it->second +
+                                     "' is not an integer (0 off, 1 on), as torchrun reads it");
+  }
+  return *n != 0;
 }
 
 exitcodes::Result<std::uint16_t> ParsePort(const std::string& what, const std::string& v) {
@@ -286,6 +425,145 @@ void PrintExitCodes() {
   }
 }
 
+// A currently free TCP port on loopback (the kernel's choice), for --standalone.
+std::uint16_t FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  std::uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// torchrun's flags, validated, in trainlet's terms.
+struct TorchrunSettings {
+  bool standalone = false;
+  std::optional<Endpoint> endpoint;  // --rdzv-endpoint
+  bool endpoint_port_given = false;
+  std::optional<std::string> job_id, role;
+  std::optional<std::chrono::milliseconds> join_timeout;
+  std::chrono::milliseconds read_timeout{0};
+  std::string local_addr;
+  WorkerLogOptions logs;
+};
+
+exitcodes::Status ReadTorchrunFlags(const Flags& f, const std::map<std::string, std::string>& env,
+                                    TorchrunSettings* out) {
+  using exitcodes::Status;
+  auto value = [&](const char* name, const std::string& v) {
+    return Given(f, name, env, &v).value_or(v);
+  };
+  auto refuse = [&](const char* name, const std::string& v, const std::string& why) {
+    return Status::Config(Source(f, name, env) + "='" + v + "': " + why);
+  };
+  auto standalone = GivenSwitch(f, "standalone", env, f.standalone);
+  if (!standalone.ok()) return standalone.status();
+  out->standalone = *standalone;
+  const std::string backend = value("rdzv-backend", f.rdzv_backend);
+  if (backend != "static" && backend != "c10d" && backend != "etcd" && backend != "etcd-v2") {
+    return refuse("rdzv-backend", backend, "not a rendezvous backend trainlet stands in for "
+                  "(static, c10d, etcd, etcd-v2)");
+  }
+  spdlog::debug("--rdzv-backend {}: trainlet's own rendezvous serves it", backend);
+  const std::string start = value("start-method", f.start_method);
+  if (start != "spawn" && start != "fork" && start != "forkserver") {
+    return refuse("start-method", start, "not one of spawn, fork, forkserver");
+  }
+  if (auto r = ParseRate(Source(f, "monitor-interval", env), value("monitor-interval",
+                                                                   f.monitor_interval));
+      !r.ok()) {
+    return r.status();
+  }
+  if (const auto h = value("event-log-handler", f.event_log_handler); h != "null") {
+    return refuse("event-log-handler", h, "trainlet has no event log handlers (only 'null')");
+  }
+  if (auto v = Given(f, "logs-specs", env, &f.logs_specs)) {
+    return refuse("logs-specs", *v, "a torchrun.logs_specs plugin is Python; trainlet writes "
+                  "torchrun's default layout (--log-dir, --redirects, --tee)");
+  }
+  if (auto v = Given(f, "numa-binding", env, &f.numa_binding)) {
+    return refuse("numa-binding", *v, "trainlet does no NUMA binding (bind in the trainer, or "
+                  "run numactl: --no-python numactl ... python3 train.py)");
+  }
+  if (auto v = Given(f, "signals-to-handle", env, &f.signals_to_handle)) {
+    std::stringstream list(*v);
+    for (std::string item; std::getline(list, item, ',');) {
+      auto sig = ParseSignal(Source(f, "signals-to-handle", env), item);
+      if (!sig.ok() || !SupervisionPolicy::IsForwarded(*sig) || *sig == SIGWINCH) {
+        return refuse("signals-to-handle", *v, "'" + item + "' is not one of the signals "
+                      "trainlet forwards (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2; "
+                      "it always forwards all of them)");
+      }
+    }
+  }
+  if (auto v = Given(f, "rdzv-endpoint", env, &f.rdzv_endpoint); v && !v->empty()) {
+    auto e = ParseEndpoint(Source(f, "rdzv-endpoint", env), *v, 29400);
+    if (!e.ok()) return e.status();
+    out->endpoint = *e;
+    out->endpoint_port_given = v->back() != ']' && v->find(':') != std::string::npos;
+  }
+  if (auto v = Given(f, "rdzv-id", env, &f.rdzv_id); v && *v != "none") out->job_id = *v;
+  if (auto v = Given(f, "rdzv-conf", env, &f.rdzv_conf)) {
+    auto conf = ParseRdzvConf(Source(f, "rdzv-conf", env), *v);
+    if (!conf.ok()) return conf.status();
+    if (conf->join_timeout) {
+      auto t = ParseSeconds(Source(f, "rdzv-conf", env) + " join_timeout", *conf->join_timeout);
+      if (!t.ok()) return t.status();
+      out->join_timeout = *t;
+    }
+    if (conf->read_timeout) {
+      auto t = ParseSeconds(Source(f, "rdzv-conf", env) + " read_timeout", *conf->read_timeout);
+      if (!t.ok()) return t.status();
+      out->read_timeout = *t;
+    }
+  }
+  if (auto v = Given(f, "role", env, &f.role)) {
+    if (v->empty()) return refuse("role", *v, "a role needs a name");
+    out->role = *v;
+  }
+  if (auto v = Given(f, "local-addr", env, &f.local_addr)) out->local_addr = *v;
+  // Log files (worker_logs.h).
+  out->logs.log_dir = Given(f, "log-dir", env, &f.log_dir).value_or("");
+  auto redirects = ParseStd(Source(f, "redirects", env), value("redirects", f.redirects));
+  if (!redirects.ok()) return redirects.status();
+  auto tee = ParseStd(Source(f, "tee", env), value("tee", f.tee));
+  if (!tee.ok()) return tee.status();
+  auto filter = ParseLocalRanksFilter(Source(f, "local-ranks-filter", env),
+                                      value("local-ranks-filter", f.local_ranks_filter));
+  if (!filter.ok()) return filter.status();
+  out->logs.redirects = *redirects;
+  out->logs.tee = *tee;
+  out->logs.local_ranks_filter = *filter;
+  if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+    out->logs.prefix_template = it->second;
+  }
+  return Status::Ok();
+}
+
+// What each option of `app` is, for SplitAtTrainer.
+std::function<OptionKind(std::string_view)> KindsOf(const CLI::App& app) {
+  return [&app](std::string_view name) {
+    const CLI::Option* o = app.get_option_no_throw(std::string(name));
+    if (o == nullptr) return OptionKind::kUnknown;
+    return o->get_items_expected_max() == 0 ? OptionKind::kFlag : OptionKind::kValue;
+  };
+}
+
+std::vector<std::string> OptionNames(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+    for (const auto& n : o->get_snames()) names.push_back("-" + n);
+  }
+  return names;
+}
+
 std::string SelfExe() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -315,21 +593,45 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       "  trainlet exit-codes");
   Flags flags, local_flags;
   AddAgentFlags(app, flags, false);
-  app.add_option("command", flags.command, "the trainer command, after --");
 
   CLI::App* local = app.add_subcommand(
       "local", "run a whole gang on this machine: N agents over loopback, same code paths");
-  // Its flags are the agent's again, declared only when `local` is on the
-  // command line: CLI11 spends as long declaring ~50 options as the rest of an
-  // agent's start-up (bench/HISTORY.md: launch overhead).
-  bool local_requested = false;
-  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
-    local_requested = local_requested || std::string_view(argv[i]) == "local";
-  }
+  // The trainer's command line starts at the first positional argument (or
+  // after --): nothing from there on is the launcher's (README "Coming from
+  // torchrun"). A subcommand is a first positional that names one.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  SplitArgs split = SplitAtTrainer(args, KindsOf(app));
+  const std::string first = split.trainer.empty() || split.dash_dash ? "" : split.trainer[0];
+  const bool local_requested = first == "local";
+  const bool other_subcommand =
+      first == "exit-codes" || first == "probe" || first == "policy" || first == "preflight";
+  SplitArgs local_split;
   if (local_requested) {
+    // Its flags are the agent's again, declared only when `local` is asked
+    // for: CLI11 spends as long declaring ~50 options as the rest of an
+    // agent's start-up (bench/HISTORY.md: launch overhead).
     AddAgentFlags(*local, local_flags, true);
-    local->add_option("command", local_flags.command, "the trainer command, after --");
+    local_split = SplitAtTrainer({split.trainer.begin() + 1, split.trainer.end()}, KindsOf(*local));
   }
+  const std::string& unknown = local_requested ? local_split.unknown : split.unknown;
+  if (!unknown.empty() && !other_subcommand) {
+    std::string near = NearestOption(unknown, OptionNames(local_requested ? *local : app));
+    return ConfigError("unknown option '" + unknown + "'" +
+                       (near.empty() ? "" : " (did you mean " + near + "?)") +
+                       "; the trainer's own options go after its script or after --");
+  }
+  std::vector<std::string> cli_args = {argv[0]};
+  if (other_subcommand) {
+    cli_args.insert(cli_args.end(), args.begin(), args.end());
+  } else {
+    cli_args.insert(cli_args.end(), split.launcher.begin(), split.launcher.end());
+    if (local_requested) {
+      cli_args.push_back("local");
+      cli_args.insert(cli_args.end(), local_split.launcher.begin(), local_split.launcher.end());
+    }
+  }
+  std::vector<char*> cli_argv;
+  for (auto& a : cli_args) cli_argv.push_back(a.data());
   CLI::App* exit_codes = app.add_subcommand("exit-codes", "print the exit-code contract");
   // Internal: the agent's short-lived GPU preflight child (gpu/preflight.h).
   CLI::App* preflight_child = app.add_subcommand("preflight", "")->group("");
@@ -358,7 +660,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       ->delimiter(',');
 
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(cli_argv.size()), cli_argv.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -415,10 +717,45 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   };
   exitcodes::MarkerTable markers = exitcodes::MarkerTable::Defaults();
   if (auto s = markers.Add(f.markers); !s.ok()) return config_error(s.message());
-  if (f.command.empty()) {
-    return config_error("no trainer command: give it after --, e.g. trainlet -- python3 train.py");
+  // The trainer's argv, torchrun's way (torchrun.h TrainerArgv).
+  TrainerMode mode;
+  for (auto [name, value, slot] : {std::tuple{"module", f.module, &mode.module},
+                                   std::tuple{"no-python", f.no_python, &mode.no_python},
+                                   std::tuple{"run-path", f.run_path, &mode.run_path}}) {
+    auto on = GivenSwitch(f, name, env, value);
+    if (!on.ok()) return config_error(on.status().message());
+    *slot = *on;
   }
-  auto grace = ParseSeconds("--grace-period", f.grace_period);
+  if (f.opts.at("python")->count() > 0) {
+    mode.python = f.python;
+  } else if (env.contains("PYTHON_EXEC")) {
+    mode.python = env.at("PYTHON_EXEC");
+  }
+  auto command = TrainerArgv(is_local ? local_split : split, mode);
+  if (!command.ok()) return config_error(command.status().message());
+  f.command = *command;
+  // A flag means what it says on its own, or is refused.
+  for (auto [flag, needs, on] :
+       {std::tuple{"preflight-timeout", "--preflight", f.preflight},
+        std::tuple{"preflight-min-busbw", "--preflight", f.preflight},
+        std::tuple{"hang-start-timeout", "--hang-timeout", f.hang_timeout != "0"},
+        std::tuple{"hang-signal", "--hang-timeout", f.hang_timeout != "0"}}) {
+    if (f.opts.at(flag)->count() > 0 && !on) {
+      return config_error("--" + std::string(flag) + " has no effect without " + needs);
+    }
+  }
+  // The grace period: --grace-period, else torchrun's --shutdown-timeout /
+  // PET_SHUTDOWN_TIMEOUT, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT (torch >= 2.11).
+  std::string grace_what = "--grace-period", grace_value = f.grace_period;
+  if (f.opts.at("grace-period")->count() == 0 && !is_local) {
+    if (auto v = Given(f, "shutdown-timeout", env, &f.shutdown_timeout)) {
+      grace_what = Source(f, "shutdown-timeout", env), grace_value = *v;
+    } else if (env.contains("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+      grace_what = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+      grace_value = env.at(grace_what);
+    }
+  }
+  auto grace = ParseSeconds(grace_what, grace_value);
   if (!grace.ok()) return config_error(grace.status().message());
   auto rdzv_timeout = ParseSeconds("--rdzv-timeout", f.rdzv_timeout);
   if (!rdzv_timeout.ok()) return config_error(rdzv_timeout.status().message());
@@ -467,7 +804,12 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       is_local ? (f.nproc_per_node.empty() ? std::nullopt : std::optional(f.nproc_per_node))
                : Given(f, "nproc-per-node", env, &f.nproc_per_node, "PET_NPROC_PER_NODE");
   std::optional<std::string> resolved_nproc;
-  if ((nproc_value && gpu::NeedsDiscovery(*nproc_value)) || f.preflight) {
+  if (nproc_value && *nproc_value == "cpu") {
+    // torchrun: os.cpu_count(), the CPUs online.
+    resolved_nproc = std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+    if (is_local) f.nproc_per_node = *resolved_nproc;
+  }
+  if ((nproc_value && gpu::NeedsDiscovery(*nproc_value)) || f.preflight || f.require_gpus) {
     for (const char* var : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}) {
       auto it = env.find(var);
       auto v = gpu::ParseVisibleDevices(var, it == env.end() ? std::nullopt : std::optional(it->second));
@@ -479,6 +821,11 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       list += (list.empty() ? "" : ", ") + std::to_string(g.index) + " " + g.uuid + " " + g.pci_bus_id;
     }
     spdlog::info("GPUs: {}{}", d.detail, list.empty() ? "" : " (" + list + ")");
+    if (f.require_gpus && !f.preflight && d.gpus.empty()) {
+      return StartupError(exitcodes::FailureClass::kHardware,
+                          "--require-gpus: no usable GPU on this pod: " + d.detail, codes,
+                          f.termination_log, index_hint);
+    }
     if (nproc_value && gpu::NeedsDiscovery(*nproc_value)) {
       auto n = gpu::ResolveWorkersPerPod("--nproc-per-node", *nproc_value, d);
       if (!n.ok()) return config_error(n.status().message());
@@ -525,18 +872,24 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       lo.pass_through.insert(lo.pass_through.end(), {"--token-file", f.token_file});
     }
     lo.pass_through.insert(lo.pass_through.end(),
-                           {"--max-restarts", std::to_string(*max_restarts),
-                            "--hang-timeout", f.hang_timeout, "--hang-start-timeout",
-                            f.hang_start_timeout, "--hang-signal", f.hang_signal});
-    lo.pass_through.insert(lo.pass_through.end(),
-                           {"--preflight-timeout", f.preflight_timeout, "--preflight-min-busbw",
-                            f.preflight_min_busbw, "--nccl-ids", f.nccl_ids, "--gpu-health",
+                           {"--max-restarts", std::to_string(*max_restarts), "--hang-timeout",
+                            f.hang_timeout, "--nccl-ids", f.nccl_ids, "--gpu-health",
                             f.gpu_health});
+    // Only what was given: these are refused without the flag they refine.
+    for (const char* name : {"hang-start-timeout", "hang-signal", "preflight-timeout",
+                             "preflight-min-busbw"}) {
+      if (f.opts.at(name)->count() > 0) {
+        lo.pass_through.insert(lo.pass_through.end(),
+                               {"--" + std::string(name), f.opts.at(name)->as<std::string>()});
+      }
+    }
     if (f.preflight) lo.pass_through.push_back("--preflight");
     if (f.require_gpus) lo.pass_through.push_back("--require-gpus");
     return RunLocal(lo);
   }
 
+  TorchrunSettings tr;
+  if (auto st = ReadTorchrunFlags(f, env, &tr); !st.ok()) return config_error(st.message());
   IdentityInputs in;
   in.node_rank = Given(f, "node-rank", env, &f.node_rank);
   in.nnodes = Given(f, "nnodes", env, &f.nnodes);
@@ -554,8 +907,25 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   in.hostname = u.nodename;
   in.etc_hosts = ReadFile("/etc/hosts").value_or("");
   in.read_file = ReadFile;
+  if (tr.endpoint && !in.master_addr) in.master_addr = tr.endpoint->host;
+  if (tr.job_id && !in.job_id) in.job_id = tr.job_id;
+  if (tr.standalone) {
+    // torchrun --standalone: this pod is the whole gang.
+    if (in.nnodes && *in.nnodes != "1" && *in.nnodes != "1:1") {
+      return config_error("--standalone runs a gang of one pod, but --nnodes/PET_NNODES is '" +
+                          *in.nnodes + "'");
+    }
+    in.nnodes = "1", in.node_rank = "0", in.master_addr = std::nullopt, in.gang = std::nullopt;
+    in.env.erase("PET_MASTER_ADDR"), in.env.erase("MASTER_ADDR");
+  }
   auto identity = ResolveIdentity(in);
   if (!identity.ok()) return config_error(identity.status().message());
+  if (tr.role) {
+    if (!identity->gang.empty()) {
+      return config_error("--role/PET_ROLE with --gang: the roles are the gang's replicated Jobs");
+    }
+    identity->role_name = *tr.role;
+  }
 
   PodOptions po;
   po.identity = *identity;
@@ -570,7 +940,34 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   if (!master_port.ok()) return config_error(master_port.status().message());
   po.rdzv_port = *rdzv_port;
   po.master_port = *master_port;
+  const bool rdzv_port_given = f.opts.at("rdzv-port")->count() > 0;
+  if (tr.endpoint && !rdzv_port_given) po.rdzv_port = tr.endpoint->port;
+  if (tr.standalone) {
+    po.rdzv_port = FreeLoopbackPort();
+    if (Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT") == std::nullopt) {
+      po.master_port = FreeLoopbackPort();
+    }
+    if (po.rdzv_port == 0 || po.master_port == 0) {
+      return StartupError(exitcodes::FailureClass::kInfra, "--standalone: no free loopback port",
+                          codes, f.termination_log, index_hint);
+    }
+  } else if (po.master_port == po.rdzv_port) {
+    // torchrun's static rendezvous shares MASTER_PORT with its store (Kubeflow
+    // Trainer sets PET_MASTER_PORT=29400); trainlet's rendezvous needs its own.
+    if (rdzv_port_given || (tr.endpoint && tr.endpoint->port == po.master_port &&
+                            tr.endpoint_port_given)) {
+      return config_error("the rendezvous port (--rdzv-port/--rdzv-endpoint) and MASTER_PORT "
+                          "are both " + std::to_string(po.master_port) +
+                          ": trainlet's rendezvous and the trainers' store need two ports");
+    }
+    po.rdzv_port = static_cast<std::uint16_t>(po.master_port == 65535 ? 65534 : po.master_port + 1);
+    spdlog::info("MASTER_PORT is {}: the rendezvous uses port {}", po.master_port, po.rdzv_port);
+  }
+  po.logs = tr.logs;
+  po.local_addr = tr.local_addr;
+  po.rdzv_read_timeout = tr.read_timeout;
   po.rdzv_timeout = *rdzv_timeout;
+  if (tr.join_timeout && f.opts.at("rdzv-timeout")->count() == 0) po.rdzv_timeout = *tr.join_timeout;
   po.grace = *grace;
   po.env = env;
   po.codes = codes;

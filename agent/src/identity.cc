@@ -1,5 +1,7 @@
 #include "trainlet/agent/identity.h"
 
+#include "trainlet/agent/torchrun.h"
+
 #include <charconv>
 #include <sstream>
 #include <vector>
@@ -356,9 +358,9 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   }
   if (nnodes) {
     if (nnodes->value.find(':') != std::string::npos) {
-      return Status::Config(nnodes->source + "=" + Quote(nnodes->value) +
-                            ": elastic MIN:MAX ranges are not supported; give the number of pods "
-                            "(the Job's completions)");
+      auto n = ParseNnodes(nnodes->source, nnodes->value);  // torchrun's N:N
+      if (!n.ok()) return n.status();
+      nnodes->value = *n;
     }
     auto n = ParseCount(nnodes->source, nnodes->value, kMaxPods);
     if (!n.ok()) return n.status();

@@ -41,37 +41,6 @@ using Clock = std::chrono::steady_clock;
 using exitcodes::Result;
 using exitcodes::Status;
 
-std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
-                                           const WorkerPlacement& p) {
-  std::map<std::string, std::string> env = base;
-  const std::uint32_t rank = p.rank_base + p.local_rank;
-  auto set = [&env](const std::string& k, const std::string& v) { env[k] = v; };
-  set("RANK", std::to_string(rank));
-  set("LOCAL_RANK", std::to_string(p.local_rank));
-  set("WORLD_SIZE", std::to_string(p.world_size));
-  set("LOCAL_WORLD_SIZE", std::to_string(p.nproc_per_node));
-  set("GROUP_RANK", std::to_string(p.group_rank));
-  set("GROUP_WORLD_SIZE", std::to_string(p.nnodes));
-  set("ROLE_NAME", p.role_name);
-  set("ROLE_RANK", std::to_string(rank - std::min(rank, p.role_rank_base)));
-  set("ROLE_WORLD_SIZE",
-      std::to_string(p.role_world_size == 0 ? p.world_size : p.role_world_size));
-  set("MASTER_ADDR", p.master_addr);
-  set("MASTER_PORT", std::to_string(p.master_port));
-  set("TORCHELASTIC_RUN_ID", p.run_id);
-  set("TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count));
-  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(p.max_restarts));
-  // The trainers' rank 0 hosts the store itself (init_process_group env://).
-  set("TORCHELASTIC_USE_AGENT_STORE", "False");
-  if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);
-  // torchrun's default: several workers per pod would otherwise oversubscribe.
-  if (p.nproc_per_node > 1 && !env.contains("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
-  return out;
-}
-
 namespace {
 
 namespace tun = rendezvous::tunables;
@@ -252,6 +221,8 @@ class Pod {
       lo.master_port = options_.master_port;
       lo.run_id = id.job_id;
       lo.token = options_.token;
+      lo.master_addr = options_.local_addr;  // --local-addr
+      if (options_.rdzv_read_timeout.count() > 0) lo.handshake_timeout = options_.rdzv_read_timeout;
       lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
@@ -351,6 +322,15 @@ class Pod {
                                     const std::map<std::string, std::string>& base_env) {
     const PodIdentity& id = options_.identity;
     const std::string& error_dir = error_dir_;  // made before the rendezvous
+    auto streams = log_dirs_.ForAttempt(a.run_id, a.generation, id.nproc_per_node, a.rank_base,
+                                        id.role_name);
+    if (!streams.ok()) {
+      Finish(streams.status());
+      return;
+    }
+    if (generation_ == 0 && !log_dirs_.run_dir().empty()) {
+      spdlog::info("worker logs in {}", log_dirs_.run_dir());
+    }
     std::vector<WorkerSpec> specs;
     for (std::uint32_t lr = 0; lr < id.nproc_per_node; ++lr) {
       WorkerPlacement p{.local_rank = lr,
@@ -380,8 +360,10 @@ class Pod {
           env.push_back("TRAINLET_HEARTBEAT_FILE=" + hb);
         }
       }
-      specs.push_back({options_.command, std::move(env),
-                       "[rank" + std::to_string(a.rank_base + lr) + "]: "});
+      WorkerStreams& ws = (*streams)[lr];
+      specs.push_back({options_.command, std::move(env), std::move(ws.prefix),
+                       std::move(ws.stdout_file), std::move(ws.stderr_file), ws.stdout_console,
+                       ws.stderr_console});
     }
     return specs;
   }
@@ -755,6 +737,7 @@ class Pod {
   asio::steady_timer verdict_timer_;  // member: bounded wait for the leader's Stop
   asio::steady_timer stall_timer_;    // ticks while the channel runs: the own-stall clock
   std::vector<std::string> heartbeat_files_;  // by local rank
+  WorkerLogDirs log_dirs_{options_.logs};      // --log-dir, --redirects, --tee
   std::filesystem::file_time_type heartbeat_started_;
   std::optional<std::string> hang_reason_;
   Clock::time_point started_;

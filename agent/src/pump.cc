@@ -189,10 +189,23 @@ OutputPump::OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t 
   }
 }
 
+void OutputPump::WriteFile(std::string_view data) {
+  while (!data.empty()) {
+    ssize_t w = ::write(file_fd_, data.data(), data.size());
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {  // ENOSPC, EIO, ...: the file stops here, the console goes on
+      ::close(file_fd_);
+      file_fd_ = -1;
+      return;
+    }
+    data.remove_prefix(static_cast<std::size_t>(w));
+  }
+}
+
 OutputPump::~OutputPump() {
   Stop();
   if (thread_.joinable()) thread_.join();
-  for (int fd : {read_fd_, wake_fd_, private_fd_, turn_fd_}) {
+  for (int fd : {read_fd_, wake_fd_, private_fd_, turn_fd_, file_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -252,7 +265,8 @@ OutputPump::Read OutputPump::ReadSome() {
         if (tail_.size() > 2 * tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
         tail_lock.unlock();
       }
-      lines_.Feed(data);
+      if (file_fd_ >= 0) WriteFile(data);
+      if (out_fd_ >= 0) lines_.Feed(data);
       full_.store(lines_.output().size() >= kMaxAhead, std::memory_order_release);
       return Read::kData;
     }

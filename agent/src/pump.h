@@ -121,6 +121,10 @@ class OutputPump {
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
 
+  // Also writes every byte read, as read (no prefix), to `fd` (owned; a log
+  // file, worker_logs.h), before the console gets it. out_fd < 0: no console.
+  // Call before Start().
+  void SetFile(int fd) { file_fd_ = fd; }
   // Starts the thread. Once the stream has reached EOF (every writer closed it)
   // and everything read has been written, or once Stop() made it give up,
   // `on_close` is posted to `executor` (never called on the pump's thread).
@@ -145,6 +149,8 @@ class OutputPump {
   // One non-blocking read of the worker's pipe, fed to the prefixer (and the
   // tail); at EOF or a read error, finishes the stream (eof_).
   Read ReadSome();
+  // Writes `data` to file_fd_ in full; on an error the file is closed and dropped.
+  void WriteFile(std::string_view data);
   // Writes the output read so far (a batch) in this pump's turn. more_input:
   // the last read returned data, so if another pump has the turn, returns at
   // once to read on (up to kMaxAhead). While it waits for the turn or for
@@ -165,6 +171,7 @@ class OutputPump {
 
   int read_fd_;
   int out_fd_;
+  int file_fd_ = -1;  // SetFile()
   LinePrefixer lines_;
   std::size_t tail_limit_;
   int wake_fd_ = -1;      // eventfd, readable after Stop()

@@ -403,9 +403,15 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     im.workers.push_back({pid, static_cast<int>(rank)});
     if (im.options.capture_output) {
       for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
-        im.pumps.push_back(std::make_unique<OutputPump>(
-            fd, target, spec.prefix, target == STDERR_FILENO ? kTailBytes : 0));
-        if (target == STDERR_FILENO) im.stderr_pumps.push_back(im.pumps.back().get());
+        const bool is_err = target == STDERR_FILENO;
+        const bool console = is_err ? spec.stderr_console : spec.stdout_console;
+        im.pumps.push_back(std::make_unique<OutputPump>(fd, console ? target : -1, spec.prefix,
+                                                        is_err ? kTailBytes : 0));
+        if (const std::string& file = is_err ? spec.stderr_file : spec.stdout_file; !file.empty()) {
+          im.pumps.back()->SetFile(
+              ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+        }
+        if (is_err) im.stderr_pumps.push_back(im.pumps.back().get());
       }
       for (auto it = im.pumps.end() - 2; it != im.pumps.end(); ++it) {
         try {

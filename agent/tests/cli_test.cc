@@ -1,12 +1,15 @@
 // Runs the built binary: bad or missing input gets one clear line and exit 78
 // within a second, before any network traffic; --help and --version work.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -59,6 +62,7 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
   };
   const std::vector<Row> rows = {
       {"", "", "no trainer command"},
+      {"", "--nnodes 1", "no trainer command"},
       {"", "--no-such-flag -- true", "--no-such-flag"},
       {"JOB_COMPLETION_INDEX=1", "-- true", "number of pods is missing"},
       {"JOB_COMPLETION_INDEX=03 PET_NNODES=4", "-- true", "JOB_COMPLETION_INDEX='03'"},
@@ -77,6 +81,41 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"", "--token-file /dev/null -- true", "'/dev/null' is empty"},
       {"", "--log-level loud -- true", "--log-level='loud'"},
       {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
+      // torchrun's command line: what trainlet cannot honour is refused by name.
+      {"", "--epochs 3 train.py", "unknown option '--epochs'"},
+      {"", "--nproc-per-nodes 2 train.py", "did you mean --nproc-per-node?"},
+      {"", "python3 train.py", "'python3' is not a Python script"},
+      {"", "./run.sh", "--no-python"},
+      {"", "--no-python -m pkg.mod", "cannot be used together"},
+      {"", "--nnodes 2:4 train.py", "MIN:MAX range with MIN < MAX is not supported"},
+      {"PET_NNODES=1:3", "train.py", "PET_NNODES='1:3'"},
+      {"", "--rdzv-backend zookeeper train.py", "--rdzv-backend='zookeeper'"},
+      {"PET_RDZV_BACKEND=x", "train.py", "PET_RDZV_BACKEND='x'"},
+      {"", "--rdzv-conf is_host=1 train.py", "'is_host' has no equivalent"},
+      {"", "--rdzv-conf join_timeout=soon train.py", "join_timeout='soon'"},
+      {"", "--rdzv-endpoint host:0 train.py", "'0' is not a port"},
+      {"", "--start-method thread train.py", "--start-method='thread'"},
+      {"", "--monitor-interval x train.py", "--monitor-interval='x'"},
+      {"", "--event-log-handler console train.py", "--event-log-handler='console'"},
+      {"", "--logs-specs mine train.py", "--logs-specs='mine'"},
+      {"", "--numa_binding node train.py", "--numa-binding='node'"},
+      {"", "--signals-to-handle SIGTERM,SIGALRM train.py", "'SIGALRM' is not one of the signals"},
+      {"", "--redirects 5 train.py", "--redirects='5'"},
+      {"", "-t 0:9 train.py", "--tee='0:9'"},
+      {"", "--local-ranks-filter 0,x train.py", "--local-ranks-filter='0,x'"},
+      {"PET_STANDALONE=yes", "train.py", "PET_STANDALONE='yes' is not an integer"},
+      {"", "--standalone --nnodes 2 train.py", "--standalone runs a gang of one pod"},
+      {"", "--shutdown-timeout x train.py", "--shutdown-timeout='x'"},
+      {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=-1", "train.py", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT='-1'"},
+      {"", "--role '' train.py", "--role='': a role needs a name"},
+      {"", "--gang a=1 --role r train.py", "--role/PET_ROLE with --gang"},
+      {"", "--rdzv-port 29500 train.py", "need two ports"},
+      {"", "--log-dir /dev/null/x -r 3 -- true", "--log-dir '/dev/null/x'"},
+      // trainlet's own flags mean what they say on their own, or are refused.
+      {"", "--preflight-timeout 5 -- true", "--preflight-timeout has no effect without --preflight"},
+      {"", "--preflight-min-busbw 5 -- true", "without --preflight"},
+      {"", "--hang-start-timeout 5 -- true", "--hang-start-timeout has no effect without"},
+      {"TRAINLET_HANG_SIGNAL=SIGQUIT", "-- true", "--hang-signal has no effect without"},
   };
   for (const Row& r : rows) {
     Outcome run = Trainlet(r.env, r.args);
@@ -255,9 +294,12 @@ TEST(CliTest, GpuFlagsAndTheirEnvironment) {
       {nogpu, "--nproc-per-node gpu -- true", 78,
        "--nproc-per-node='gpu' but no GPU is visible: no CUDA driver"},
       {nogpu + " TRAINLET_NPROC_PER_NODE=gpu", "-- true", 78, "but no GPU is visible"},
-      {nogpu, "--nproc-per-node auto -- sh -c 'echo workers=$LOCAL_WORLD_SIZE'", 0, "workers=1"},
-      {nogpu, "--preflight-timeout abc -- true", 78, "--preflight-timeout='abc'"},
-      {nogpu + " TRAINLET_PREFLIGHT_MIN_BUSBW=-1", "-- true", 78, "--preflight-min-busbw='-1'"},
+      // torchrun: auto without an accelerator is os.cpu_count().
+      {nogpu, "--nproc-per-node auto -- sh -c 'echo workers=$LOCAL_WORLD_SIZE'", 0,
+       "workers=" + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN))},
+      {nogpu, "--preflight --preflight-timeout abc -- true", 78, "--preflight-timeout='abc'"},
+      {nogpu + " TRAINLET_PREFLIGHT=1 TRAINLET_PREFLIGHT_MIN_BUSBW=-1", "-- true", 78,
+       "--preflight-min-busbw='-1'"},
       {nogpu + " TRAINLET_NCCL_IDS=maybe", "-- true", 78, "nccl-ids"},
       {nogpu + " CUDA_VISIBLE_DEVICES=0,,1", "--nproc-per-node gpu -- true", 78,
        "CUDA_VISIBLE_DEVICES='0,,1' has an empty entry"},
@@ -276,3 +318,136 @@ TEST(CliTest, GpuFlagsAndTheirEnvironment) {
 }
 
 }  // namespace
+
+namespace {
+// A file's content ("" when missing).
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+}  // namespace
+
+// Nothing after the first positional is the launcher's: a trainer flag that
+// shares a name with a trainlet flag reaches the trainer.
+TEST(CliTest, ParsingStopsAtTheTrainerCommand) {
+  Outcome r = Trainlet("", "--nproc_per_node 1 sh -c 'echo args:$*' sh --log-level debug "
+                           "--nnodes 9 2>&1");
+  EXPECT_EQ(r.code, 78) << r.out;  // a bare program is not a script: refused, not guessed
+  r = Trainlet("", "--nproc_per_node 1 --no-python sh -c 'echo args:$*' sh --log-level debug "
+                   "--nnodes 9");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank0]: args:--log-level debug --nnodes 9"), std::string::npos) << r.out;
+  r = Trainlet("", "-- sh -c 'echo args:$*' sh --grace-period 1");
+  EXPECT_NE(r.out.find("[rank0]: args:--grace-period 1"), std::string::npos) << r.out;
+}
+
+// script.py runs as `python -u script.py args` with PYTHON_EXEC (torchrun's),
+// -m as `python -u -m`, --run-path through runpy; --python names the interpreter.
+TEST(CliTest, ScriptModuleAndRunPathRunWithPython) {
+  const std::string dir = "/tmp/cli-test-py-" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/fakepy") << "#!/bin/sh\necho \"py:$*\"\n";
+  ::chmod((dir + "/fakepy").c_str(), 0755);
+  Outcome r = Trainlet("PYTHON_EXEC=" + dir + "/fakepy", "train.py --epochs 3");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank0]: py:-u train.py --epochs 3"), std::string::npos) << r.out;
+  r = Trainlet("", "--python " + dir + "/fakepy -m pkg.mod --x 1");
+  EXPECT_NE(r.out.find("[rank0]: py:-u -m pkg.mod --x 1"), std::string::npos) << r.out;
+  r = Trainlet("PET_MODULE=1 TRAINLET_PYTHON=" + dir + "/fakepy", "pkg.mod");
+  EXPECT_NE(r.out.find("[rank0]: py:-u -m pkg.mod"), std::string::npos) << r.out;
+  r = Trainlet("PET_NO_PYTHON=1", "sh -c 'echo direct'");
+  EXPECT_NE(r.out.find("[rank0]: direct"), std::string::npos) << r.out;
+  std::ofstream(dir + "/t.py") << "import sys\nprint('argv', sys.argv)\n";
+  r = Trainlet("", "--python /usr/bin/python3 --run-path --no-python " + dir + "/t.py a b");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank0]: argv ['" + dir + "/t.py', 'a', 'b']"), std::string::npos)
+      << r.out;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(CliTest, TorchrunFlagsInBothSpellingsAndPetVariables) {
+  const char* show = " --no-python sh -c 'echo $ROLE_NAME/$TORCHELASTIC_RUN_ID/$WORLD_SIZE/"
+                     "$TORCH_NCCL_ASYNC_ERROR_HANDLING/$NCCL_ASYNC_ERROR_HANDLING'";
+  Outcome r = Trainlet("", std::string("--nproc_per_node 2 --role trainer --rdzv_id job7 "
+                                       "--max_restarts 0 --monitor_interval 1 --start_method fork "
+                                       "--rdzv_backend c10d --nnodes 1:1") + show);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: trainer/job7/2/1/1"), std::string::npos) << r.out;
+  r = Trainlet("PET_ROLE=w PET_RDZV_ID=j PET_NPROC_PER_NODE=2 NCCL_ASYNC_ERROR_HANDLING=0",
+               show);
+  EXPECT_NE(r.out.find("[rank1]: w/j/2/0/0"), std::string::npos) << r.out;
+  r = Trainlet("TORCH_NCCL_ASYNC_ERROR_HANDLING=3 NCCL_ASYNC_ERROR_HANDLING=2", show);
+  EXPECT_NE(r.out.find("[rank0]: default/"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/1/3/2"), std::string::npos) << r.out;  // never replaced
+}
+
+// --standalone: a gang of one on free ports, whatever the environment says.
+TEST(CliTest, StandaloneIsAGangOfOne) {
+  Outcome r = Trainlet("JOB_COMPLETION_INDEX=3 PET_STANDALONE=1",
+                       "--nproc-per-node 2 -- sh -c 'echo $RANK/$WORLD_SIZE/$MASTER_ADDR/"
+                       "$MASTER_PORT'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: 1/2/127.0.0.1/"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("/29500"), std::string::npos) << r.out;  // a free port instead
+}
+
+// Per-rank log files in torchrun's layout; --tee also on the console,
+// --redirects only in the file; --local-ranks-filter keeps ranks off the
+// console but not out of their files.
+TEST(CliTest, LogFilesInTorchrunsLayout) {
+  const std::string dir = "/tmp/cli-test-logs-" + std::to_string(::getpid());
+  Outcome r = Trainlet("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='<${role_name}:${rank}> '",
+                       "--nproc-per-node 2 --rdzv-id run9 --log-dir " + dir +
+                           " --redirects 0:1 --tee 1:3 --local-ranks-filter 1 --no-python "
+                           "sh -c 'echo out$LOCAL_RANK; echo err$LOCAL_RANK >&2'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("out0"), std::string::npos) << r.out;  // redirected
+  EXPECT_EQ(r.out.find("err0"), std::string::npos) << r.out;  // filtered out
+  EXPECT_NE(r.out.find("<default:1> out1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("<default:1> err1"), std::string::npos) << r.out;
+  FILE* ls = ::popen(("ls -d " + dir + "/run9_*/attempt_0").c_str(), "r");
+  char buf[4096] = {};
+  std::string attempt(std::fgets(buf, sizeof buf, ls) ? buf : "");
+  ::pclose(ls);
+  ASSERT_FALSE(attempt.empty()) << r.out;
+  attempt.pop_back();
+  EXPECT_EQ(Slurp(attempt + "/0/stdout.log"), "out0\n");
+  EXPECT_FALSE(std::ifstream(attempt + "/0/stderr.log").good());
+  EXPECT_EQ(Slurp(attempt + "/1/stdout.log"), "out1\n");
+  EXPECT_EQ(Slurp(attempt + "/1/stderr.log"), "err1\n");
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// The files hold what a worker wrote before the grace period's SIGKILL.
+TEST(CliTest, LogFilesAreCompleteAfterSigkillEscalation) {
+  const std::string dir = "/tmp/cli-test-kill-" + std::to_string(::getpid());
+  Outcome r = Trainlet("", "--grace-period 0.3 --log-dir " + dir + " --rdzv-id k -r 3 "
+                           "--no-python sh -c 'trap \"\" TERM; echo started; "
+                           "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done; "
+                           "kill -TERM $PPID; sleep 30'");
+  EXPECT_NE(r.code, 0) << r.out;
+  FILE* f = ::popen(("cat " + dir + "/k_*/attempt_0/0/stdout.log | tail -1").c_str(), "r");
+  char buf[256] = {};
+  std::string last(std::fgets(buf, sizeof buf, f) ? buf : "");
+  ::pclose(f);
+  EXPECT_EQ(last, "line1999\n") << r.out;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A flag means what it says on its own: --require-gpus without --preflight
+// on a pod without a GPU is a hardware failure, not a silent success.
+TEST(CliTest, RequireGpusOnItsOwn) {
+  Outcome r = Trainlet("TRAINLET_LIBCUDA=/nonexistent/libcuda.so.1", "--require-gpus -- true");
+  EXPECT_EQ(r.code, 74) << r.out;
+  EXPECT_NE(r.out.find("--require-gpus: no usable GPU"), std::string::npos) << r.out;
+}
+
+// --nproc-per-node cpu (and auto without a GPU): one worker per online CPU.
+TEST(CliTest, NprocPerNodeCpu) {
+  Outcome r = Trainlet("TRAINLET_LIBCUDA=/nonexistent/libcuda.so.1",
+                       "--nproc-per-node cpu -- sh -c 'echo lws=$LOCAL_WORLD_SIZE'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("lws=" + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN))),
+            std::string::npos)
+      << r.out;
+}

@@ -1,5 +1,9 @@
 #include "trainlet/gpu/devices.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "child.h"
 
 #include <dlfcn.h>
@@ -266,7 +270,8 @@ Result<std::string> ResolveWorkersPerPod(const std::string& source, const std::s
   if (discovery.available && !discovery.gpus.empty()) {
     return std::to_string(discovery.gpus.size());
   }
-  if (value == "auto") return std::string("1");
+  // torchrun: os.cpu_count() without an accelerator.
+  if (value == "auto") return std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   return Status::Config(source + "='gpu' but no GPU is visible: " + discovery.detail);
 }
 

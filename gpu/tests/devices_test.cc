@@ -1,3 +1,4 @@
+#include <unistd.h>
 #include "trainlet/gpu/devices.h"
 
 #include <gtest/gtest.h>
@@ -109,7 +110,7 @@ TEST(WorkersPerPodTest, Table) {
     std::optional<std::string> want;  // nullopt: a config error
   };
   const std::vector<Row> rows = {
-      {"auto", &two, "2"}, {"gpu", &two, "2"}, {"auto", &none, "1"},
+      {"auto", &two, "2"}, {"gpu", &two, "2"}, {"auto", &none, std::to_string(::sysconf(_SC_NPROCESSORS_ONLN))},
       {"gpu", &none, std::nullopt}, {"4", &none, "4"}, {"x", &two, "x"},
   };
   for (const Row& r : rows) {

@@ -488,9 +488,11 @@ void Leader::MaybeAssign() {
     boost::system::error_code ec;
     auto local = conn->socket.local_endpoint(ec);
     if (ec) continue;
-    targets.emplace_back(conn, AddressForPeers(local.address()));
+    targets.emplace_back(conn, im.options.master_addr.empty() ? AddressForPeers(local.address())
+                                                               : im.options.master_addr);
     if (own_addr == "127.0.0.1" && !local.address().is_loopback()) own_addr = targets.back().second;
   }
+  if (!im.options.master_addr.empty()) own_addr = im.options.master_addr;
   // Fresh NCCL ids for this round, the same for every pod (gpu/nccl.h; C26).
   std::pair<std::uint32_t, std::vector<std::string>> nccl;
   if (im.options.make_nccl_ids) {

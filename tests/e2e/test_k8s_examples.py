@@ -41,6 +41,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import tempfile
 import unittest
 
 from harness import BIN, REPO
@@ -172,16 +173,36 @@ def workloads(manifest):
             for j, rjob in enumerate(obj["spec"].get("replicatedJobs") or []):
                 yield Workload(manifest, i, ("spec", "replicatedJobs", j, "template", "spec"),
                                jobset=obj, rjob=rjob)
+        elif obj.get("kind") in TRAINER_RUNTIMES:
+            spec = obj["spec"]["template"]["spec"]
+            for j, rjob in enumerate(spec.get("replicatedJobs") or []):
+                w = Workload(manifest, i, ("spec", "template", "spec", "replicatedJobs", j,
+                                           "template", "spec"), rjob=rjob)
+                w.indexed, w.runtime = True, obj  # JobSet's Jobs are Indexed
+                yield w
+
+
+# Kubeflow Trainer v2's runtimes: with mlPolicy.torch, Trainer injects torchrun's PET_*
+# variables (PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT).
+TRAINER_RUNTIMES = ("ClusterTrainingRuntime", "TrainingRuntime")
+
+
+def injects_pet(w):
+    runtime = getattr(w, "runtime", None)
+    return runtime is not None and "torch" in (runtime["spec"].get("mlPolicy") or {})
 
 
 def parse_flags(flags):
     """{--name: [values]} from trainlet's flags (every option takes values)."""
     out, name = {}, None
     for tok in flags:
-        if tok.startswith("--"):
+        if tok.startswith("-"):
             name, eq, value = tok.partition("=")
             out.setdefault(name, [])
-            if eq:
+            if name in SWITCHES:
+                out[name].append("1")
+                name = None
+            elif eq:
                 out[name].append(value)
                 name = None
         elif name is None:
@@ -189,6 +210,28 @@ def parse_flags(flags):
         else:
             out[name].append(tok)
     return out
+
+
+# trainlet's options that take no value (every other one takes exactly one).
+SWITCHES = {"--preflight", "--require-gpus", "--standalone", "-m", "--module", "--no-python",
+            "--no_python", "--run-path", "--run_path"}
+
+
+def split_trainlet(argv):
+    """(launcher tokens, trainer argv): the trainer starts at the first positional or after --."""
+    i = 1
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return argv[1:i], argv[i + 1:]
+        if not tok.startswith("-"):
+            break
+        i += 1 if ("=" in tok or tok in SWITCHES) else 2
+    return argv[1:i], argv[i:]
+
+
+def launcher_flags(argv):
+    return parse_flags(split_trainlet(argv)[0])
 
 
 def setting(flags, env, flag, *env_names):
@@ -273,23 +316,73 @@ class K8sExamplesTest(unittest.TestCase):
                 for c, argv in w.trainlet_containers():
                     seen += 1
                     with self.subTest(f"{w.where} container {c['name']}"):
-                        self.assertIn("--", argv, "trainlet needs `--` before the trainer command")
-                        cut = argv.index("--")
-                        trainer = argv[cut + 1:]
-                        self.assertTrue(trainer, "no trainer command after --")
+                        launcher, trainer = split_trainlet(argv)
+                        self.assertTrue(trainer, "no trainer command (a script, or after --)")
                         self.assertFalse(trainer[0].startswith("-"), f"trainer command {trainer}")
-                        flags = parse_flags(argv[1:cut])
+                        if "--" not in argv[:len(launcher) + 2]:
+                            # Without --, the first positional is torchrun's training_script.
+                            self.assertTrue(trainer[0].endswith(".py") or
+                                            SWITCHES & set(launcher), f"{trainer[0]} is no script")
+                        flags = parse_flags(launcher)
                         if known is not None:
                             self.assertEqual(set(flags) - known, set(), "flags trainlet lacks")
                         self.assertEqual(c.get("terminationMessagePolicy"), "FallbackToLogsOnError")
         self.assertGreater(seen, 0, "no trainlet container in any manifest")
+
+    def test_kubeflow_runtimes(self):
+        """A Trainer runtime's trainlet gets torchrun's PET_* from mlPolicy.torch, in the
+        `node` container Trainer injects them into; each TrainJob names a runtime of the
+        file; run with the variables Trainer injects, the TrainJob's command line runs
+        `python -u SCRIPT ARGS` with torchrun's environment (the real binary)."""
+        runtimes = {}
+        for m in self.manifests:
+            for w in workloads(m):
+                if getattr(w, "runtime", None) is None:
+                    continue
+                for c, argv in w.trainlet_containers():
+                    with self.subTest(f"{w.where} container {c['name']}"):
+                        self.assertTrue(injects_pet(w), "mlPolicy.torch makes Trainer set PET_*")
+                        self.assertEqual(c["name"], "node", "Trainer injects PET_* into `node`")
+                        runtimes[w.runtime["metadata"]["name"]] = argv
+            for obj in m.docs:
+                if obj.get("kind") != "TrainJob":
+                    continue
+                with self.subTest(f"{m.name}: TrainJob {obj['metadata']['name']}"):
+                    ref = obj["spec"]["runtimeRef"]["name"]
+                    self.assertIn(ref, runtimes, "runtimeRef names no runtime of the file")
+                    argv = obj["spec"].get("trainer", {}).get("command") or runtimes[ref]
+                    if have_binary():
+                        self.runs_with_trainer_env(argv)
+        if any(os.path.basename(p) == "kubeflow-trainjob.yaml" for p in MANIFESTS):
+            self.assertTrue(runtimes)
+
+    def runs_with_trainer_env(self, argv):
+        tmp = tempfile.mkdtemp(prefix="k8s-trainer-")
+        try:
+            py = os.path.join(tmp, "python")
+            with open(py, "w") as f:
+                f.write('#!/bin/sh\necho "argv:$*|$WORLD_SIZE|$MASTER_ADDR|$MASTER_PORT|$RANK"\n')
+            os.chmod(py, 0o755)
+            launcher, trainer = split_trainlet(argv)
+            launcher = [os.path.join(tmp, "logs") if a.startswith("/var/log") else a
+                        for a in launcher]
+            env = {"PATH": "/usr/bin:/bin", "PET_NNODES": "1", "PET_NPROC_PER_NODE": "2",
+                   "PET_NODE_RANK": "0", "PET_MASTER_ADDR": "127.0.0.1",
+                   "PET_MASTER_PORT": "29400", "TRAINLET_LIBNCCL": "/nonexistent",
+                   "TRAINLET_RDZV_TIMEOUT": "20"}
+            r = subprocess.run([BIN, "--python", py, *launcher, *trainer], env=env,
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn(f"[rank1]: argv:-u {' '.join(trainer)}|2|127.0.0.1|29400|1", r.stdout)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def test_grace_periods(self):
         for m in self.manifests:
             for w in workloads(m):
                 for c, argv in w.trainlet_containers():
                     with self.subTest(f"{w.where} container {c['name']}"):
-                        flags = parse_flags(argv[1:argv.index("--")])
+                        flags = launcher_flags(argv)
                         grace = setting(flags, container_env(c), "--grace-period",
                                         "TRAINLET_GRACE_PERIOD")
                         grace = DEFAULT_GRACE if grace is None else int(grace)
@@ -305,14 +398,19 @@ class K8sExamplesTest(unittest.TestCase):
             for w in workloads(m):
                 for c, argv in w.trainlet_containers():
                     with self.subTest(f"{w.where} container {c['name']}"):
-                        flags = parse_flags(argv[1:argv.index("--")])
+                        flags = launcher_flags(argv)
                         env = container_env(c)
                         nnodes = setting(flags, env, "--nnodes", "TRAINLET_NNODES", "PET_NNODES")
                         rank = setting(flags, env, "--node-rank", "TRAINLET_NODE_RANK")
                         gang = setting(flags, env, "--gang", "TRAINLET_GANG")
                         completions = int(w.spec.get("completions", 1))
                         parallelism = int(w.spec.get("parallelism", 1))
-                        if gang is not None:
+                        if injects_pet(w):
+                            # Trainer sets completions, parallelism and PET_NNODES from numNodes.
+                            self.assertIsNone(gang, "Trainer's torch policy makes one Job")
+                            self.assertIn(nnodes, (None, str(w.runtime["spec"]["mlPolicy"].get(
+                                "numNodes", 1))), "--nnodes != mlPolicy.numNodes")
+                        elif gang is not None:
                             self.assertIsNotNone(w.jobset, "--gang spans a JobSet's roles")
                             layout = parse_gang(gang)
                             self.assertEqual(layout, jobset_layout(w.jobset),
@@ -345,7 +443,7 @@ class K8sExamplesTest(unittest.TestCase):
             for w in workloads(m):
                 for c, argv in w.trainlet_containers():
                     with self.subTest(f"{w.where} container {c['name']}"):
-                        flags = parse_flags(argv[1:argv.index("--")])
+                        flags = launcher_flags(argv)
                         env = container_env(c)
                         nnodes = setting(flags, env, "--nnodes", "TRAINLET_NNODES", "PET_NNODES")
                         leader = setting(flags, env, "--master-addr", *LEADER_ENV)
@@ -410,7 +508,7 @@ class K8sExamplesTest(unittest.TestCase):
                     if w.doc != i:
                         continue
                     for c, argv in w.trainlet_containers():
-                        flags = parse_flags(argv[1:argv.index("--")])
+                        flags = launcher_flags(argv)
                         gangs.add(setting(flags, container_env(c), "--gang", "TRAINLET_GANG"))
                 with self.subTest(f"{m.name}: JobSet {obj['metadata']['name']}"):
                     self.assertEqual(len(gangs), 1, f"every trainlet of a JobSet gives the same "
@@ -423,7 +521,7 @@ class K8sExamplesTest(unittest.TestCase):
         for m in self.manifests:
             for w in workloads(m):
                 for c, argv in w.trainlet_containers():
-                    flags = parse_flags(argv[1:argv.index("--")])
+                    flags = launcher_flags(argv)
                     env = container_env(c)
                     mounts = {v["name"]: v["mountPath"] for v in c.get("volumeMounts") or []}
                     needs = setting(flags, env, "--gang", "TRAINLET_GANG") is not None
@@ -449,7 +547,7 @@ class K8sExamplesTest(unittest.TestCase):
         for m in self.manifests:
             for w in workloads(m):
                 for c, argv in w.trainlet_containers():
-                    flags = parse_flags(argv[1:argv.index("--")])
+                    flags = launcher_flags(argv)
                     port = setting(flags, container_env(c), "--health-port",
                                    "TRAINLET_HEALTH_PORT")
                     if port in (None, "0"):

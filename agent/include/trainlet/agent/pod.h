@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "trainlet/agent/identity.h"
+#include "trainlet/agent/worker_env.h"
+#include "trainlet/agent/worker_logs.h"
 #include "trainlet/exitcodes/classify.h"
 #include "trainlet/exitcodes/contract.h"
 
@@ -75,40 +77,13 @@ struct PodOptions {
   // writable, else nowhere.
   std::string termination_log;
   GpuOptions gpu;
+  WorkerLogOptions logs;  // per-rank log files (worker_logs.h)
+  // torchrun's --local-addr on the leader: MASTER_ADDR for every pod ("" = the
+  // address each member reached the leader on).
+  std::string local_addr;
+  // --rdzv-conf read_timeout: a connection's time to send its hello (0 = the default).
+  std::chrono::milliseconds rdzv_read_timeout{0};
 };
-
-// The environment torchrun gives a worker, so an unmodified
-// init_process_group("env://") trainer works (torch/distributed/run.py,
-// torch/distributed/elastic/agent/server/local_elastic_agent.py).
-// `base` is the agent's environment; the variables below replace any there:
-// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
-// ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
-// TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
-// TORCHELASTIC_ERROR_FILE (`error_file`), TORCHELASTIC_USE_AGENT_STORE=False,
-// and OMP_NUM_THREADS=1 when unset and the pod runs more than one worker.
-// Roles as torchrun's WorkerSpec.role has them (torch/distributed/elastic/agent/
-// server/api.py): ROLE_NAME is the role, ROLE_RANK = RANK - role_rank_base (the
-// rank among the role's workers), ROLE_WORLD_SIZE the role's workers; without
-// roles one role "default" spans the whole world.
-struct WorkerPlacement {
-  std::uint32_t local_rank = 0;
-  std::uint32_t nproc_per_node = 1;
-  std::uint32_t group_rank = 0;  // the pod's index
-  std::uint32_t nnodes = 1;
-  std::uint32_t rank_base = 0;  // global rank of local rank 0
-  std::uint32_t world_size = 1;
-  std::string master_addr;
-  std::uint16_t master_port = 0;
-  std::string run_id;
-  std::string error_file;
-  std::uint32_t restart_count = 0;  // the rendezvous generation
-  std::uint32_t max_restarts = 0;
-  std::string role_name = "default";
-  std::uint32_t role_rank_base = 0;   // global rank of the role's first worker
-  std::uint32_t role_world_size = 0;  // workers in the role; 0 = world_size
-};
-std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
-                                           const WorkerPlacement& p);
 
 int RunPod(const PodOptions& options);
 

@@ -28,6 +28,11 @@ struct WorkerSpec {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH when it has no '/'
   std::vector<std::string> env;   // complete environment, "NAME=value"
   std::string prefix;             // prepended to each output line, e.g. "[rank3]: "
+  // With capture_output: each stream is also appended, as written, to this
+  // file (worker_logs.h; "" = none), and reaches the agent's fd 1/2 only when
+  // its *_console is true.
+  std::string stdout_file{}, stderr_file{};
+  bool stdout_console = true, stderr_console = true;
 };
 
 struct SupervisorOptions {

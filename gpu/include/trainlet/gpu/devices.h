@@ -97,8 +97,8 @@ Discovery DiscoverInChild(const std::string& libcuda = kDefaultLibCuda,
 // Workers per pod for `--nproc-per-node auto|gpu` (torchrun's values):
 //  - "gpu": one worker per visible GPU; no GPU is an error (class config,
 //    naming the flag and `discovery.detail`);
-//  - "auto": one worker per visible GPU, or 1 when there is none (torchrun uses
-//    the CPU count there; one worker per CPU is rarely what a pod wants).
+//  - "auto": one worker per visible GPU, or as torchrun, one per online CPU
+//    (os.cpu_count()) when there is none.
 // As torchrun does, every worker keeps CUDA_VISIBLE_DEVICES unchanged and picks
 // its device by LOCAL_RANK (torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))).
 // Any other value is returned unchanged (it is then parsed as a number).

@@ -30,6 +30,9 @@ struct LeaderOptions {
   std::uint32_t nnodes = 1;         // pods in the gang, the leader's own included
   std::uint16_t master_port = 29500;  // MASTER_PORT handed to every trainer
   std::string run_id;               // TORCHELASTIC_RUN_ID
+  // MASTER_ADDR for every pod (torchrun's --local-addr on the leader); empty:
+  // each member gets the leader address it connected to.
+  std::string master_addr;
   // A connection that has not sent a valid hello within this time is dropped.
   std::chrono::milliseconds handshake_timeout{10'000};
   // Connections allowed to be mid-handshake at once; beyond it new ones are closed.

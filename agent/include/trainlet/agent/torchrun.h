@@ -1,0 +1,120 @@
+// trainlet/agent/torchrun.h — torchrun's command line, with torchrun's meaning
+// (torch 2.x torch/distributed/run.py): where the trainer's command starts,
+// how `script.py`, `-m`, `--no-python` and `--run-path` become its argv, and
+// the values of --nnodes, --redirects/--tee, --local-ranks-filter,
+// --rdzv-endpoint, --rdzv-conf, --signals-to-handle and
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
+//
+// Pure functions over their arguments, callable from any thread. Errors are
+// class config, one line naming the flag (or variable) and the value.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainlet/exitcodes/status.h"
+
+namespace trainlet::agent {
+
+// What a launcher option is, for SplitAtTrainer.
+enum class OptionKind { kUnknown, kFlag, kValue };
+
+// The launcher's arguments and the trainer's, split where the trainer's begin:
+// at the first positional argument, or after "--". Nothing from there on is
+// read as a launcher option (as torchrun, env(1) and tini do).
+struct SplitArgs {
+  std::vector<std::string> launcher;  // the options before the trainer (argv[0] excluded)
+  std::vector<std::string> trainer;   // the first positional and everything after it
+  bool dash_dash = false;             // the trainer came after "--"
+  std::string unknown;                // the first unknown option before the trainer, if any
+};
+
+// Splits `args` (argv without argv[0]). `kind` tells, for an option's name as
+// written ("--nnodes", "-r"; without "=value"), whether it is a flag, takes a
+// value (the next argument, or "=value", or for a one-letter option the rest of
+// the argument: "-r3"), or is unknown. Scanning stops at an unknown option
+// (SplitArgs::unknown) or at the trainer.
+SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
+                         const std::function<OptionKind(std::string_view)>& kind);
+
+// How the first positional runs (torchrun's -m, --no-python, --run-path).
+struct TrainerMode {
+  bool module = false;     // -m: `python -u -m MODULE args`
+  bool no_python = false;  // --no-python: the positional is the executable
+  bool run_path = false;   // --run-path: runpy.run_path in a python -u (wins over --no-python)
+  std::string python = "python3";  // the interpreter (PATH lookup when it has no '/')
+};
+
+// The worker's argv, torchrun's way:
+//   -m M args          -> python -u -m M args
+//   --no-python P args -> P args
+//   --run-path S args  -> python -u -c <runpy.run_path(S) with sys.argv=[S, args]> S args
+//   S.py args          -> python -u S.py args
+//   -- cmd args        -> cmd args (no mode flag given: as given)
+// Errors: no trainer; -m with --no-python (torchrun refuses it too); a bare
+// first positional that is not a *.py script, without "--" or a mode flag (the
+// message says how to run a program: after --, or with --no-python).
+[[nodiscard]] exitcodes::Result<std::vector<std::string>> TrainerArgv(const SplitArgs& split,
+                                                                      const TrainerMode& mode);
+
+// `--nnodes N` or `N:N` (torchrun's MIN:MAX with MIN = MAX); MIN < MAX is
+// refused (elastic membership does not exist in trainlet: a gang is its pods).
+// Returns N as given in canonical decimal.
+[[nodiscard]] exitcodes::Result<std::string> ParseNnodes(const std::string& what,
+                                                        const std::string& value);
+
+// torchrun's Std (torch/distributed/elastic/multiprocessing/api.py): a bit set
+// of the streams to write to files, 0 none, 1 stdout, 2 stderr, 3 both.
+constexpr int kStdOut = 1, kStdErr = 2;
+struct StdSpec {
+  std::optional<int> all;                 // "3": every local rank
+  std::map<std::uint32_t, int> per_rank;  // "0:1,1:2": these ranks; the others none
+  int For(std::uint32_t local_rank) const;
+};
+// "0".."3", or "RANK:STD,..." (RANK a decimal local rank).
+[[nodiscard]] exitcodes::Result<StdSpec> ParseStd(const std::string& what,
+                                                  const std::string& value);
+
+// "0,1,2": the local ranks whose output reaches the console. Empty = all.
+[[nodiscard]] exitcodes::Result<std::set<std::uint32_t>> ParseLocalRanksFilter(
+    const std::string& what, const std::string& value);
+
+// "HOST", "HOST:PORT", "[v6]:PORT", "[v6]": HOST and PORT (default_port when absent).
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+};
+[[nodiscard]] exitcodes::Result<Endpoint> ParseEndpoint(const std::string& what,
+                                                        const std::string& value,
+                                                        std::uint16_t default_port);
+
+// "k1=v1,k2=v2" (torch's _parse_rendezvous_config): the keys that have an
+// equivalent here, as seconds: join_timeout and timeout (the gang must form
+// within it: --rdzv-timeout) and read_timeout (a rendezvous peer that sends
+// nothing for that long is gone). Any other key is refused by name, as is a
+// value that is not a number of seconds.
+struct RdzvConf {
+  std::optional<std::string> join_timeout;  // join_timeout, else timeout
+  std::optional<std::string> read_timeout;
+};
+[[nodiscard]] exitcodes::Result<RdzvConf> ParseRdzvConf(const std::string& what,
+                                                        const std::string& value);
+
+// Python's string.Template.safe_substitute, as torchrun applies it to
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: "$name" and "${name}" of
+// role_name, rank and local_rank are replaced, "$$" is "$", anything else stays.
+std::string ExpandPrefixTemplate(std::string_view tmpl, const std::string& role_name,
+                                 std::uint32_t rank, std::uint32_t local_rank);
+
+// The option among `names` nearest to `unknown` (edit distance at most a third
+// of its length, at least 1), or "" when none is near or `unknown` is a
+// one-letter option.
+std::string NearestOption(std::string_view unknown, const std::vector<std::string>& names);
+
+}  // namespace trainlet::agent

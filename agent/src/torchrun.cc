@@ -1,0 +1,302 @@
+#include "trainlet/agent/torchrun.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "trainlet/agent/identity.h"
+
+namespace trainlet::agent {
+
+using exitcodes::Result;
+using exitcodes::Status;
+
+namespace {
+
+// The option's name as written: "--log-dir=x" -> "--log-dir".
+std::string_view NameOf(std::string_view arg) {
+  auto eq = arg.find('=');
+  return eq == std::string_view::npos ? arg : arg.substr(0, eq);
+}
+
+bool IsDecimal(std::string_view s) {
+  return !s.empty() && s.size() <= 9 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    auto pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos - start));
+    if (pos == std::string::npos) return out;
+    start = pos + 1;
+  }
+}
+
+// Plain decimal seconds, as torch's rendezvous config takes them ("60", "1.5").
+bool IsSeconds(const std::string& v) {
+  return !v.empty() && v.find_first_not_of("0123456789.") == std::string::npos &&
+         std::count(v.begin(), v.end(), '.') <= 1 && v.front() != '.' && v.back() != '.';
+}
+
+// The runpy.run_path call of torchrun's --run-path (torch/distributed/run.py
+// run_script_path): sys.argv becomes [script, args...].
+constexpr const char* kRunPathCode =
+    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')";
+
+}  // namespace
+
+SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
+                         const std::function<OptionKind(std::string_view)>& kind) {
+  SplitArgs out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      out.dash_dash = true;
+      out.trainer.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      return out;
+    }
+    if (a.size() < 2 || a[0] != '-') {  // the first positional ("-" alone is one too)
+      out.trainer.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      return out;
+    }
+    std::string_view name = NameOf(a);
+    OptionKind k = kind(name);
+    // "-r3": a one-letter option with its value attached.
+    if (k == OptionKind::kUnknown && a[1] != '-' && a.size() > 2 &&
+        kind(std::string_view(a).substr(0, 2)) == OptionKind::kValue) {
+      out.launcher.push_back(a.substr(0, 2));
+      out.launcher.push_back(a.substr(2));
+      continue;
+    }
+    if (k == OptionKind::kUnknown) {
+      out.unknown = std::string(name);
+      return out;
+    }
+    out.launcher.push_back(a);
+    if (k == OptionKind::kValue && name.size() == a.size() && i + 1 < args.size()) {
+      out.launcher.push_back(args[++i]);
+    }
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> TrainerArgv(const SplitArgs& split, const TrainerMode& mode) {
+  if (split.trainer.empty()) {
+    return Status::Config(
+        "no trainer command: give a script (trainlet [options] train.py --epochs 3) or a "
+        "program after -- (trainlet [options] -- python3 train.py)");
+  }
+  const std::string& first = split.trainer.front();
+  const std::vector<std::string> rest(split.trainer.begin() + 1, split.trainer.end());
+  std::vector<std::string> argv;
+  if (mode.run_path) {
+    argv = {mode.python, "-u", "-c", kRunPathCode, first};
+  } else if (mode.module && mode.no_python) {
+    return Status::Config("--no-python and -m/--module cannot be used together (as in torchrun)");
+  } else if (mode.module) {
+    argv = {mode.python, "-u", "-m", first};
+  } else if (mode.no_python || split.dash_dash) {
+    argv = {first};
+  } else if (first.size() > 3 && first.ends_with(".py")) {
+    argv = {mode.python, "-u", first};
+  } else {
+    return Status::Config(
+        "'" + first + "' is not a Python script (*.py), which is what a bare first argument "
+        "means (torchrun's training_script): to run a program give it after -- (trainlet "
+        "[options] -- " + first + " ...) or use --no-python; a module: -m " + first);
+  }
+  argv.insert(argv.end(), rest.begin(), rest.end());
+  return argv;
+}
+
+Result<std::string> ParseNnodes(const std::string& what, const std::string& value) {
+  auto parts = Split(value, ':');
+  if (parts.size() > 2) {
+    return Status::Config(what + "='" + value + "' is not N or MIN:MAX");
+  }
+  std::vector<std::uint32_t> n;
+  for (const auto& p : parts) {
+    auto c = ParseCount(what, p, 1'000'000);
+    if (!c.ok()) return Status::Config(what + "='" + value + "' is not N or MIN:MAX of pods");
+    if (*c == 0) return Status::Config(what + "='" + value + "': a gang needs at least one pod");
+    n.push_back(*c);
+  }
+  if (n.size() == 2 && n[0] != n[1]) {
+    return Status::Config(
+        what + "='" + value + "': an elastic MIN:MAX range with MIN < MAX is not supported: "
+        "a trainlet gang is a fixed set of pods (the Job's completions); give N or N:N");
+  }
+  return std::to_string(n[0]);
+}
+
+int StdSpec::For(std::uint32_t local_rank) const {
+  if (all) return *all;
+  auto it = per_rank.find(local_rank);
+  return it == per_rank.end() ? 0 : it->second;
+}
+
+Result<StdSpec> ParseStd(const std::string& what, const std::string& value) {
+  auto bad = [&] {
+    return Status::Config(what + "='" + value + "' is not 0-3 (0 none, 1 stdout, 2 stderr, "
+                          "3 both) or a map of local ranks like 0:1,1:2");
+  };
+  auto one = [](std::string_view s) { return s.size() == 1 && s[0] >= '0' && s[0] <= '3'; };
+  StdSpec spec;
+  if (one(value)) {
+    spec.all = value[0] - '0';
+    return spec;
+  }
+  for (const auto& item : Split(value, ',')) {
+    auto colon = item.find(':');
+    if (colon == std::string::npos || !IsDecimal(item.substr(0, colon)) ||
+        !one(std::string_view(item).substr(colon + 1))) {
+      return bad();
+    }
+    spec.per_rank[static_cast<std::uint32_t>(std::stoul(item.substr(0, colon)))] =
+        item[colon + 1] - '0';
+  }
+  return spec;
+}
+
+Result<std::set<std::uint32_t>> ParseLocalRanksFilter(const std::string& what,
+                                                      const std::string& value) {
+  std::set<std::uint32_t> ranks;
+  if (value.empty()) return ranks;
+  for (const auto& item : Split(value, ',')) {
+    if (!IsDecimal(item)) {
+      return Status::Config(what + "='" + value +
+                            "' is not a comma-separated list of local ranks like 0,1,2");
+    }
+    ranks.insert(static_cast<std::uint32_t>(std::stoul(item)));
+  }
+  return ranks;
+}
+
+Result<Endpoint> ParseEndpoint(const std::string& what, const std::string& value,
+                               std::uint16_t default_port) {
+  Endpoint e;
+  std::string port;
+  if (value.starts_with("[")) {
+    auto close = value.find(']');
+    if (close == std::string::npos) return Status::Config(what + "='" + value + "': no ']'");
+    e.host = value.substr(1, close - 1);
+    std::string after = value.substr(close + 1);
+    if (!after.empty() && !after.starts_with(":")) {
+      return Status::Config(what + "='" + value + "' is not [HOST]:PORT");
+    }
+    port = after.empty() ? "" : after.substr(1);
+  } else {
+    auto colon = value.rfind(':');
+    bool has_port = colon != std::string::npos && value.find(':') == colon;
+    e.host = has_port ? value.substr(0, colon) : value;
+    port = has_port ? value.substr(colon + 1) : "";
+  }
+  if (e.host.empty()) return Status::Config(what + "='" + value + "' has no host");
+  if (port.empty()) {
+    e.port = default_port;
+    return e;
+  }
+  auto n = ParseCount(what, port, 65535);
+  if (!n.ok() || *n == 0) {
+    return Status::Config(what + "='" + value + "': '" + port + "' is not a port (1-65535)");
+  }
+  e.port = static_cast<std::uint16_t>(*n);
+  return e;
+}
+
+Result<RdzvConf> ParseRdzvConf(const std::string& what, const std::string& value) {
+  RdzvConf conf;
+  if (value.empty()) return conf;
+  std::optional<std::string> timeout;
+  for (const auto& item : Split(value, ',')) {
+    if (item.empty()) continue;
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Status::Config(what + "='" + value + "': '" + item + "' is not KEY=VALUE");
+    }
+    std::string key = item.substr(0, eq), v = item.substr(eq + 1);
+    std::optional<std::string>* slot = key == "join_timeout"   ? &conf.join_timeout
+                                       : key == "timeout"      ? &timeout
+                                       : key == "read_timeout" ? &conf.read_timeout
+                                                               : nullptr;
+    if (slot == nullptr) {
+      return Status::Config(what + ": key '" + key + "' has no equivalent in trainlet (known: "
+                            "join_timeout, timeout, read_timeout; the leader is always the pod "
+                            "of index 0, on its own rendezvous)");
+    }
+    if (!IsSeconds(v) || std::strtod(v.c_str(), nullptr) <= 0) {
+      return Status::Config(what + ": " + key + "='" + v + "' is not a number of seconds");
+    }
+    *slot = v;
+  }
+  if (!conf.join_timeout) conf.join_timeout = timeout;
+  return conf;
+}
+
+std::string ExpandPrefixTemplate(std::string_view tmpl, const std::string& role_name,
+                                 std::uint32_t rank, std::uint32_t local_rank) {
+  auto lookup = [&](std::string_view id) -> std::optional<std::string> {
+    if (id == "role_name") return role_name;
+    if (id == "rank") return std::to_string(rank);
+    if (id == "local_rank") return std::to_string(local_rank);
+    return std::nullopt;
+  };
+  auto ident_char = [](char c, bool first) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (!first && c >= '0' && c <= '9');
+  };
+  std::string out;
+  for (std::size_t i = 0; i < tmpl.size(); ++i) {
+    if (tmpl[i] != '$' || i + 1 == tmpl.size()) {
+      out += tmpl[i];
+      continue;
+    }
+    if (tmpl[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    std::size_t start = i + 1, end = start;
+    bool braced = tmpl[start] == '{';
+    if (braced) ++start, end = start;
+    while (end < tmpl.size() && ident_char(tmpl[end], end == start)) ++end;
+    bool closed = !braced || (end < tmpl.size() && tmpl[end] == '}');
+    auto value = end > start && closed ? lookup(tmpl.substr(start, end - start)) : std::nullopt;
+    if (!value) {
+      out += '$';  // safe_substitute leaves what it cannot replace
+      continue;
+    }
+    out += *value;
+    i = braced ? end : end - 1;
+  }
+  return out;
+}
+
+std::string NearestOption(std::string_view unknown, const std::vector<std::string>& names) {
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+      std::size_t diag = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= b.size(); ++j) {
+        std::size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  if (unknown.size() <= 2) return best;  // "-c": anything is near
+  std::size_t best_d = std::max<std::size_t>(1, unknown.size() / 3) + 1;
+  for (const auto& n : names) {
+    std::size_t d = distance(unknown, n);
+    if (d < best_d) best_d = d, best = n;
+  }
+  return best;
+}
+
+}  // namespace trainlet::agent

@@ -1,0 +1,67 @@
+#include "trainlet/agent/worker_env.h"
+
+#include <algorithm>
+
+namespace trainlet::agent {
+
+std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
+                                           const WorkerPlacement& p) {
+  std::map<std::string, std::string> env = base;
+  const std::uint32_t rank = p.rank_base + p.local_rank;
+  auto set = [&env](const std::string& k, const std::string& v) { env[k] = v; };
+  set("RANK", std::to_string(rank));
+  set("LOCAL_RANK", std::to_string(p.local_rank));
+  set("WORLD_SIZE", std::to_string(p.world_size));
+  set("LOCAL_WORLD_SIZE", std::to_string(p.nproc_per_node));
+  set("GROUP_RANK", std::to_string(p.group_rank));
+  set("GROUP_WORLD_SIZE", std::to_string(p.nnodes));
+  set("ROLE_NAME", p.role_name);
+  set("ROLE_RANK", std::to_string(rank - std::min(rank, p.role_rank_base)));
+  set("ROLE_WORLD_SIZE",
+      std::to_string(p.role_world_size == 0 ? p.world_size : p.role_world_size));
+  set("MASTER_ADDR", p.master_addr);
+  set("MASTER_PORT", std::to_string(p.master_port));
+  set("TORCHELASTIC_RUN_ID", p.run_id);
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(p.max_restarts));
+  // The trainers' rank 0 hosts the store itself (init_process_group env://).
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);
+  // torchrun sets it unless the user did (torch >= 2.2's name, and the older
+  // NCCL_ASYNC_ERROR_HANDLING that torch < 2.2 reads): a collective that
+  // times out aborts the communicator instead of hanging.
+  const char* kAsync[] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"};
+  std::string async_value = "1";
+  for (const char* k : kAsync) {
+    if (auto it = base.find(k); it != base.end()) {
+      async_value = it->second;
+      break;
+    }
+  }
+  for (const char* k : kAsync) env.try_emplace(k, async_value);
+  // JAX on the same gang: jax.distributed.initialize()'s arguments.
+  if (p.jax_port != 0) {
+    const bool v6 = p.master_addr.find(':') != std::string::npos;
+    set("JAX_COORDINATOR_ADDRESS", (v6 ? "[" + p.master_addr + "]" : p.master_addr) + ":" +
+                                       std::to_string(p.jax_port));
+    set("JAX_NUM_PROCESSES", std::to_string(p.world_size));
+    set("JAX_PROCESS_ID", std::to_string(rank));
+    // The GPUs this worker drives: LOCAL_RANK's share of the pod's GPUs.
+    if (p.gpu_count > 0 && p.gpu_count % p.nproc_per_node == 0) {
+      const std::uint32_t per = p.gpu_count / p.nproc_per_node;
+      std::string ids;
+      for (std::uint32_t g = p.local_rank * per; g < (p.local_rank + 1) * per; ++g) {
+        ids += (ids.empty() ? "" : ",") + std::to_string(g);
+      }
+      set("JAX_LOCAL_DEVICE_IDS", ids);
+    }
+  }
+  // torchrun's default: several workers per pod would otherwise oversubscribe.
+  if (p.nproc_per_node > 1 && !env.contains("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
+
+}  // namespace trainlet::agent

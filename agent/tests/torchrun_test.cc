@@ -1,0 +1,177 @@
+// torchrun's command line with torchrun's meaning (torch 2.x run.py): the
+// split at the trainer, the trainer's argv, and the flag values' parsers.
+#include "trainlet/agent/torchrun.h"
+
+#include <gtest/gtest.h>
+
+#include "trainlet/agent/worker_logs.h"
+
+namespace trainlet::agent {
+namespace {
+
+OptionKind Kinds(std::string_view name) {
+  if (name == "--nnodes" || name == "-r" || name == "--log-level" || name == "--tee") {
+    return OptionKind::kValue;
+  }
+  if (name == "--standalone" || name == "-m") return OptionKind::kFlag;
+  return OptionKind::kUnknown;
+}
+
+TEST(SplitAtTrainer, StopsAtTheFirstPositional) {
+  auto s = SplitAtTrainer({"--nnodes", "2", "train.py", "--log-level", "debug", "--nnodes", "9"},
+                          Kinds);
+  EXPECT_EQ(s.launcher, (std::vector<std::string>{"--nnodes", "2"}));
+  EXPECT_EQ(s.trainer,
+            (std::vector<std::string>{"train.py", "--log-level", "debug", "--nnodes", "9"}));
+  EXPECT_FALSE(s.dash_dash);
+  EXPECT_TRUE(s.unknown.empty());
+}
+
+TEST(SplitAtTrainer, DashDashAndAttachedValues) {
+  auto s = SplitAtTrainer({"--nnodes=2", "-r3", "--standalone", "--", "python3", "--tee", "x"},
+                          Kinds);
+  EXPECT_EQ(s.launcher, (std::vector<std::string>{"--nnodes=2", "-r", "3", "--standalone"}));
+  EXPECT_EQ(s.trainer, (std::vector<std::string>{"python3", "--tee", "x"}));
+  EXPECT_TRUE(s.dash_dash);
+}
+
+TEST(SplitAtTrainer, UnknownOptionBeforeTheTrainerStopsTheScan) {
+  auto s = SplitAtTrainer({"--nnodes", "2", "--epochs", "3", "train.py"}, Kinds);
+  EXPECT_EQ(s.unknown, "--epochs");
+  auto t = SplitAtTrainer({"train.py", "--epochs", "3"}, Kinds);
+  EXPECT_TRUE(t.unknown.empty());
+  EXPECT_EQ(t.trainer.size(), 3u);
+}
+
+TEST(TrainerArgv, TorchrunsFourWays) {
+  TrainerMode m;
+  SplitArgs script{{}, {"train.py", "--epochs", "3"}, false, ""};
+  EXPECT_EQ(*TrainerArgv(script, m),
+            (std::vector<std::string>{"python3", "-u", "train.py", "--epochs", "3"}));
+  m.module = true;
+  SplitArgs mod{{}, {"pkg.mod", "a"}, false, ""};
+  EXPECT_EQ(*TrainerArgv(mod, m), (std::vector<std::string>{"python3", "-u", "-m", "pkg.mod", "a"}));
+  m.module = false;
+  m.no_python = true;
+  SplitArgs prog{{}, {"./run.sh", "a"}, false, ""};
+  EXPECT_EQ(*TrainerArgv(prog, m), (std::vector<std::string>{"./run.sh", "a"}));
+  m.run_path = true;  // wins over --no-python, as in torchrun
+  m.python = "/opt/py/bin/python";
+  auto rp = *TrainerArgv(SplitArgs{{}, {"/abs/t.py", "x"}, false, ""}, m);
+  ASSERT_EQ(rp.size(), 6u);
+  EXPECT_EQ(rp[0], "/opt/py/bin/python");
+  EXPECT_EQ(rp[2], "-c");
+  EXPECT_NE(rp[3].find("runpy.run_path"), std::string::npos);
+  EXPECT_EQ(rp[4], "/abs/t.py");
+  EXPECT_EQ(rp[5], "x");
+}
+
+TEST(TrainerArgv, DashDashRunsAsGivenAndBareProgramsAreRefused) {
+  TrainerMode m;
+  EXPECT_EQ(*TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, true, ""}, m),
+            (std::vector<std::string>{"python3", "t.py"}));
+  auto bare = TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, false, ""}, m);
+  ASSERT_FALSE(bare.ok());
+  EXPECT_NE(bare.status().message().find("not a Python script"), std::string::npos);
+  EXPECT_NE(bare.status().message().find("--no-python"), std::string::npos);
+  m.module = m.no_python = true;
+  auto both = TrainerArgv(SplitArgs{{}, {"x"}, false, ""}, m);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("cannot be used together"), std::string::npos);
+  EXPECT_FALSE(TrainerArgv(SplitArgs{}, TrainerMode{}).ok());
+}
+
+TEST(ParseNnodes, NAndNColonN) {
+  EXPECT_EQ(*ParseNnodes("--nnodes", "4"), "4");
+  EXPECT_EQ(*ParseNnodes("--nnodes", "4:4"), "4");
+  auto elastic = ParseNnodes("--nnodes", "2:4");
+  ASSERT_FALSE(elastic.ok());
+  EXPECT_NE(elastic.status().message().find("MIN:MAX"), std::string::npos);
+  for (const char* bad : {"0", "1:2:3", "x", "04", ":2", ""}) {
+    EXPECT_FALSE(ParseNnodes("--nnodes", bad).ok()) << bad;
+  }
+}
+
+TEST(ParseStd, ValuesAndMaps) {
+  EXPECT_EQ(ParseStd("-t", "3")->For(5), 3);
+  auto m = *ParseStd("-r", "0:1,1:2");
+  EXPECT_EQ(m.For(0), kStdOut);
+  EXPECT_EQ(m.For(1), kStdErr);
+  EXPECT_EQ(m.For(2), 0);
+  for (const char* bad : {"4", "0:4", "x", "0:", ":1", "1,2", "-1"}) {
+    auto r = ParseStd("--tee", bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--tee='"), std::string::npos);
+  }
+}
+
+TEST(ParseLocalRanksFilter, List) {
+  EXPECT_EQ(*ParseLocalRanksFilter("f", "0,2"), (std::set<std::uint32_t>{0, 2}));
+  EXPECT_TRUE(ParseLocalRanksFilter("f", "")->empty());
+  EXPECT_FALSE(ParseLocalRanksFilter("f", "0,a").ok());
+  EXPECT_FALSE(ParseLocalRanksFilter("f", "0,").ok());
+}
+
+TEST(ParseEndpoint, HostPortAndDefaults) {
+  auto e = *ParseEndpoint("--rdzv-endpoint", "leader.svc:1234", 29400);
+  EXPECT_EQ(e.host, "leader.svc");
+  EXPECT_EQ(e.port, 1234);
+  EXPECT_EQ(ParseEndpoint("e", "leader", 29400)->port, 29400);
+  auto v6 = *ParseEndpoint("e", "[fd00::1]:99", 29400);
+  EXPECT_EQ(v6.host, "fd00::1");
+  EXPECT_EQ(v6.port, 99);
+  EXPECT_EQ(ParseEndpoint("e", "[fd00::1]", 29400)->port, 29400);
+  for (const char* bad : {":1", "h:0", "h:x", "h:70000", "[fd00::1", "[::1]x"}) {
+    EXPECT_FALSE(ParseEndpoint("e", bad, 29400).ok()) << bad;
+  }
+}
+
+TEST(ParseRdzvConf, KnownKeysOnly) {
+  auto c = *ParseRdzvConf("--rdzv-conf", "join_timeout=900,read_timeout=30");
+  EXPECT_EQ(*c.join_timeout, "900");
+  EXPECT_EQ(*c.read_timeout, "30");
+  EXPECT_EQ(*ParseRdzvConf("c", "timeout=60")->join_timeout, "60");
+  auto other = ParseRdzvConf("--rdzv-conf", "is_host=1");
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("'is_host' has no equivalent"), std::string::npos);
+  EXPECT_FALSE(ParseRdzvConf("c", "join_timeout=soon").ok());
+  EXPECT_FALSE(ParseRdzvConf("c", "join_timeout").ok());
+}
+
+TEST(ExpandPrefixTemplate, PythonStringTemplateSafeSubstitute) {
+  EXPECT_EQ(ExpandPrefixTemplate("[${role_name}${rank}|$local_rank] ", "trainer", 7, 3),
+            "[trainer7|3] ");
+  EXPECT_EQ(ExpandPrefixTemplate("$$ ${nope} $rankx ${rank", "r", 1, 0), "$ ${nope} $rankx ${rank");
+}
+
+TEST(NearestOption, SuggestsCloseNamesOnly) {
+  std::vector<std::string> names = {"--nproc-per-node", "--nnodes", "--log-dir", "--tee"};
+  EXPECT_EQ(NearestOption("--nproc-per-nodes", names), "--nproc-per-node");
+  EXPECT_EQ(NearestOption("--nnode", names), "--nnodes");
+  EXPECT_EQ(NearestOption("--epochs", names), "");
+}
+
+TEST(PlanWorkerStreams, TorchrunsLayoutAndConsole) {
+  WorkerLogOptions o;
+  o.redirects = *ParseStd("r", "0:1");
+  o.tee = *ParseStd("t", "1:3");
+  o.local_ranks_filter = {1, 2};
+  auto s = PlanWorkerStreams(o, "/l/run_x/attempt_0", 3, 4, "default");
+  EXPECT_EQ(s[0].stdout_file, "/l/run_x/attempt_0/0/stdout.log");
+  EXPECT_EQ(s[0].stderr_file, "");
+  EXPECT_FALSE(s[0].stdout_console);  // redirected; and filtered out anyway
+  EXPECT_FALSE(s[0].stderr_console);  // filtered out
+  EXPECT_EQ(s[1].stdout_file, "/l/run_x/attempt_0/1/stdout.log");
+  EXPECT_EQ(s[1].stderr_file, "/l/run_x/attempt_0/1/stderr.log");
+  EXPECT_TRUE(s[1].stdout_console && s[1].stderr_console);  // teed
+  EXPECT_EQ(s[2].stdout_file, "");
+  EXPECT_TRUE(s[2].stdout_console);
+  EXPECT_EQ(s[2].prefix, "[rank6]: ");
+  o.prefix_template = "${role_name}:${local_rank}> ";
+  EXPECT_EQ(PlanWorkerStreams(o, "", 3, 4, "w")[2].prefix, "w:2> ");
+  EXPECT_FALSE(WorkerLogOptions{}.writes_files());
+  EXPECT_TRUE(o.writes_files());
+}
+
+}  // namespace
+}  // namespace trainlet::agent
