@@ -318,16 +318,13 @@ class Pod {
     StartWorkers(a, base_env);
   }
 
-  std::vector<WorkerSpec> MakeSpecs(const rendezvous::wire::Assignment& a,
-                                    const std::map<std::string, std::string>& base_env) {
+  Result<std::vector<WorkerSpec>> MakeSpecs(const rendezvous::wire::Assignment& a,
+                                            const std::map<std::string, std::string>& base_env) {
     const PodIdentity& id = options_.identity;
     const std::string& error_dir = error_dir_;  // made before the rendezvous
     auto streams = log_dirs_.ForAttempt(a.run_id, a.generation, id.nproc_per_node, a.rank_base,
                                         id.role_name);
-    if (!streams.ok()) {
-      Finish(streams.status());
-      return;
-    }
+    if (!streams.ok()) return streams.status();
     if (generation_ == 0 && !log_dirs_.run_dir().empty()) {
       spdlog::info("worker logs in {}", log_dirs_.run_dir());
     }
@@ -371,7 +368,12 @@ class Pod {
   void StartWorkers(const rendezvous::wire::Assignment& a,
                     const std::map<std::string, std::string>& base_env) {
     const PodIdentity& id = options_.identity;
-    std::vector<WorkerSpec> specs = MakeSpecs(a, base_env);
+    auto made = MakeSpecs(a, base_env);
+    if (!made.ok()) {
+      Feed(gang::AgentFailed{made.status()});
+      return;
+    }
+    std::vector<WorkerSpec> specs = std::move(made).value();
     SupervisorOptions so;
     so.grace = options_.grace;
     so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
