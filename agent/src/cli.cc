@@ -86,7 +86,7 @@ struct Flags {
   std::string monitor_interval = "0.1", start_method = "spawn", event_log_handler = "null";
   std::string log_dir, redirects = "0", tee = "0", local_ranks_filter;
   std::string local_addr, signals_to_handle, shutdown_timeout, logs_specs, numa_binding;
-  std::string python;
+  std::string python, jax_port = "29600";
   bool standalone = false, module = false, no_python = false, run_path = false;
   std::vector<std::string> command;
   std::map<std::string, CLI::Option*> opts;
@@ -255,9 +255,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "is stopped as hung (exit 75); 0 = off (default)");
   AddFlag(app, f, "hang-start-timeout", &f.hang_start_timeout,
           "seconds until a worker's first heartbeat (model loading, compilation); default: "
-          "--hang-timeout");
+          "none (a worker that never touches the file is not watched)");
   AddFlag(app, f, "hang-signal", &f.hang_signal,
-          "signal sent to the workers when a hang is found, for stack dumps (default SIGUSR1)");
+          "signal sent, when a hang is found, to the worker processes that handle it, for "
+          "stack dumps (default SIGUSR1)");
   AddFlag(app, f, "termination-log", &f.termination_log,
           "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
           "writable)");
@@ -273,6 +274,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "rdzv-port", &f.rdzv_port, "the leader's rendezvous port (default 29400)");
   AddFlag(app, f, "master-port", &f.master_port,
           "MASTER_PORT for the trainers' own store; also PET_MASTER_PORT (default 29500)");
+  AddFlag(app, f, "jax-port", &f.jax_port,
+          "on the leader: the port handed to every worker in JAX_COORDINATOR_ADDRESS "
+          "(MASTER_ADDR:PORT, for jax.distributed.initialize); 0 = no JAX_* variables "
+          "(default 29600)");
   AddFlag(app, f, "job-id", &f.job_id,
           "the job's identity; pods of other jobs are refused (default: the leader's host "
           "label)");
@@ -804,6 +809,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       is_local ? (f.nproc_per_node.empty() ? std::nullopt : std::optional(f.nproc_per_node))
                : Given(f, "nproc-per-node", env, &f.nproc_per_node, "PET_NPROC_PER_NODE");
   std::optional<std::string> resolved_nproc;
+  std::uint32_t gpu_count = 0;
   if (nproc_value && *nproc_value == "cpu") {
     // torchrun: os.cpu_count(), the CPUs online.
     resolved_nproc = std::to_string(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
@@ -821,6 +827,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       list += (list.empty() ? "" : ", ") + std::to_string(g.index) + " " + g.uuid + " " + g.pci_bus_id;
     }
     spdlog::info("GPUs: {}{}", d.detail, list.empty() ? "" : " (" + list + ")");
+    gpu_count = static_cast<std::uint32_t>(d.gpus.size());
     if (f.require_gpus && !f.preflight && d.gpus.empty()) {
       return StartupError(exitcodes::FailureClass::kHardware,
                           "--require-gpus: no usable GPU on this pod: " + d.detail, codes,
@@ -962,6 +969,18 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     }
     po.rdzv_port = static_cast<std::uint16_t>(po.master_port == 65535 ? 65534 : po.master_port + 1);
     spdlog::info("MASTER_PORT is {}: the rendezvous uses port {}", po.master_port, po.rdzv_port);
+  }
+  po.gpu_count = gpu_count;
+  if (f.jax_port == "0") {
+    po.jax_port = 0;
+  } else {
+    auto jax = ParsePort("--jax-port/TRAINLET_JAX_PORT", f.jax_port);
+    if (!jax.ok()) return config_error(jax.status().message());
+    po.jax_port = *jax;
+    if (po.jax_port == po.master_port || po.jax_port == po.rdzv_port) {
+      return config_error("--jax-port " + f.jax_port + " is also MASTER_PORT or the rendezvous "
+                          "port: JAX's coordinator needs a port of its own");
+    }
   }
   po.logs = tr.logs;
   po.local_addr = tr.local_addr;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <map>
 
 #include <boost/asio/io_context.hpp>
@@ -94,6 +95,11 @@ int RunLocal(const LocalOptions& o) {
   so.collateral_exit_code = exitcodes::kExitPeerFailed;
   // The agents need their own grace period to stop their workers first.
   so.grace = o.grace + std::chrono::seconds(2);
+  // Each agent stops its own workers: we tell only our children.
+  so.stop_every_process = false;
+  // Killed ourselves (SIGKILL, an OOM kill), the agents get SIGTERM and stop
+  // their workers as for any stop request, instead of running on unsupervised.
+  so.parent_death_signal = SIGTERM;
   Supervisor supervisor(io.get_executor(), so, [&](SupervisorResult r) {
     exit_code = r.exit_code;
     io.stop();

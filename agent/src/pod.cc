@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include "trainlet/agent/evidence.h"
 #include "trainlet/agent/gang_policy.h"
 #include "trainlet/agent/gpu_setup.h"
+#include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
@@ -44,6 +47,9 @@ using exitcodes::Status;
 namespace {
 
 namespace tun = rendezvous::tunables;
+// A heartbeat file's mtime until its worker first touches it (seconds since
+// the epoch: 1970-01-01T00:00:01Z, a time no touch can produce).
+constexpr time_t kNeverTouched = 1;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -222,6 +228,7 @@ class Pod {
       lo.run_id = id.job_id;
       lo.token = options_.token;
       lo.master_addr = options_.local_addr;  // --local-addr
+      lo.jax_port = options_.jax_port;
       if (options_.rdzv_read_timeout.count() > 0) lo.handshake_timeout = options_.rdzv_read_timeout;
       lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
@@ -346,12 +353,18 @@ class Pod {
                         .max_restarts = options_.max_restarts,
                         .role_name = id.role_name,
                         .role_rank_base = id.role_rank_base,
-                        .role_world_size = id.role_world_size};
+                        .role_world_size = id.role_world_size,
+                        .jax_port = a.jax_port,
+                        .gpu_count = options_.gpu_count};
       auto env = WorkerEnvironment(base_env, p);
       if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);
         if (int fd = ::open(hb.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
             fd >= 0) {
+          // Its mtime starts at kNeverTouched: any touch, even one within the
+          // file system's coarse clock tick of this creation, moves it.
+          const timespec times[2] = {{0, UTIME_OMIT}, {kNeverTouched, 0}};
+          ::futimens(fd, times);
           ::close(fd);
           heartbeat_files_.push_back(hb);
           env.push_back("TRAINLET_HEARTBEAT_FILE=" + hb);
@@ -422,50 +435,51 @@ class Pod {
   // ---- Hang detection: heartbeat files' mtimes, polled on the loop ----
 
   void WatchHeartbeats() {
-    const auto steady = options_.hang_timeout;
-    const auto start = options_.hang_start_timeout.count() > 0 ? options_.hang_start_timeout
-                                                               : steady;
-    auto poll = std::clamp(std::min(steady, start) / 4, std::chrono::milliseconds(50),
-                           std::chrono::milliseconds(1000));
-    hang_timer_.expires_after(poll);
-    // An expired wait cannot be cancelled: the handler checks the generation
-    // before it touches the supervisor (a restart replaces it).
-    hang_timer_.async_wait([this, steady, start, epoch = epoch_](boost::system::error_code ec) {
+    if (!hang_policy_) {
+      hang_policy_.emplace(
+          HangOptions{.timeout = options_.hang_timeout,
+                      .start_timeout = options_.hang_start_timeout.count() > 0
+                                           ? std::optional(options_.hang_start_timeout)
+                                           : std::nullopt},
+          static_cast<int>(heartbeat_files_.size()));
+    }
+    hang_timer_.expires_after(hang_policy_->PollInterval());
+    hang_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
       if (ec || epoch != epoch_ || !supervisor_ || own_result_ || hang_reason_ ||
           supervisor_->stopping()) {
         return;
       }
-      std::string hung = FindHung(steady, start);
-      if (hung.empty()) {
+      using std::chrono::duration_cast;
+      using std::chrono::milliseconds;
+      auto now = std::filesystem::file_time_type::clock::now();
+      timespec wall{};
+      ::clock_gettime(CLOCK_REALTIME, &wall);  // the clock file times are in
+      std::vector<HeartbeatSample> samples;
+      for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
+        HeartbeatSample& s = samples.emplace_back();
+        s.running = supervisor_->running(static_cast<int>(lr));
+        struct stat st {};
+        if (::stat(heartbeat_files_[lr].c_str(), &st) != 0) {
+          s.running = false;  // the file is gone: nothing to judge it by
+        } else if (st.st_mtim.tv_sec != kNeverTouched) {
+          s.since_touch = milliseconds((wall.tv_sec - st.st_mtim.tv_sec) * 1000 +
+                                       (wall.tv_nsec - st.st_mtim.tv_nsec) / 1'000'000);
+        }
+      }
+      HangCheck check =
+          hang_policy_->Check(duration_cast<milliseconds>(now - heartbeat_started_), samples);
+      if (!check.note.empty()) spdlog::info("hang detection: {}", check.note);
+      if (check.hung.empty()) {
         WatchHeartbeats();
         return;
       }
-      hang_reason_ = hung;
-      spdlog::error("hang: {}; sending {} for diagnostics, stopping in {} s", hung,
+      hang_reason_ = check.hung;
+      spdlog::error("hang: {}; sending {} for diagnostics, stopping in {} s", check.hung,
                     exitcodes::SignalName(options_.hang_signal),
                     std::chrono::duration_cast<std::chrono::seconds>(tun::kDiagnosticsDelay).count());
-      Feed(gang::LocalFailure{exitcodes::FailureClass::kInfra, "hang: " + hung, true});
+      // The policy asks for the diagnostics signal, then the stop (StopWorkers).
+      Feed(gang::LocalFailure{exitcodes::FailureClass::kInfra, "hang: " + check.hung, true});
     });
-  }
-
-  std::string FindHung(std::chrono::milliseconds steady, std::chrono::milliseconds start) {
-    auto now = std::filesystem::file_time_type::clock::now();
-    std::string hung;
-    for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
-      if (!supervisor_->running(static_cast<int>(lr))) continue;  // finished: not hung
-      std::error_code fec;
-      auto mtime = std::filesystem::last_write_time(heartbeat_files_[lr], fec);
-      if (fec) continue;
-      bool never = mtime <= heartbeat_started_;
-      auto since = now - (never ? heartbeat_started_ : mtime);
-      if (since > (never ? start : steady)) {
-        hung += (hung.empty() ? "" : ", ") + std::string("local rank ") + std::to_string(lr) +
-                (never ? " never showed progress in " : " showed no progress for ") +
-                fmt::format("{:.1f} s",
-                            std::chrono::duration<double>(never ? start : steady).count());
-      }
-    }
-    return hung;
   }
 
   // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)
@@ -523,9 +537,9 @@ class Pod {
   exitcodes::FailureClass ClassOf(const FirstFailure& f) {
     exitcodes::Evidence e;
     e.first_failure = WorkerFailureOf(f);
-    if (auto now = ReadOomKillCount(); now && oom_baseline_ && *now > *oom_baseline_) {
-      e.oom_kills = *now - *oom_baseline_;
-    }
+    oom_kills_at_failure_ = e.oom_kills = OomKillsSinceStart();
+    return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
+  }
     return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
 
@@ -550,7 +564,7 @@ class Pod {
       supervisor_->StopForPeer();
       return;
     }
-    supervisor_->OnSignal(diagnostics_signal);
+    supervisor_->SendDiagnostics(diagnostics_signal);
     diag_timer_.expires_after(tun::kDiagnosticsDelay);
     diag_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
       if (!ec && epoch == epoch_ && supervisor_) supervisor_->StopForPeer();
@@ -593,6 +607,8 @@ class Pod {
     RemoveErrorDir();
     error_dir_.clear();
     heartbeat_files_.clear();
+    hang_policy_.reset();
+    oom_kills_at_failure_.reset();
     hang_reason_.reset();
     own_result_.reset();
     failure_seen_ = false;
@@ -619,9 +635,10 @@ class Pod {
     }
     const SupervisorResult& r = *own_result_;
     e.collateral = r.collateral;
-    if (auto now = ReadOomKillCount(); now && oom_baseline_ && *now > *oom_baseline_) {
-      e.oom_kills = *now - *oom_baseline_;
-    }
+    // Up to the first failure (what the processes stopped after it did is not
+    // its cause); for a run without one, up to now.
+    e.oom_kills = r.first_failure && oom_kills_at_failure_ ? *oom_kills_at_failure_
+                                                            : OomKillsSinceStart();
     switch (c.kind) {
       case Kind::kTerminated:
         e.stop_signal = c.stop_signal;
@@ -647,11 +664,19 @@ class Pod {
     Conclude(e);
   }
 
+  // OOM kills the memory cgroup counted since the workers started (v2
+  // memory.events or v1 memory.oom_control; evidence.h).
+  std::uint64_t OomKillsSinceStart() const {
+    auto now = ReadOomKillCount();
+    return now && oom_baseline_ && *now > *oom_baseline_ ? *now - *oom_baseline_ : 0;
+  }
+
   // Classifies, writes the termination message, logs the summary last, stops.
   void Conclude(const exitcodes::Evidence& e) {
     concluded_ = true;
     exitcodes::Verdict v = exitcodes::Classify(e, options_.codes, options_.markers);
     exit_code_ = v.code;
+    if (auto w = exitcodes::VerdictWarning(e, v); !w.empty()) spdlog::warn("{}", w);
     if (v.failure_class == exitcodes::FailureClass::kOk) {
       spdlog::info("exit 0: every worker finished ({:.1f} s)",
                    Ms(Clock::now() - started_) / 1000);
@@ -741,6 +766,7 @@ class Pod {
   std::vector<std::string> heartbeat_files_;  // by local rank
   WorkerLogDirs log_dirs_{options_.logs};      // --log-dir, --redirects, --tee
   std::filesystem::file_time_type heartbeat_started_;
+  std::optional<HangPolicy> hang_policy_;  // this generation's, made at the first watch
   std::optional<std::string> hang_reason_;
   Clock::time_point started_;
   std::unique_ptr<SignalSource> signals_;
@@ -751,6 +777,7 @@ class Pod {
   std::string error_dir_;
   std::uint32_t rank_base_ = 0;
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
+  std::optional<std::uint64_t> oom_kills_at_failure_;  // counted up to the first failure
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;
   std::optional<SupervisorResult> own_result_;  // set when our workers are all gone

@@ -27,6 +27,7 @@ Actions SupervisionPolicy::BeginStop(int signo, std::string why) {
   phase_ = Phase::kStopping;
   Actions a;
   a.terminate = signo;
+  a.terminate_others = SIGTERM;
   a.start_grace_timer = true;
   a.log = std::move(why);
   return a;

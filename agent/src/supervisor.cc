@@ -5,6 +5,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <linux/close_range.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +28,7 @@
 
 #include "file_util.h"
 #include "pump.h"
+#include "trainlet/agent/hang_policy.h"
 #include "trainlet/exitcodes/exit_code.h"
 
 namespace trainlet::agent {
@@ -47,27 +51,131 @@ std::string Comm(pid_t pid) {
 
 }  // namespace
 
+namespace {
+
+struct ProcEntry {
+  pid_t pid;
+  pid_t ppid;
+};
+
+// Every live process in /proc with its parent (zombies, which only wait to be
+// reaped, left out).
+std::vector<ProcEntry> ScanProc() {
+  std::vector<ProcEntry> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::string stat = ReadSmallFile(std::string("/proc/") + e->d_name + "/stat", 1024)
+                           .value_or("");
+    // Fields after the command (which may contain spaces and parentheses).
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state;
+    long ppid;
+    if (!(rest >> state >> ppid)) continue;
+    if (state == 'Z' || state == 'X') continue;
+    out.push_back({static_cast<pid_t>(pid), static_cast<pid_t>(ppid)});
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Our own PID namespace's /proc: /proc/self names us.
+bool ProcIsOurs() {
+  char buf[32];
+  ssize_t n = ::readlink("/proc/self", buf, sizeof(buf) - 1);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return std::strtol(buf, nullptr, 10) == ::getpid();
+}
+
+// argv[0] as execve(2) needs it: unchanged when it has a '/', else the first
+// executable match in PATH (as posix_spawnp and execvp search it).
+std::string ResolveInPath(const std::string& name, const char* const* envp) {
+  if (name.find('/') != std::string::npos) return name;
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const char* const* e = envp; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
+  }
+  std::istringstream dirs(path);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return name;  // execve fails with ENOENT
+}
+
+// posix_spawn has no attribute for a parent-death signal, so: fork, set up the
+// child like posix_spawn does for the workers (own process group, default
+// mask and dispositions, fds 1/2, nothing else open), arm PR_SET_PDEATHSIG,
+// exec. Between fork and exec only async-signal-safe calls (signal-safety(7)).
+// An exec failure's errno comes back through a close-on-exec pipe. Returns 0
+// or an errno value, like posix_spawn.
+int SpawnWithParentDeath(pid_t* pid_out, char* const* argv, char* const* envp, int out_fd,
+                         int err_fd, int death_signal) {
+  const std::string path = ResolveInPath(argv[0], envp);
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return errno;
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(report[0]);
+    ::close(report[1]);
+    return e;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    struct sigaction dfl{};
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; ++s) {
+      if (s != SIGKILL && s != SIGSTOP) ::sigaction(s, &dfl, nullptr);
+    }
+    sigset_t empty;
+    sigemptyset(&empty);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
+    if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
+    // Nothing of the agent's leaks into the child: every fd from 3 up is
+    // closed by the exec (the report pipe too, which is how its success shows).
+    if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 4096; ++fd) {
+        if (fd != report[1]) ::close(fd);
+      }
+    }
+    ::prctl(PR_SET_PDEATHSIG, death_signal);
+    // The parent may have died before the prctl: then nobody would ever send it.
+    if (::getppid() != parent) ::_exit(128 + death_signal);
+    ::execve(path.c_str(), argv, envp);
+    int e = errno;
+    (void)!::write(report[1], &e, sizeof(e));
+    ::_exit(127);
+  }
+  ::close(report[1]);
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(report[0], &child_errno, sizeof(child_errno));
+  } while (n < 0 && errno == EINTR);
+  ::close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof(child_errno))) {
+    ::waitpid(pid, nullptr, 0);
+    return child_errno;
+  }
+  *pid_out = pid;
+  return 0;
+}
+
+}  // namespace
+
 std::vector<pid_t> ListDescendants(pid_t root, bool children_only) {
   std::multimap<pid_t, pid_t> children;  // ppid -> pid
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      char* end = nullptr;
-      long pid = std::strtol(e->d_name, &end, 10);
-      if (pid <= 0 || *end != '\0') continue;
-      std::string stat = ReadSmallFile(std::string("/proc/") + e->d_name + "/stat", 1024)
-                             .value_or("");
-      // Fields after the command (which may contain spaces and parentheses).
-      auto close = stat.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(stat.substr(close + 1));
-      char state;
-      long ppid;
-      if (!(rest >> state >> ppid)) continue;
-      if (state == 'Z' || state == 'X') continue;  // dead, only waiting to be reaped
-      children.emplace(static_cast<pid_t>(ppid), static_cast<pid_t>(pid));
-    }
-    ::closedir(d);
-  }
+  for (const ProcEntry& p : ScanProc()) children.emplace(p.ppid, p.pid);
   std::vector<pid_t> out;
   std::vector<pid_t> frontier{root};
   while (!frontier.empty()) {
@@ -78,6 +186,16 @@ std::vector<pid_t> ListDescendants(pid_t root, bool children_only) {
       out.push_back(it->second);
       if (!children_only) frontier.push_back(it->second);
     }
+  }
+  return out;
+}
+
+std::vector<pid_t> ListPodProcesses() {
+  const pid_t self = ::getpid();
+  if (self != 1 || !ProcIsOurs()) return ListDescendants(self);
+  std::vector<pid_t> out;
+  for (const ProcEntry& p : ScanProc()) {
+    if (p.pid != self) out.push_back(p.pid);
   }
   return out;
 }
@@ -126,7 +244,12 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
 
   void Apply(const Actions& a);
   void SignalGroups(int signo);
-  void SignalAll(int signo, bool log_leftovers);
+  bool InLiveWorkerGroup(pid_t pid) const;
+  // The start of a stop: `signo` to the workers' groups, `others_signo` to the
+  // pod's other processes (see SupervisorOptions::stop_every_process).
+  void Terminate(int signo, int others_signo, bool log_leftovers);
+  void KillAll(bool log_leftovers);
+  void SendDiagnostics(int signo);
   void Sweep();
   void CheckDone();
   void Reap();
@@ -137,12 +260,20 @@ void Supervisor::Impl::SignalGroups(int signo) {
     // Each worker leads its own process group (POSIX_SPAWN_SETPGROUP), so this
     // reaches the processes it started too. Only while the worker is unreaped:
     // afterwards its pid, and so the group id, may be reused by a stranger;
-    // its group's survivors are then our adopted children (see SignalAll).
+    // its group's survivors are then our adopted children (see Terminate).
     if (!w.exited) ::kill(-w.pid, signo);
   }
 }
 
-void Supervisor::Impl::SignalAll(int signo, bool log_leftovers) {
+bool Supervisor::Impl::InLiveWorkerGroup(pid_t pid) const {
+  pid_t group = ::getpgid(pid);
+  for (const Worker& w : workers) {
+    if (!w.exited && group == w.pid) return true;
+  }
+  return false;
+}
+
+void Supervisor::Impl::Terminate(int signo, int others_signo, bool log_leftovers) {
   SignalGroups(signo);
   // As PID 1 or child subreaper, every live descendant is our child or below
   // one: with no child at all (live or zombie) there is nothing to look for,
@@ -150,21 +281,59 @@ void Supervisor::Impl::SignalAll(int signo, bool log_leftovers) {
   // WNOWAIT: a zombie stays for Reap() to collect.
   siginfo_t info{};
   if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) return;
-  // Beyond the live workers' groups: for a stop signal, our other children
-  // (orphans this PID 1 / child subreaper adopted, daemons that left their
-  // group), each told once, leaving deeper processes to their own parents;
-  // SIGKILL reaches every live descendant.
-  const bool everything = signo == SIGKILL;
-  for (pid_t pid : ListDescendants(::getpid(), /*children_only=*/!everything)) {
-    pid_t group = ::getpgid(pid);
-    bool in_live_worker_group = false;
-    for (const Worker& w : workers) in_live_worker_group |= !w.exited && group == w.pid;
-    if (in_live_worker_group && !everything) continue;
-    if (log_leftovers && !in_live_worker_group) {
-      spdlog::info("leftover process pid {} ({}): sending {}", pid, Comm(pid),
-                   exitcodes::SignalName(signo));
+  // Beyond the live workers' groups: helpers the trainers started in their own
+  // session or group (setsid), orphans we adopted, daemons. Each is told once;
+  // one left out would only learn of the stop from the SIGKILL, and the pod
+  // would wait the whole grace period for it.
+  const std::vector<pid_t> others = options.stop_every_process
+                                        ? ListPodProcesses()
+                                        : ListDescendants(::getpid(), /*children_only=*/true);
+  for (pid_t pid : others) {
+    if (InLiveWorkerGroup(pid)) continue;
+    spdlog::log(log_leftovers ? spdlog::level::info : spdlog::level::debug,
+                "{} process pid {} ({}): sending {}", log_leftovers ? "leftover" : "other", pid,
+                Comm(pid), exitcodes::SignalName(others_signo));
+    ::kill(pid, others_signo);
+  }
+}
+
+void Supervisor::Impl::KillAll(bool log_leftovers) {
+  SignalGroups(SIGKILL);
+  siginfo_t info{};
+  if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) return;
+  const std::vector<pid_t> all =
+      options.stop_every_process ? ListPodProcesses() : ListDescendants(::getpid());
+  for (pid_t pid : all) {
+    if (log_leftovers && !InLiveWorkerGroup(pid)) {
+      spdlog::info("leftover process pid {} ({}): sending SIGKILL", pid, Comm(pid));
     }
-    ::kill(pid, signo);
+    ::kill(pid, SIGKILL);
+  }
+}
+
+void Supervisor::Impl::SendDiagnostics(int signo) {
+  std::vector<pid_t> groups;
+  for (const Worker& w : workers) {
+    if (static_cast<std::size_t>(w.local_rank) >= groups.size()) groups.resize(w.local_rank + 1, 0);
+    if (!w.exited) groups[w.local_rank] = w.pid;
+  }
+  std::vector<ProcessSignals> procs;
+  for (pid_t pid : ListDescendants(::getpid())) {
+    auto status = ReadSmallFile("/proc/" + std::to_string(pid) + "/status", 8192);
+    procs.push_back({pid, ::getpgid(pid),
+                     status ? ParseSignalMask(*status, "SigCgt") : std::nullopt});
+  }
+  DiagnosticsPlan plan = PlanDiagnostics(signo, groups, procs);
+  for (pid_t pid : plan.send_to) ::kill(pid, signo);
+  if (!plan.send_to.empty()) {
+    spdlog::info("sent {} to {} worker process(es) that handle it", exitcodes::SignalName(signo),
+                 plan.send_to.size());
+  }
+  for (int lr : plan.without_handler) {
+    spdlog::warn("local rank {} (pid {}): no process handles {}, so no stack dump is possible "
+                 "and it is not sent (its default action would end the worker); Python: "
+                 "faulthandler.register(signal.{})",
+                 lr, groups[lr], exitcodes::SignalName(signo), exitcodes::SignalName(signo));
   }
 }
 
@@ -174,7 +343,7 @@ void Supervisor::Impl::Sweep() {
   sweep_timer.expires_after(std::chrono::milliseconds(100));
   sweep_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (ec || self->finished) return;
-    self->SignalAll(SIGKILL, false);
+    self->KillAll(false);
     self->Sweep();
   });
 }
@@ -188,7 +357,7 @@ void Supervisor::Impl::Apply(const Actions& a) {
   }
   if (a.terminate) {
     bool all_exited = policy->workers_alive() == 0;
-    SignalAll(*a.terminate, all_exited);
+    Terminate(*a.terminate, a.terminate_others.value_or(*a.terminate), all_exited);
   }
   if (a.start_grace_timer && !grace_armed) {
     grace_armed = true;
@@ -199,7 +368,7 @@ void Supervisor::Impl::Apply(const Actions& a) {
     });
   }
   if (a.kill_all) {
-    SignalAll(SIGKILL, true);
+    KillAll(true);
     Sweep();
   }
   if (a.exit_code) {
@@ -322,6 +491,11 @@ void Supervisor::OnSignal(int signo) {
   impl_->Apply(impl_->policy->On(event::Signal{signo}));
 }
 
+void Supervisor::SendDiagnostics(int signo) {
+  if (impl_->finished || !impl_->policy) return;
+  impl_->SendDiagnostics(signo);
+}
+
 void Supervisor::StopForPeer() {
   if (impl_->finished || !impl_->policy) return;
   impl_->Apply(impl_->policy->On(event::PeerStop{}));
@@ -384,7 +558,12 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     // workers' pipes. Asio does not open its sockets close-on-exec.
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     pid_t pid = -1;
-    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+    int rc = im.options.parent_death_signal != 0
+                 ? SpawnWithParentDeath(&pid, argv.data(), envp.data(),
+                                        im.options.capture_output ? out[1] : -1,
+                                        im.options.capture_output ? err[1] : -1,
+                                        im.options.parent_death_signal)
+                 : posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
     if (im.options.capture_output) {
       ::close(out[1]);

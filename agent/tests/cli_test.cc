@@ -1,5 +1,9 @@
 // Runs the built binary: bad or missing input gets one clear line and exit 78
 // within a second, before any network traffic; --help and --version work.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,11 +12,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
+
+#include "trainlet/agent/supervisor.h"
 
 namespace {
 
@@ -110,6 +119,8 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"", "--role '' train.py", "--role='': a role needs a name"},
       {"", "--gang a=1 --role r train.py", "--role/PET_ROLE with --gang"},
       {"", "--rdzv-port 29500 train.py", "need two ports"},
+      {"", "--jax-port 29500 -- true", "JAX's coordinator needs a port of its own"},
+      {"", "--jax-port x -- true", "--jax-port/TRAINLET_JAX_PORT='x'"},
       {"", "--log-dir /dev/null/x -r 3 -- true", "--log-dir '/dev/null/x'"},
       // trainlet's own flags mean what they say on their own, or are refused.
       {"", "--preflight-timeout 5 -- true", "--preflight-timeout has no effect without --preflight"},
@@ -241,11 +252,117 @@ TEST(CliTest, BeatingWorkersAreNotHung) {
   EXPECT_EQ(r.code, 0) << r.out;
   Outcome silent = Trainlet("", "--hang-timeout 0.3 --hang-start-timeout 5 -- sh -c 'sleep 1'");
   EXPECT_EQ(silent.code, 0) << "the first heartbeat has its own, longer limit: " << silent.out;
-  Outcome never = Trainlet("", "--hang-timeout 0.3 --grace-period 1 -- sh -c 'sleep 5'");
+  Outcome never = Trainlet("", "--hang-timeout 0.3 --hang-start-timeout 0.6 --grace-period 1 "
+                               "-- sh -c 'sleep 5'");
   EXPECT_EQ(never.code, 75) << never.out;
-  EXPECT_NE(never.out.find("never showed progress"), std::string::npos) << never.out;
+  EXPECT_NE(never.out.find("never showed progress in 0.6 s"), std::string::npos) << never.out;
   Outcome bad = Trainlet("", "--hang-signal KILL -- true");
   EXPECT_EQ(bad.code, 78) << bad.out;
+}
+
+// examples/k8s/indexed-job.yaml turns hang detection on for whatever trainer
+// the image runs: one that never touches the file does not take part, and is
+// not failed for it (without --hang-start-timeout).
+TEST(CliTest, ATrainerThatNeverTouchesTheHeartbeatFileIsNotHung) {
+  Outcome r = Trainlet("", "--hang-timeout 0.3 --grace-period 1 -- sh -c 'sleep 1.5; exit 0'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("hang:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("did not touch TRAINLET_HEARTBEAT_FILE"), std::string::npos) << r.out;
+}
+
+// A hung worker that does not handle --hang-signal (SIGUSR1's default action
+// is to terminate; a Python trainer without faulthandler.register) is not sent
+// it: it lives on to get the stop's SIGTERM, and the log says no stack dump was
+// possible. The one that handles it gets it.
+TEST(CliTest, TheDiagnosticsSignalNeverKillsAWorker) {
+  Outcome r = Trainlet(
+      "", "--nproc-per-node 2 --hang-timeout 0.5 --grace-period 2 -- sh -c '"
+          "touch $TRAINLET_HEARTBEAT_FILE; "
+          "if [ $LOCAL_RANK = 0 ]; then trap \"echo dump-0\" USR1; fi; "
+          "trap \"echo term-$LOCAL_RANK; exit 0\" TERM; while :; do sleep 0.05; done'");
+  EXPECT_EQ(r.code, 75) << r.out;
+  EXPECT_NE(r.out.find("[rank0]: dump-0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: term-1"), std::string::npos)
+      << "rank 1 did not live to get SIGTERM: " << r.out;
+  EXPECT_NE(r.out.find("local rank 1 (pid"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("no stack dump is possible"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("SIGUSR1 (10)"), std::string::npos) << "a worker died of it: " << r.out;
+}
+
+// `trainlet local` killed with SIGKILL (the OOM killer, a CI timeout) cannot
+// stop anything itself: its agents get SIGTERM from the kernel (a parent-death
+// signal) and stop their workers, instead of all running on unsupervised.
+TEST(CliTest, LocalKilledWithSigkillTakesItsAgentsAndWorkersAlong) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("cli-local-kill-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  // Orphans come back to us: we can watch them end and reap them.
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const std::string worker = "echo $$ > " + dir.string() + "/worker-$RANK.tmp && mv " +
+                             dir.string() + "/worker-$RANK.tmp " + dir.string() +
+                             "/worker-$RANK; exec sleep 60";
+  std::vector<std::string> args = {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "HOSTNAME=x",
+                                   "TRAINLET_LIBNCCL=/nonexistent/libnccl.so.2", TRAINLET_BIN,
+                                   "local", "--nnodes", "2", "--nproc-per-node", "2",
+                                   "--grace-period", "2", "--", "sh", "-c", worker};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  const std::string log = (dir / "local.log").string();
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  pid_t local = -1;
+  ASSERT_EQ(::posix_spawn(&local, argv[0], &fa, nullptr, argv.data(), nullptr), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  auto read_log = [&] {
+    std::ifstream f(log);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+
+  std::vector<pid_t> workers;
+  auto deadline = Clock::now() + std::chrono::seconds(30);
+  for (int rank = 0; rank < 4 && Clock::now() < deadline;) {
+    std::ifstream f(dir / ("worker-" + std::to_string(rank)));
+    pid_t pid = 0;
+    if (f >> pid) {
+      workers.push_back(pid);
+      ++rank;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  ASSERT_EQ(workers.size(), 4u) << read_log();
+  const std::vector<pid_t> agents = trainlet::agent::ListDescendants(local, /*children_only=*/true);
+  EXPECT_EQ(agents.size(), 2u) << read_log();
+
+  ASSERT_EQ(::kill(local, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(local, nullptr, 0), local);
+  auto t_killed = Clock::now();
+  std::vector<pid_t> all = agents;
+  all.insert(all.end(), workers.begin(), workers.end());
+  auto alive = [&] {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    std::vector<pid_t> left;
+    for (pid_t p : all) {
+      if (::kill(p, 0) == 0) left.push_back(p);
+    }
+    return left;
+  };
+  std::vector<pid_t> left = alive();
+  while (!left.empty() && Clock::now() - t_killed < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    left = alive();
+  }
+  EXPECT_TRUE(left.empty()) << left.size() << " agent(s)/worker(s) still running 10 s after "
+                            << "`trainlet local` was killed\n" << read_log();
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  while (::waitpid(-1, nullptr, 0) > 0) {
+  }
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  fs::remove_all(dir);
 }
 
 TEST(CliTest, ReadinessMeansTheGangHasFormed) {
@@ -450,4 +567,14 @@ TEST(CliTest, NprocPerNodeCpu) {
   EXPECT_NE(r.out.find("lws=" + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN))),
             std::string::npos)
       << r.out;
+}
+
+// JAX on the same gang: the coordinator at MASTER_ADDR and the leader's JAX port.
+TEST(CliTest, WorkersGetJaxEnvironment) {
+  Outcome r = Trainlet("", "--nproc-per-node 2 --jax-port 29611 -- sh -c 'echo "
+                           "$JAX_COORDINATOR_ADDRESS/$JAX_NUM_PROCESSES/$JAX_PROCESS_ID'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: 127.0.0.1:29611/2/1"), std::string::npos) << r.out;
+  r = Trainlet("", "--jax-port 0 -- sh -c 'echo jax=${JAX_COORDINATOR_ADDRESS:-none}'");
+  EXPECT_NE(r.out.find("[rank0]: jax=none"), std::string::npos) << r.out;
 }

@@ -120,6 +120,9 @@ TEST(SupervisionPolicyTest, Scenarios) {
       EXPECT_EQ(a.forward_signal, st.forward);
       EXPECT_EQ(a.exit_code, st.exit_code);
       EXPECT_EQ(a.start_grace_timer, a.terminate.has_value());
+      // Every stop also reaches the pod's other processes (setsid helpers,
+      // orphans), with SIGTERM whatever the workers get.
+      EXPECT_EQ(a.terminate_others, a.terminate ? std::optional<int>(SIGTERM) : std::nullopt);
     }
     EXPECT_EQ(p.phase(), Phase::kDone) << sc.name;
     EXPECT_EQ(p.On(event::Signal{SIGTERM}), Actions{}) << "events after the exit do nothing";

@@ -125,6 +125,13 @@ class SupervisorTest : public ::testing::Test {
     }
     exitcodes::Status s = sup.Start(specs);
     EXPECT_TRUE(s.ok()) << s.ToString();
+    std::vector<std::unique_ptr<asio::steady_timer>> calls;
+    for (auto& [after, call] : calls_) {
+      calls.push_back(std::make_unique<asio::steady_timer>(io, after));
+      calls.back()->async_wait([&sup, call = call](boost::system::error_code ec) {
+        if (!ec) call(sup);
+      });
+    }
     asio::steady_timer signal_timer(io, to_agent.after);
     if (to_agent.signo != 0) {
       signal_timer.async_wait([signo = to_agent.signo](boost::system::error_code ec) {
@@ -142,7 +149,12 @@ class SupervisorTest : public ::testing::Test {
   }
 
   std::string File(const std::string& name) { return (dir_ / name).string(); }
+  // Calls made on the running supervisor, this long after the start.
+  void At(std::chrono::milliseconds after, std::function<void(Supervisor&)> call) {
+    calls_.emplace_back(after, std::move(call));
+  }
   std::filesystem::path dir_;
+  std::vector<std::pair<std::chrono::milliseconds, std::function<void(Supervisor&)>>> calls_;
 };
 
 bool NoChildrenLeft() {
@@ -239,6 +251,53 @@ TEST_F(SupervisorTest, UserSignalsAreForwardedWithoutStopping) {
                {SIGUSR1, 300ms});
   EXPECT_EQ(r.exit_code, 0) << "USR1 is a notice, not a stop";
   EXPECT_TRUE(std::filesystem::exists(File("usr1")));
+}
+
+// A helper the trainer started in its own session (setsid: another process
+// group, so the worker's group signal misses it) gets SIGTERM at the start of
+// the stop too, and the run ends as soon as it is gone: not at the SIGKILL
+// after the whole grace period.
+TEST_F(SupervisorTest, AHelperInAnotherSessionGetsSigtermWhenTheStopStarts) {
+  const std::string helper = "setsid sh -c 'trap \"echo term > " + File("helper") +
+                             "; exit 0\" TERM; while :; do sleep 0.05; done' & ";
+  auto t0 = Clock::now();
+  // The trainer takes a moment to stop (a checkpoint): its helper is still its
+  // child, not yet one we adopted, when the stop starts.
+  auto r = Run({helper + "trap 'sleep 1; exit 0' TERM; sleep 30 & wait", "sleep 30"}, 10s,
+               {SIGTERM, 500ms});
+  EXPECT_EQ(r.exit_code, 143);
+  EXPECT_TRUE(std::filesystem::exists(File("helper"))) << "the helper never got SIGTERM";
+  EXPECT_LT(Clock::now() - t0, 5s) << "waited for the SIGKILL at the end of the grace period";
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+// The same when a worker fails while its sibling, which started the helper,
+// still runs (the helper is then a grandchild, not an adopted orphan).
+TEST_F(SupervisorTest, AHelperInAnotherSessionGetsSigtermWhenASiblingFails) {
+  const std::string helper = "setsid sh -c 'trap \"echo term > " + File("helper") +
+                             "; exit 0\" TERM; while :; do sleep 0.05; done' & ";
+  auto t0 = Clock::now();
+  auto r = Run({helper + "trap 'sleep 1; exit 143' TERM; sleep 30 & wait", "sleep 0.5; exit 3"},
+               10s);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_TRUE(std::filesystem::exists(File("helper"))) << "the helper never got SIGTERM";
+  EXPECT_LT(Clock::now() - t0, 5s) << "waited for the SIGKILL at the end of the grace period";
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+// Hang diagnostics reach the worker that handles the signal and never one
+// whose default action (terminate, for SIGUSR1) would end it.
+TEST_F(SupervisorTest, DiagnosticsReachOnlyProcessesThatHandleTheSignal) {
+  At(500ms, [](Supervisor& s) { s.SendDiagnostics(SIGUSR1); });
+  auto r = Run({"trap 'echo usr1 >> " + File("w0") + "' USR1; trap 'exit 0' TERM; "
+                "while :; do sleep 0.05; done",
+                "trap 'echo term > " + File("w1") + "; exit 0' TERM; while :; do sleep 0.05; done"},
+               5s, {SIGTERM, 1500ms});
+  EXPECT_EQ(r.exit_code, 143) << "no worker died of the diagnostics signal";
+  EXPECT_FALSE(r.first_failure.has_value());
+  EXPECT_TRUE(std::filesystem::exists(File("w0"))) << "the handler never ran";
+  EXPECT_TRUE(std::filesystem::exists(File("w1"))) << "worker 1 did not live to get SIGTERM";
+  EXPECT_TRUE(NoChildrenLeft());
 }
 
 TEST_F(SupervisorTest, OrphansAndDaemonsAreReapedAfterTheTrainerExits) {

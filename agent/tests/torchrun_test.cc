@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "trainlet/agent/worker_env.h"
 #include "trainlet/agent/worker_logs.h"
 
 namespace trainlet::agent {
@@ -171,6 +172,45 @@ TEST(PlanWorkerStreams, TorchrunsLayoutAndConsole) {
   EXPECT_EQ(PlanWorkerStreams(o, "", 3, 4, "w")[2].prefix, "w:2> ");
   EXPECT_FALSE(WorkerLogOptions{}.writes_files());
   EXPECT_TRUE(o.writes_files());
+}
+
+std::map<std::string, std::string> EnvMap(const std::vector<std::string>& kv) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : kv) m[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+  return m;
+}
+
+TEST(WorkerEnvironment, NcclAsyncErrorHandlingAsTorchrunNeverOverridden) {
+  WorkerPlacement p;
+  p.master_addr = "10.0.0.1";
+  p.master_port = 29500;
+  auto env = EnvMap(WorkerEnvironment({}, p));
+  EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
+  env = EnvMap(WorkerEnvironment({{"NCCL_ASYNC_ERROR_HANDLING", "0"}}, p));
+  EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "0");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "0");
+  env = EnvMap(WorkerEnvironment({{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}}, p));
+  EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "3");
+  EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "3");
+}
+
+TEST(WorkerEnvironment, JaxVariables) {
+  WorkerPlacement p;
+  p.local_rank = 1, p.nproc_per_node = 2, p.rank_base = 4, p.world_size = 8;
+  p.master_addr = "10.0.0.1", p.master_port = 29500, p.jax_port = 29600, p.gpu_count = 8;
+  auto env = EnvMap(WorkerEnvironment({}, p));
+  EXPECT_EQ(env["JAX_COORDINATOR_ADDRESS"], "10.0.0.1:29600");
+  EXPECT_EQ(env["JAX_NUM_PROCESSES"], "8");
+  EXPECT_EQ(env["JAX_PROCESS_ID"], "5");
+  EXPECT_EQ(env["JAX_LOCAL_DEVICE_IDS"], "4,5,6,7");  // local rank 1's half of 8 GPUs
+  p.master_addr = "fd00::1";
+  p.gpu_count = 0;  // unknown: JAX picks its own devices
+  env = EnvMap(WorkerEnvironment({}, p));
+  EXPECT_EQ(env["JAX_COORDINATOR_ADDRESS"], "[fd00::1]:29600");
+  EXPECT_FALSE(env.contains("JAX_LOCAL_DEVICE_IDS"));
+  p.jax_port = 0;
+  EXPECT_FALSE(EnvMap(WorkerEnvironment({}, p)).contains("JAX_COORDINATOR_ADDRESS"));
 }
 
 }  // namespace

@@ -96,11 +96,16 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
       who += "; " + std::to_string(e.collateral) + " worker(s) stopped by trainlet afterwards";
     }
     // The kernel's OOM killer sends SIGKILL; a rising counter says it was it
-    // (and not, say, the kubelet or a user) — kubernetes/kubernetes#78973.
-    if (e.oom_kills > 0 && f.exit.signaled && f.exit.signal == SIGKILL) {
+    // (and not, say, the kubelet or a user) — kubernetes/kubernetes#78973. Its
+    // victim need not be the worker itself: when it is one of the worker's
+    // processes (a DataLoader worker: "DataLoader worker (pid N) is killed by
+    // signal: Killed.", pytorch/pytorch#8976), the trainer then exits 1.
+    if (e.oom_kills > 0) {
       return Make(FailureClass::kOom, codes.CodeFor(FailureClass::kOom),
-                  who + " and the memory cgroup counted " + std::to_string(e.oom_kills) +
-                      " OOM kill(s)",
+                  who + (f.exit.signaled && f.exit.signal == SIGKILL
+                             ? " and the memory cgroup counted "
+                             : " after the memory cgroup counted ") +
+                      std::to_string(e.oom_kills) + " OOM kill(s)",
                   "oom");
     }
     // NVML saw the GPU fail (ECC, Xid, a recovery action): the crash is the
@@ -131,6 +136,12 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
                 "phase");
   }
   return Make(FailureClass::kOk, 0, "every worker finished", "exit-code");
+}
+
+std::string VerdictWarning(const Evidence& e, const Verdict& v) {
+  if (v.failure_class != FailureClass::kOk || e.oom_kills == 0) return "";
+  return "every worker finished, but the memory cgroup counted " + std::to_string(e.oom_kills) +
+         " OOM kill(s) while they ran (a process of theirs was killed for memory)";
 }
 
 }  // namespace trainlet::exitcodes

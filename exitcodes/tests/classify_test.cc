@@ -40,8 +40,18 @@ TEST(ClassifyTest, EvidenceTable) {
        {.first_failure = Failure(Killed(SIGKILL)), .oom_kills = 1}, FailureClass::kOom, 77, "oom"},
       {"SIGKILL without oom counter is not OOM", {.first_failure = Failure(Killed(SIGKILL))},
        FailureClass::kWorker, 137, "exit-code"},
-      {"oom counter but exit 1 is not OOM", {.first_failure = Failure(Exited(1)), .oom_kills = 1},
+      {"exit 1 after an OOM kill of one of its processes is OOM (DataLoader worker)",
+       {.first_failure = Failure(Exited(1), "RuntimeError: DataLoader worker (pid 4242) is "
+                                            "killed by signal: Killed.\n"),
+        .oom_kills = 1},
+       FailureClass::kOom, 77, "oom"},
+      {"exit 1 with that message but no OOM kill counted is the worker's own",
+       {.first_failure = Failure(Exited(1), "RuntimeError: DataLoader worker (pid 4242) is "
+                                            "killed by signal: Killed.\n")},
        FailureClass::kWorker, 1, "exit-code"},
+      {"a fatal exit code after an OOM kill is OOM", {.first_failure = Failure(Exited(42)),
+                                                      .oom_kills = 3},
+       FailureClass::kOom, 77, "oom"},
       {"ECC in stderr beats exit 42 (C30)",
        {.first_failure = Failure(Exited(42), "RuntimeError: CUDA error: uncorrectable ECC error "
                                              "encountered\n")},
@@ -104,6 +114,22 @@ TEST(ClassifyTest, EvidenceTable) {
     EXPECT_EQ(v.evidence, r.decided_by) << r.name;
     EXPECT_FALSE(v.reason.empty()) << r.name;
   }
+}
+
+TEST(ClassifyTest, OomKillsInASuccessfulRunAreAWarningNotAFailure) {
+  const Evidence oom{.oom_kills = 2};
+  Verdict v = Classify(oom, ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_EQ(v.failure_class, FailureClass::kOk);
+  EXPECT_EQ(v.code, 0);
+  std::string w = VerdictWarning(oom, v);
+  EXPECT_NE(w.find("counted 2 OOM kill(s)"), std::string::npos) << w;
+  EXPECT_EQ(VerdictWarning({}, Classify({}, ExitCodeTable(), MarkerTable::Defaults())), "");
+  const Evidence failure{.first_failure = Failure(Exited(1)), .oom_kills = 1};
+  Verdict failed = Classify(failure, ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_NE(failed.reason.find("exited with code 1 after the memory cgroup counted 1 OOM kill"),
+            std::string::npos)
+      << failed.reason;
+  EXPECT_EQ(VerdictWarning(failure, failed), "") << "the failure's class says it already";
 }
 
 TEST(ClassifyTest, ReasonNamesTheFirstFailureAndCollateral) {

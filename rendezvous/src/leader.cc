@@ -465,7 +465,7 @@ void Leader::MaybeAssign() {
   std::uint32_t generation = im.own->generation;
   for (const auto& [index, conn] : im.members) generation = std::max(generation, conn->generation);
   std::function<wire::Assignment(std::uint32_t, std::string)> make =
-      [nproc, generation, nnodes = im.options.nnodes, port = im.options.master_port,
+      [nproc, generation, nnodes = im.options.nnodes, port = im.options.master_port, jax_port = im.options.jax_port,
                run_id = im.options.run_id, job_id = im.own->job_id,
                attempt = im.own->attempt](std::uint32_t index, std::string master_addr) {
     return wire::Assignment{.generation = generation,
@@ -478,7 +478,8 @@ void Leader::MaybeAssign() {
                             .job_id = job_id,
                             .attempt = attempt,
                             .nccl_version = 0,
-                            .nccl_ids = {}};
+                            .nccl_ids = {},
+                            .jax_port = jax_port};
   };
   // MASTER_ADDR for each member is the leader address that member itself
   // reached us on: proven reachable from there, and never loopback in a pod.

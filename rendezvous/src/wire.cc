@@ -124,6 +124,7 @@ void EncodePayload(Writer& w, const Assignment& m) {
   std::size_t n = std::min(m.nccl_ids.size(), kMaxNcclIds);
   w.U16(std::uint16_t(n));
   for (std::size_t i = 0; i < n; ++i) w.Str(m.nccl_ids[i]);
+  w.U16(m.jax_port);
 }
 
 void EncodePayload(Writer& w, const Reject& m) {
@@ -197,7 +198,7 @@ bool DecodePayload(Reader& r, Assignment* m) {
   return r.U32(&m->generation) && r.U32(&m->nnodes) && r.U32(&m->world_size) &&
          r.U32(&m->rank_base) && r.Str(&m->master_addr, "master_addr") &&
          r.U16(&m->master_port) && r.Str(&m->run_id, "run_id") && r.Str(&m->job_id, "job_id") &&
-         r.U32(&m->attempt) && DecodeNcclIds(r, m);
+         r.U32(&m->attempt) && DecodeNcclIds(r, m) && r.U16(&m->jax_port);
 }
 
 bool DecodePayload(Reader& r, Reject* m) {

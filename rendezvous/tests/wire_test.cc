@@ -25,7 +25,8 @@ Hello SampleHello() {
 Assignment SampleAssignment() {
   return Assignment{.generation = 1, .nnodes = 16, .world_size = 128, .rank_base = 56,
                     .master_addr = "10.0.0.10", .master_port = 29500, .run_id = "trainer",
-                    .job_id = "trainer-0", .attempt = 2, .nccl_version = 0, .nccl_ids = {}};
+                    .job_id = "trainer-0", .attempt = 2, .nccl_version = 0, .nccl_ids = {},
+                    .jax_port = 29600};
 }
 
 // A 128-byte NCCL id with NUL and 0xff bytes (C26: binary, never a C string).
@@ -178,7 +179,7 @@ TEST(WireTest, MalformedNcclIdsAreRefused) {
       << decoded.status().message();
   // Too many ids: patch the count (u16 before the first id's length).
   auto frame = Encode(WithNcclIds(1));
-  std::size_t count_at = frame.size() - kNcclIdBytes - 2 - 2;
+  std::size_t count_at = frame.size() - 2 /* jax_port */ - kNcclIdBytes - 2 - 2;
   frame[count_at] = 0x01;  // 256 + 1 ids
   decoded = DecodeAll(frame, 1);
   ASSERT_FALSE(decoded.ok());

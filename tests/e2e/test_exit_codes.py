@@ -9,6 +9,8 @@ same JSON as trainlet's last stderr line.
   * a worker exits 42 in a 2-pod gang: its pod exits 42, class "bug", the right ranks;
   * a worker is OOM-killed by its memory cgroup (a child cgroup created here, with the
     pod started inside it): 77, class "oom", and the cgroup's oom_kill counter rose;
+  * a process of a worker is OOM-killed (a DataLoader worker) and the trainer then exits 1:
+    77 too; when the trainer finishes anyway, 0 and a warning with the count;
   * SIGTERM (and SIGINT) before any failure: 143, class "terminated", even when the
     trainer then exits 42 or 0 while shutting down;
   * command not found / invalid flag: 78 within 1 s, class "config";
@@ -287,6 +289,53 @@ exec sleep 30
             self.assertEqual(s["first_failure"]["local_rank"], 1, json.dumps(s))
             self.assertIn("SIGKILL", s["first_failure"]["exit"], json.dumps(s))
             self.assertNothingLeft(c)
+
+    # A trainer whose child (as PyTorch's DataLoader workers are) is OOM-killed, and that
+    # then exits with argv[1], printing what PyTorch prints (torch/utils/data/_utils/signal_handling.py).
+    CHILD_OOM = ("import os, signal, sys\n"
+                 "pid = os.fork()\n"
+                 "if pid == 0:\n"
+                 "    held = []\n"
+                 "    while True:\n"
+                 "        held.append(bytearray(b'x' * (50 << 20)))\n"
+                 "        print(f'child allocated {len(held) * 50} MB', flush=True)\n"
+                 "_, status = os.waitpid(pid, 0)\n"
+                 "if os.WIFSIGNALED(status):\n"
+                 "    print(f'RuntimeError: DataLoader worker (pid {pid}) is killed by signal: '\n"
+                 "          f'{signal.strsignal(os.WTERMSIG(status))}.', file=sys.stderr, flush=True)\n"
+                 "sys.exit(int(sys.argv[1]))\n")
+
+    def run_child_oom(self, trainer_exit, check):
+        """Runs CHILD_OOM in a 300 MB memory cgroup; `check(pod, log, code)` runs inside the
+        cluster, after the OOM kill is confirmed."""
+        cg, wrap, oom_kills = self.memory_cgroup(300 << 20)
+        with self.cluster(pods=1) as c:
+            c.publish(0)
+            before = oom_kills()
+            pod, log = self.start(c, [PYTHON, "-c", self.CHILD_OOM, str(trainer_exit)], nproc=1,
+                                  wrap=wrap)
+            code = pod.wait(30)
+            self.assertIn("[rank0]: child allocated 50 MB", pod.stdout(), pod.tail())
+            self.assertGreater(oom_kills(), before, f"{cg}: the OOM killer never ran")
+            self.assertIn("is killed by signal: Killed.", pod.stderr(), pod.tail())
+            check(pod, log, code)
+            self.assertNothingLeft(c)
+
+    def test_oom_kill_of_a_workers_child_then_exit_1_is_oom(self):
+        def check(pod, log, code):
+            self.assertEqual(code, 77, pod.tail())
+            s = self.summary(pod, log)
+            self.assertSummary(s, "oom", 77, evidence="oom")
+            self.assertIn("exit 1", s["first_failure"]["exit"], json.dumps(s))
+            self.assertIn("OOM kill", s["reason"], json.dumps(s))
+        self.run_child_oom(1, check)
+
+    def test_oom_kill_in_a_run_that_succeeds_is_a_warning(self):
+        def check(pod, log, code):
+            self.assertEqual(code, 0, pod.tail())
+            self.assertRegex(pod.stderr(), r"warn.*counted 1 OOM kill\(s\)")
+            self.assertFalse(os.path.exists(log), "a successful run writes no termination message")
+        self.run_child_oom(0, check)
 
     # -- 3: SIGTERM / SIGINT before any failure -----------------------------------------
     def test_terminated_wins_over_shutdown_exit_code(self):

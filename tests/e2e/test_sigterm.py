@@ -2,9 +2,12 @@
 
 One pod (nnodes 1) with 2 workers. A trainer that handles SIGTERM gets it and the pod exits
 143 well within the grace period; a trainer that ignores SIGTERM is SIGKILLed when the
-grace period ends and the pod exits 143 then, not much later.
+grace period ends and the pod exits 143 then, not much later. A helper a worker started in
+its own session (setsid: outside the worker's process group) gets SIGTERM at the start of the
+stop too, and the pod exits as soon as nothing is left, not at the end of the grace period.
 """
 
+import os
 import signal
 import time
 import unittest
@@ -47,6 +50,36 @@ class SigtermTest(PodsimTestCase):
             took = time.monotonic() - t0
             self.assertGreater(took, grace - 0.5, "SIGKILL came before the grace period ended")
             self.assertLess(took, grace + 2.5, "pod lingered after the grace period")
+            self.assertNothingLeft(c)
+
+    def test_sigterm_reaches_helpers_in_other_sessions(self):
+        grace = 20
+        script = r"""
+marker=$1
+setsid sh -c 'trap "echo helper got SIGTERM >> \"\$0\"; exit 0" TERM
+              while :; do sleep 0.1; done' "$marker" &
+trap 'echo "rank $RANK got SIGTERM"; sleep 1; exit 0' TERM  # a moment to checkpoint
+echo "rank $RANK ready"
+while :; do sleep 0.1; done
+"""
+        with self.cluster(pods=1) as c:
+            c.publish(0)
+            marker = os.path.join(c.workdir, "helper-sigterm.marker")
+            pod = c.start_pod(0, self.trainlet(nnodes=1, nproc=2, grace=grace,
+                                               cmd=["sh", "-c", script, "trainer", marker]))
+            for rank in (0, 1):
+                pod.wait_for_output(rf"(?m)^\[rank{rank}\]: rank {rank} ready", 30)
+            helpers = [p for p in pod.processes() if p.cmdline.startswith("sh -c trap")]
+            self.assertEqual(len(helpers), 2, pod.processes())
+            t0 = time.monotonic()
+            pod.signal(signal.SIGTERM)
+            self.assertEqual(pod.wait(grace + 10), 143, pod.tail())
+            took = time.monotonic() - t0
+            notes = open(marker).read() if os.path.exists(marker) else ""
+            self.assertEqual(notes.count("helper got SIGTERM"), 2,
+                             "each helper in its own session must get SIGTERM\n" + pod.tail())
+            self.assertLess(took, grace / 4, "the pod waited for the SIGKILL at the end of the "
+                            "grace period although nothing was left")
             self.assertNothingLeft(c)
 
 

@@ -58,16 +58,18 @@ struct PodOptions {
   // rdzv_timeout again; a replaced pod (same index, new IP) joins it, and
   // members re-resolve the leader's name (a replaced leader has a new IP).
   std::uint32_t max_restarts = 0;
-  // Hang detection (off when zero). Each worker gets TRAINLET_HEARTBEAT_FILE and
-  // shows progress by touching it (updating its mtime). A worker that has not
-  // touched it within `hang_start_timeout` of its start, or since its last touch
-  // within `hang_timeout`, is hung: every worker gets `hang_signal` (for stack
-  // dumps, e.g. faulthandler on SIGUSR1), and 2 s later the gang is stopped with
-  // class infra, reason "hang".
+  // Hang detection (off when zero; rules in hang_policy.h). Each worker gets
+  // TRAINLET_HEARTBEAT_FILE and shows progress by touching it (updating its
+  // mtime). A worker that touched it and then not again within `hang_timeout`
+  // is hung; one that never touched it is hung only when `hang_start_timeout`
+  // is set and has passed (otherwise it does not take part). Then the workers'
+  // processes that catch `hang_signal` get it (stack dumps, e.g. faulthandler
+  // on SIGUSR1; never sent where it would kill), and 2 s later the gang is
+  // stopped with class infra, reason "hang".
   std::uint16_t health_port = 0;  // /readyz and /livez (health.h); 0 = off
   std::string token;  // shared token for the rendezvous (rendezvous/auth.h); empty = off
   std::chrono::milliseconds hang_timeout{0};
-  std::chrono::milliseconds hang_start_timeout{0};  // zero: same as hang_timeout
+  std::chrono::milliseconds hang_start_timeout{0};  // zero: no first touch required
   int hang_signal = 10;  // SIGUSR1
   std::map<std::string, std::string> env;  // the agent's environment, passed on to workers
   exitcodes::ExitCodeTable codes;             // --exit-code, --fatal-exit-codes
@@ -83,6 +85,9 @@ struct PodOptions {
   std::string local_addr;
   // --rdzv-conf read_timeout: a connection's time to send its hello (0 = the default).
   std::chrono::milliseconds rdzv_read_timeout{0};
+  // On the leader: the port handed out for JAX_COORDINATOR_ADDRESS (0 = no JAX_* variables).
+  std::uint16_t jax_port = 29600;
+  std::uint32_t gpu_count = 0;  // GPUs found at start (JAX_LOCAL_DEVICE_IDS); 0 = unknown
 };
 
 int RunPod(const PodOptions& options);

@@ -6,9 +6,11 @@
 //
 // The rules (README, "Supervision"):
 //  - TERM and INT start a shutdown: send that signal (once) to every worker's
-//    process group and adopted child, wait the grace period, then SIGKILL
-//    whatever remains (adopted orphans too). Once stopping (for any reason),
-//    further TERM/INT are not passed on and do not shorten the grace period.
+//    process group and SIGTERM (once) to every other process of the pod
+//    (helpers in their own session or group, adopted orphans, daemons), wait
+//    the grace period, then SIGKILL whatever remains. trainlet exits as soon
+//    as no child is left. Once stopping (for any reason), further TERM/INT are
+//    not passed on and do not shorten the grace period.
 //  - HUP, QUIT, USR1, USR2 and WINCH are forwarded and change nothing else.
 //  - The first worker to fail stops the others the same way; workers stopped by
 //    trainlet afterwards never decide the outcome ("first failure wins").
@@ -48,10 +50,14 @@ using Event = std::variant<event::WorkerExited, event::Signal, event::GraceExpir
 
 struct Actions {
   std::optional<int> forward_signal;  // send to every worker's process group
-  // Start a stop: send this signal to every worker's group and to every child
-  // trainlet adopted (orphans, daemons). SIGTERM for a failure or leftovers; the
-  // received signal itself for a requested stop (so SIGINT stays SIGINT).
+  // Start a stop: send this signal to every worker's group. SIGTERM for a
+  // failure or leftovers; the received signal itself for a requested stop (so
+  // SIGINT stays SIGINT for the trainers).
   std::optional<int> terminate;
+  // With `terminate`: the signal for every other process of the pod (outside
+  // the live workers' groups): SIGTERM, the request to end that needs no
+  // terminal (background jobs of a shell ignore SIGINT, POSIX sh "Signals").
+  std::optional<int> terminate_others;
   bool start_grace_timer = false;     // arm (or keep) the grace timer
   bool kill_all = false;              // SIGKILL to every group and every descendant
   std::optional<int> exit_code;       // trainlet should exit now with this code

@@ -48,6 +48,17 @@ struct SupervisorOptions {
   // Called once, at the first worker failure (before the others are stopped),
   // so the gang can be told at once.
   std::function<void(const FirstFailure&)> on_first_failure;
+  // At the start of a stop, SIGTERM every other process of the pod as well:
+  // the whole PID namespace when the agent is PID 1 (and /proc is its own),
+  // every descendant when it is a child subreaper. False for `trainlet local`,
+  // whose children are agents that stop their own workers: only its direct
+  // children (the agents, orphans it adopted) are told.
+  bool stop_every_process = true;
+  // When non-zero, every child gets this signal when the thread that started
+  // it (the caller of Start) ends, SIGKILL included (prctl(2),
+  // PR_SET_PDEATHSIG): `trainlet local`'s agents end when it dies. Children
+  // are then started with fork(2) and execve(2) instead of posix_spawn(3).
+  int parent_death_signal = 0;
 };
 
 struct SupervisorResult {
@@ -75,6 +86,12 @@ class Supervisor {
 
   // A signal the agent received. Forwarded signals go to every worker's group.
   void OnSignal(int signo);
+
+  // Hang diagnostics: sends `signo` to the processes of the live workers'
+  // groups that catch it (HangPolicy's PlanDiagnostics, from /proc/<pid>/status
+  // SigCgt), never to one whose default action would end it, and logs the
+  // workers for which no stack dump is possible. Changes nothing else.
+  void SendDiagnostics(int signo);
 
   // Another pod of the gang failed: stop the workers (TERM, grace, KILL) unless
   // they are already stopping or a local failure or stop request came first.
@@ -110,5 +127,11 @@ bool ReapOrphans();
 // Every live descendant of `root` (children, grandchildren, ...), from /proc;
 // only its direct children when `children_only`.
 std::vector<pid_t> ListDescendants(pid_t root, bool children_only = false);
+
+// Every live process of this pod but the caller: as PID 1 of a PID namespace
+// whose /proc this is (/proc/self is "1"), every process in /proc, those that
+// entered the namespace from outside (kubectl exec) included; otherwise every
+// descendant of the caller.
+std::vector<pid_t> ListPodProcesses();
 
 }  // namespace trainlet::agent

@@ -6,8 +6,11 @@
 //      requested before any worker failed (TERMINATED); then the gang: another
 //      pod failed first (PEER_FAILED) — "who failed first" beats any message
 //      parsing (a peer's crash surfaces as NCCL errors on the survivors);
-//   2. the memory cgroup's OOM-kill counter rising while the first failing
-//      worker died of SIGKILL (OOM); then NVML's GPU-fault evidence (HARDWARE);
+//   2. the memory cgroup's OOM-kill counter rising before the first worker
+//      failed, however it failed (OOM): the killer's victim may be the worker
+//      itself (SIGKILL) or one of its processes, e.g. a PyTorch DataLoader
+//      worker, after which the trainer exits 1; then NVML's GPU-fault evidence
+//      (HARDWARE);
 //   3. the torchelastic error file the worker wrote (TORCHELASTIC_ERROR_FILE);
 //   4. markers in the last lines of the worker's stderr (MarkerTable);
 //   5. the worker's exit code: one of --fatal-exit-codes is BUG, anything else
@@ -69,7 +72,8 @@ struct Evidence {
   std::optional<WorkerFailure> first_failure = std::nullopt;
   // The signal (SIGTERM, SIGINT) that requested a stop before any failure.
   std::optional<int> stop_signal = std::nullopt;
-  // OOM kills the memory cgroup counted while the workers ran.
+  // OOM kills the memory cgroup counted while the workers ran (up to the first
+  // failure, when there is one).
   std::uint64_t oom_kills = 0;
   // Workers that failed after trainlet started stopping them.
   int collateral = 0;
@@ -92,5 +96,10 @@ struct Verdict {
 };
 
 Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTable& markers);
+
+// One line worth a warning beside the verdict `v` of `e`, or "": a run that
+// succeeded although the memory cgroup counted OOM kills (some process of the
+// workers was killed for memory, and the trainer coped).
+std::string VerdictWarning(const Evidence& e, const Verdict& v);
 
 }  // namespace trainlet::exitcodes

@@ -33,6 +33,7 @@ struct LeaderOptions {
   // MASTER_ADDR for every pod (torchrun's --local-addr on the leader); empty:
   // each member gets the leader address it connected to.
   std::string master_addr;
+  std::uint16_t jax_port = 0;  // handed to every pod (Assignment::jax_port); 0 = none
   // A connection that has not sent a valid hello within this time is dropped.
   std::chrono::milliseconds handshake_timeout{10'000};
   // Connections allowed to be mid-handshake at once; beyond it new ones are closed.

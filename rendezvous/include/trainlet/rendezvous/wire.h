@@ -85,6 +85,8 @@ struct Assignment {
   // as many for the preflight communicator.
   std::uint32_t nccl_version = 0;
   std::vector<std::string> nccl_ids{};
+  // The JAX coordinator's port on master_addr (JAX_COORDINATOR_ADDRESS); 0 = none.
+  std::uint16_t jax_port = 0;
   bool operator==(const Assignment&) const = default;
 };
 
