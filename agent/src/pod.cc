@@ -540,8 +540,6 @@ class Pod {
     oom_kills_at_failure_ = e.oom_kills = OomKillsSinceStart();
     return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
-    return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
-  }
 
   exitcodes::WorkerFailure WorkerFailureOf(const FirstFailure& f) const {
     exitcodes::WorkerFailure w;
