@@ -16,6 +16,10 @@ foreach(t Boost::headers CLI11::CLI11 nlohmann_json::nlohmann_json fmt::fmt-head
   set_target_properties(${t} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${dep_inc})
 endforeach()
 set_target_properties(fmt::fmt-header-only PROPERTIES INTERFACE_COMPILE_DEFINITIONS FMT_HEADER_ONLY=1)
+# Boost 1.74's Asio names std::result_of (and its hash std::unary_function), which
+# libc++ leaves out of C++20 unless asked; libstdc++ still has them.
+set_target_properties(Boost::headers PROPERTIES INTERFACE_COMPILE_DEFINITIONS
+  "_LIBCPP_ENABLE_CXX20_REMOVED_TYPE_TRAITS;_LIBCPP_ENABLE_CXX17_REMOVED_UNARY_BINARY_FUNCTION")
 
 add_library(trainlet_cares INTERFACE)
 add_library(trainlet::cares ALIAS trainlet_cares)

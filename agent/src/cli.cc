@@ -31,6 +31,7 @@
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/local.h"
+#include "trainlet/agent/log_format.h"
 #include "trainlet/agent/pod.h"
 #include "trainlet/agent/supervision_policy.h"
 #include "trainlet/agent/torchrun.h"
@@ -71,6 +72,8 @@ struct Flags {
   std::string rdzv_port = "29400", master_port = "29500";
   std::string rdzv_timeout = "600", grace_period = "25";
   std::string log_level;
+  std::string log_format = "text", worker_log_format = "text";
+  std::string straggler_factor = "2";
   std::vector<std::string> exit_codes, markers;
   std::string fatal_exit_codes;
   std::string termination_log;
@@ -241,6 +244,15 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "never after bug, config or hardware; also PET_MAX_RESTARTS (default 0)");
   AddFlag(app, f, "log-level", &f.log_level,
           "trace|debug|info|warn|error|off (default info, or SPDLOG_LEVEL)");
+  AddFlag(app, f, "log-format", &f.log_format,
+          "text|json: json writes each of trainlet's own log lines as one JSON object (time, "
+          "level, pod_index, generation, message, fields); the last one holds the termination "
+          "message as \"summary\" (default text)")
+      ->check(CLI::IsMember({"text", "json"}));
+  AddFlag(app, f, "worker-log-format", &f.worker_log_format,
+          "text|json: json wraps each worker output line as {\"rank\":R,\"stream\":...,"
+          "\"line\":...} instead of the [rankR]: prefix (default text)")
+      ->check(CLI::IsMember({"text", "json"}));
   AddFlag(app, f, "exit-code", &f.exit_codes,
           "CLASS=CODE, repeatable or comma-separated: change a class's exit code "
           "(`trainlet exit-codes`)")
@@ -256,6 +268,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "hang-start-timeout", &f.hang_start_timeout,
           "seconds until a worker's first heartbeat (model loading, compilation); default: "
           "none (a worker that never touches the file is not watched)");
+  AddFlag(app, f, "straggler-factor", &f.straggler_factor,
+          "with --hang-timeout: the leader logs and exports (trainlet_straggler) a pod whose "
+          "slowest worker touches its heartbeat file this many times less often than the "
+          "gang's median; 0 = off (default 2)");
   AddFlag(app, f, "hang-signal", &f.hang_signal,
           "signal sent, when a hang is found, to the worker processes that handle it, for "
           "stack dumps (default SIGUSR1)");
@@ -349,8 +365,8 @@ exitcodes::Result<std::uint16_t> ParsePort(const std::string& what, const std::s
 exitcodes::Result<int> ParseSignal(const std::string& what, const std::string& v) {
   std::string name = v.starts_with("SIG") ? v.substr(3) : v;
   for (int s = 1; s < 32; ++s) {
-    const char* abbrev = sigabbrev_np(s);
-    if ((abbrev != nullptr && name == abbrev) || v == std::to_string(s)) {
+    // SignalName: "SIG" + sigabbrev_np(3), also where glibc predates it.
+    if (name == exitcodes::SignalName(s).substr(3) || v == std::to_string(s)) {
       if (s == SIGKILL || s == SIGSTOP) break;
       return s;
     }
@@ -382,14 +398,6 @@ exitcodes::Result<std::chrono::milliseconds> ParseSecondsOrZero(const std::strin
   return ParseSeconds(what, v);
 }
 
-void ConfigureLogging(const std::string& level_flag) {
-  auto logger = std::make_shared<spdlog::logger>("trainlet", MakeLogSink());
-  logger->set_pattern("[trainlet %Y-%m-%dT%H:%M:%S.%e %l] %v");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::info);
-  spdlog::cfg::load_env_levels();  // SPDLOG_LEVEL
-  if (!level_flag.empty()) spdlog::set_level(spdlog::level::from_str(level_flag));
-}
 
 // A failure before the pod starts: one line on stderr, the termination
 // message, the class's code. Bad input is class config (ConfigError).
@@ -402,6 +410,16 @@ int StartupError(exitcodes::FailureClass c, const std::string& message,
   info.pod_index = pod_index;
   std::string summary = exitcodes::TerminationMessage(info);
   WriteTerminationLog(termination_log, summary);
+  if (CurrentLogFormat() == LogFormat::kJson) {
+    LogFields lf;
+    lf.failure_class = std::string(exitcodes::ClassName(c));
+    lf.code = code;
+    lf.summary = summary;
+    std::fputs(FormatLogLine(spdlog::level::err, message + " (exit " + std::to_string(code) + ")", lf)
+                   .c_str(),
+               stderr);
+    return code;
+  }
   // The human line, then the same summary as every non-zero exit ends with.
   std::fprintf(stderr, "trainlet: %s (exit %d; see trainlet --help)\n%s\n", message.c_str(), code,
                summary.c_str());
@@ -428,22 +446,6 @@ void PrintExitCodes() {
     std::printf("%-12s %-5s %s\n", std::string(exitcodes::ClassName(row.failure_class)).c_str(),
                 code.c_str(), std::string(row.meaning).c_str());
   }
-}
-
-// A currently free TCP port on loopback (the kernel's choice), for --standalone.
-std::uint16_t FreeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  std::uint16_t port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  if (fd >= 0) ::close(fd);
-  return port;
 }
 
 // torchrun's flags, validated, in trainlet's terms.
@@ -618,6 +620,17 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     AddAgentFlags(*local, local_flags, true);
     local_split = SplitAtTrainer({split.trainer.begin() + 1, split.trainer.end()}, KindsOf(*local));
   }
+  {
+    // JSON logs before the parse (the launcher's own arguments only): its
+    // errors come out in JSON too.
+    std::vector<std::string> own = split.launcher;
+    own.insert(own.end(), local_split.launcher.begin(), local_split.launcher.end());
+    std::vector<char*> own_argv = {argv[0]};
+    for (auto& a : own) own_argv.push_back(a.data());
+    if (EarlyLogFormat(static_cast<int>(own_argv.size()), own_argv.data()) == LogFormat::kJson) {
+      ConfigureLogging(LogFormat::kJson, "");
+    }
+  }
   const std::string& unknown = local_requested ? local_split.unknown : split.unknown;
   if (!unknown.empty() && !other_subcommand) {
     std::string near = NearestOption(unknown, OptionNames(local_requested ? *local : app));
@@ -642,9 +655,10 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   CLI::App* preflight_child = app.add_subcommand("preflight", "")->group("");
   std::string probe_what, probe_port = "0";
   CLI::App* probe = app.add_subcommand(
-      "probe", "exec probe: exit 0 when the local agent is ready / live (needs --health-port)");
-  probe->add_option("what", probe_what, "ready or live")->required()->check(
-      CLI::IsMember({"ready", "live"}));
+      "probe", "exec probe: exit 0 when the local agent is ready / live, or print its "
+               "Prometheus metrics (needs --health-port)");
+  probe->add_option("what", probe_what, "ready, live or metrics")->required()->check(
+      CLI::IsMember({"ready", "live", "metrics"}));
   probe->add_option("--health-port", probe_port, "the agent's --health-port")
       ->envname("TRAINLET_HEALTH_PORT");
   exitcodes::PolicyOptions policy_options;
@@ -695,7 +709,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   const auto env = Environment();
   const bool is_local = local->parsed();
   Flags& f = is_local ? local_flags : flags;
-  ConfigureLogging(f.log_level);
+  ConfigureLogging(f.log_format == "json" ? LogFormat::kJson : LogFormat::kText, f.log_level);
   if (!f.log_level.empty() && spdlog::level::from_str(f.log_level) == spdlog::level::off &&
       f.log_level != "off") {
     return ConfigError("--log-level='" + f.log_level + "' is not one of trace, debug, info, "
@@ -744,7 +758,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
        {std::tuple{"preflight-timeout", "--preflight", f.preflight},
         std::tuple{"preflight-min-busbw", "--preflight", f.preflight},
         std::tuple{"hang-start-timeout", "--hang-timeout", f.hang_timeout != "0"},
-        std::tuple{"hang-signal", "--hang-timeout", f.hang_timeout != "0"}}) {
+        std::tuple{"hang-signal", "--hang-timeout", f.hang_timeout != "0"},
+        std::tuple{"straggler-factor", "--hang-timeout", f.hang_timeout != "0"}}) {
     if (f.opts.at(flag)->count() > 0 && !on) {
       return config_error("--" + std::string(flag) + " has no effect without " + needs);
     }
@@ -884,13 +899,15 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                             f.gpu_health});
     // Only what was given: these are refused without the flag they refine.
     for (const char* name : {"hang-start-timeout", "hang-signal", "preflight-timeout",
-                             "preflight-min-busbw"}) {
+                             "preflight-min-busbw", "straggler-factor"}) {
       if (f.opts.at(name)->count() > 0) {
         lo.pass_through.insert(lo.pass_through.end(),
                                {"--" + std::string(name), f.opts.at(name)->as<std::string>()});
       }
     }
     if (f.preflight) lo.pass_through.push_back("--preflight");
+    lo.pass_through.insert(lo.pass_through.end(), {"--log-format", f.log_format,
+                                                   "--worker-log-format", f.worker_log_format});
     if (f.require_gpus) lo.pass_through.push_back("--require-gpus");
     return RunLocal(lo);
   }
@@ -992,6 +1009,14 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.codes = codes;
   po.markers = markers;
   po.termination_log = f.termination_log;
+  po.json_worker_lines = f.worker_log_format == "json";
+  auto straggler_factor = ParseRate("--straggler-factor", f.straggler_factor);
+  if (!straggler_factor.ok()) return config_error(straggler_factor.status().message());
+  if (*straggler_factor != 0 && *straggler_factor <= 1) {
+    return config_error("--straggler-factor='" + f.straggler_factor +
+                        "' must be above 1 (or 0: off)");
+  }
+  po.straggler_factor = *straggler_factor;
   if (f.health_port != "0") {
     auto health_port = ParsePort("--health-port/TRAINLET_HEALTH_PORT", f.health_port);
     if (!health_port.ok()) return config_error(health_port.status().message());

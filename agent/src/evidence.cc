@@ -73,7 +73,11 @@ std::optional<std::uint64_t> ReadOomKillCount() {
 std::string ReadErrorFileMessage(const std::string& path) {
   auto content = ReadSmallFile(path);
   if (!content || content->empty()) return "";
-  auto j = nlohmann::json::parse(*content, nullptr, /*allow_exceptions=*/false);
+  return ErrorFileMessage(*content);
+}
+
+std::string ErrorFileMessage(const std::string& content) {
+  auto j = nlohmann::json::parse(content, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object() || !j.contains("message")) return "";
   const auto& m = j["message"];
   if (m.is_string()) return m.get<std::string>();

@@ -7,6 +7,10 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+
+#include "trainlet/agent/metrics.h"
+
 namespace trainlet::agent {
 
 namespace asio = boost::asio;
@@ -23,6 +27,7 @@ struct HealthServer::Impl : std::enable_shared_from_this<Impl> {
   explicit Impl(asio::any_io_executor ex) : acceptor(ex) {}
   tcp::acceptor acceptor;
   std::function<State()> state;
+  std::function<std::string()> metrics;
   int connections = 0;
   bool closed = false;
 
@@ -56,8 +61,16 @@ struct HealthServer::Impl : std::enable_shared_from_this<Impl> {
                          --self->connections;
                          return;
                        }
-                       State s = self->state ? self->state() : State{};
                        auto target = conn->request.target();
+                       if (target == "/metrics" && self->metrics) {
+                         conn->response.version(11);
+                         conn->response.result(http::status::ok);
+                         conn->response.set(http::field::content_type, kMetricsContentType);
+                         conn->response.body() = self->metrics();
+                         self->Respond(conn);
+                         return;
+                       }
+                       State s = self->state ? self->state() : State{};
                        bool ok = false;
                        http::status code = http::status::not_found;
                        if (target == "/readyz") {
@@ -73,23 +86,29 @@ struct HealthServer::Impl : std::enable_shared_from_this<Impl> {
                        conn->response.body() = code == http::status::not_found
                                                    ? "not found\n"
                                                    : (ok ? "ok\n" : "not yet\n");
-                       conn->response.keep_alive(false);
-                       conn->response.prepare_payload();
-                       http::async_write(conn->stream, conn->response,
-                                         [self, conn](beast::error_code, std::size_t) {
-                                           beast::error_code ignored;
-                                           conn->stream.socket().shutdown(
-                                               tcp::socket::shutdown_both, ignored);
-                                           --self->connections;
-                                         });
+                       self->Respond(conn);
                      });
+  }
+
+  template <typename Conn>
+  void Respond(const std::shared_ptr<Conn>& conn) {
+    conn->response.keep_alive(false);
+    conn->response.prepare_payload();
+    http::async_write(conn->stream, conn->response,
+                      [self = shared_from_this(), conn](beast::error_code, std::size_t) {
+                        beast::error_code ignored;
+                        conn->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+                        --self->connections;
+                      });
   }
 };
 
 exitcodes::Result<std::unique_ptr<HealthServer>> HealthServer::Start(
-    asio::any_io_executor executor, std::uint16_t port, std::function<State()> state) {
+    asio::any_io_executor executor, std::uint16_t port, std::function<State()> state,
+    std::function<std::string()> metrics) {
   auto impl = std::make_shared<Impl>(executor);
   impl->state = std::move(state);
+  impl->metrics = std::move(metrics);
   boost::system::error_code ec;
   tcp::endpoint ep(asio::ip::address_v4::any(), port);
   impl->acceptor.open(ep.protocol(), ec);
@@ -121,7 +140,8 @@ int Probe(const std::string& what, std::uint16_t port, int timeout_ms) {
       tcp::endpoint(asio::ip::address_v4::loopback(), port), [&](beast::error_code ec) {
         if (ec) return;
         auto req = std::make_shared<http::request<http::empty_body>>(
-            http::verb::get, what == "live" ? "/livez" : "/readyz", 11);
+            http::verb::get,
+            what == "live" ? "/livez" : what == "metrics" ? "/metrics" : "/readyz", 11);
         req->set(http::field::host, "127.0.0.1");
         http::async_write(stream, *req, [&, req](beast::error_code ec, std::size_t) {
           if (ec) return;
@@ -130,6 +150,9 @@ int Probe(const std::string& what, std::uint16_t port, int timeout_ms) {
           http::async_read(stream, *buffer, *res,
                            [&, buffer, res](beast::error_code ec, std::size_t) {
                              if (!ec && res->result() == http::status::ok) result = 0;
+                             if (result == 0 && what == "metrics") {
+                               std::fwrite(res->body().data(), 1, res->body().size(), stdout);
+                             }
                            });
         });
       });

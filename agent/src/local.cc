@@ -20,10 +20,6 @@ extern char** environ;
 
 namespace trainlet::agent {
 
-namespace {
-
-// A currently free TCP port on the loopback interface (the kernel's choice).
-// There is a window before the agent binds it; acceptable for local runs only.
 std::uint16_t FreeLoopbackPort() {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
@@ -39,7 +35,6 @@ std::uint16_t FreeLoopbackPort() {
   return port;
 }
 
-}  // namespace
 
 int RunLocal(const LocalOptions& o) {
   if (::getpid() != 1) ::prctl(PR_SET_CHILD_SUBREAPER, 1);

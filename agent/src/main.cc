@@ -7,10 +7,26 @@
 #include <cerrno>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "trainlet/agent/cli.h"
+#include "trainlet/agent/log_format.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/exitcodes/exit_code.h"
+
+namespace {
+// One line, in the log format (log_format.h).
+void Internal(const std::string& what) {
+  const int code = trainlet::exitcodes::kExitInfra;
+  trainlet::agent::LogFields lf;
+  lf.failure_class = "infra";
+  lf.code = code;
+  std::fputs(trainlet::agent::FormatLogLine(spdlog::level::critical,
+                                            what + " (exit " + std::to_string(code) + ")", lf)
+                 .c_str(),
+             stderr);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   trainlet::agent::BlockHandledSignals();
@@ -23,10 +39,9 @@ int main(int argc, char** argv) {
   try {
     return trainlet::agent::Main(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "trainlet: internal error: %s (exit %d)\n", e.what(),
-                 trainlet::exitcodes::kExitInfra);
+    Internal(std::string("internal error: ") + e.what());
   } catch (...) {
-    std::fprintf(stderr, "trainlet: internal error (exit %d)\n", trainlet::exitcodes::kExitInfra);
+    Internal("internal error");
   }
   return trainlet::exitcodes::kExitInfra;
 }

@@ -6,12 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 
 #include <boost/asio/write.hpp>
 #include <spdlog/details/null_mutex.h>
 #include <spdlog/sinks/base_sink.h>
+
+#include "trainlet/agent/metrics.h"
 
 namespace trainlet::agent {
 
@@ -82,12 +85,22 @@ void OutputSink::DrainAndUninstall(asio::io_context& io, std::chrono::millisecon
 }
 
 void OutputSink::Write(std::string data) {
-  if (data.empty() || broken_) return;
+  if (data.empty()) return;
+  auto dropped = [&] {
+    OutputCounters(fd_).dropped_lines.fetch_add(
+        static_cast<std::uint64_t>(std::count(data.begin(), data.end(), '\n')),
+        std::memory_order_relaxed);
+  };
+  if (broken_) {
+    dropped();
+    return;
+  }
   if (!stream_) {
     WriteAll(fd_, data);
     return;
   }
   if (queued_ + data.size() > kMaxQueued) {
+    dropped();
     return;  // the reader stalls: never grow without bound
   }
   queued_ += data.size();

@@ -7,14 +7,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
-#include <atomic>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -28,6 +29,9 @@
 #include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
+#include "trainlet/agent/log_format.h"
+#include "trainlet/agent/metrics.h"
+#include "trainlet/agent/stragglers.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
@@ -35,6 +39,7 @@
 #include "trainlet/rendezvous/launch.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
+#include "trainlet/rendezvous/name_check.h"
 #include "trainlet/rendezvous/tunables.h"
 
 namespace trainlet::agent {
@@ -80,8 +85,7 @@ class Pod {
     const PodIdentity& id = options_.identity;
     // Several agents may share one terminal (trainlet local) or one log stream:
     // every line says which pod wrote it.
-    spdlog::set_pattern("[trainlet pod" + std::to_string(id.index) +
-                        " %Y-%m-%dT%H:%M:%S.%e %l] %v");
+    SetLogPod(id.index);  // log_format.h
     if (::getpid() != 1) {
       // Orphaned grandchildren are re-parented to us instead of to the real
       // init, so we can reap them (prctl(2), PR_SET_CHILD_SUBREAPER).
@@ -102,7 +106,7 @@ class Pod {
         // Ready: the gang formed and our workers run. Live: no hang found.
         return HealthServer::State{.ready = supervisor_ != nullptr && !own_result_,
                                    .live = !hang_reason_};
-      });
+      }, [this] { return RenderMetrics(Metrics()); });
       if (!health.ok()) return Fail(health.status());
       health_ = std::move(health).value();
     }
@@ -138,6 +142,12 @@ class Pod {
         member_->SendReport(*a.report);
       }
     }
+    // trainlet_last_failure (metrics.h): the class of the failure this pod
+    // reports, or of the culprit the leader names.
+    if (a.broadcast) last_failure_class_ = exitcodes::FailureClass(a.broadcast->failure_class);
+    if (a.report && !a.report->ok) {
+      last_failure_class_ = exitcodes::FailureClass(a.report->failure_class);
+    }
     if ((a.broadcast || a.report || a.stop_workers) && !failure_seen_) {
       failure_seen_ = true;
       failed_at_ = Clock::now();
@@ -151,6 +161,14 @@ class Pod {
     }
     if (a.restart) PostNextGeneration();
     if (a.conclude) ConcludeWith(*a.conclude);
+  }
+
+  // A member's view of the leader's Stop, for trainlet_last_failure: the
+  // culprit's class for a restart, peer_failed for a stop caused elsewhere.
+  void NoteStop(const rendezvous::wire::Stop& stop) {
+    if (stop.failed_index == options_.identity.index) return;  // ours: already noted
+    last_failure_class_ = stop.restart ? exitcodes::FailureClass(stop.failure_class)
+                                       : exitcodes::FailureClass::kPeerFailed;
   }
 
   // ---- The pod's own stall (SIGSTOP, a frozen node, a starved process) ----
@@ -204,6 +222,7 @@ class Pod {
       if (epoch == epoch_) OnAssignment(a);
     };
     round_started_ = Clock::now();
+    in_rendezvous_ = true;
     const auto round_started = round_started_;
     // What does not depend on the assignment is prepared while we wait for it:
     // once the gang forms, every pod's work lands at the same moment.
@@ -231,12 +250,26 @@ class Pod {
       lo.jax_port = options_.jax_port;
       if (options_.rdzv_read_timeout.count() > 0) lo.handshake_timeout = options_.rdzv_read_timeout;
       lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
+      lo.deadline = round_started + options_.rdzv_timeout;
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
+      lo.max_generation = options_.max_restarts;
+      // Busy ports are retried, until a moment before the rendezvous deadline so
+      // the error names the port rather than "timed out".
+      lo.bind_deadline =
+          round_started + options_.rdzv_timeout - rendezvous::tunables::kBindRetryCap;
+      lo.check_master_port = true;  // a busy MASTER_PORT is infra, not rank 0's failure
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
       leader_->Start(hello, on_assignment);
+      if (id.nnodes > 1 && !name_check_) {  // the name members dial leads here? (name_check.h)
+        rendezvous::NameCheckOptions nc;
+        nc.name = id.leader_host;
+        auto check = rendezvous::LeaderNameCheck::Start(
+            io_.get_executor(), nc, [](const std::string& problem) { spdlog::warn("{}", problem); });
+        if (check.ok()) name_check_ = std::move(check).value();
+      }
       return Status::Ok();
     }
     rendezvous::MemberOptions mo;
@@ -266,21 +299,26 @@ class Pod {
 
   void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
     deadline_timer_.cancel();
+    in_rendezvous_ = false;
+    rendezvous_seconds_ = std::chrono::duration<double>(Clock::now() - round_started_).count();
+    if (name_check_ && result.ok()) name_check_->Cancel();  // the members found us
     if (!result.ok()) {
       Feed(gang::AgentFailed{result.status()});
       return;
     }
     const auto& a = *result;
     const PodIdentity& id = options_.identity;
+    gang_formed_ = true;
     if (a.generation == 0 && join_generation_ == 0) {
       phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
     }
     rank_base_ = a.rank_base;
+    generation_ = a.generation;
+    SetLogGeneration(generation_);
     spdlog::info("rendezvous {:.1f} ms: generation {}, world size {}, ranks {}..{}, "
                  "MASTER_ADDR={} MASTER_PORT={}",
                  Ms(Clock::now() - round_started_), a.generation, a.world_size, a.rank_base,
                  a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port);
-    generation_ = a.generation;
     if (!options_.gpu.preflight) {
       // NCCL ids, socket interface (gpu_setup.h): no blocking call without the preflight.
       OnGpuPrepared(a, PrepareGpuWorkers(options_, a, nullptr));
@@ -389,9 +427,11 @@ class Pod {
     std::vector<WorkerSpec> specs = std::move(made).value();
     SupervisorOptions so;
     so.grace = options_.grace;
+    if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
     so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
       if (epoch != epoch_) return;
-      Feed(gang::LocalFailure{ClassOf(f),
+      first_failure_class_ = ClassOf(f);
+      Feed(gang::LocalFailure{*first_failure_class_,
                               "local rank " + std::to_string(f.local_rank) + " (rank " +
                                   std::to_string(rank_base_ + f.local_rank) +
                                   ") failed: " + f.exit.Describe(),
@@ -428,8 +468,119 @@ class Pod {
     StartStallWatch();
     if (!heartbeat_files_.empty()) {
       heartbeat_started_ = std::filesystem::file_time_type::clock::now();
+      step_meter_ = StepMeter::Create(io_.get_executor(), heartbeat_files_);
       WatchHeartbeats();
     }
+  }
+
+  // ---- Metrics (metrics.h): read on the loop at each scrape ----
+
+  MetricsSnapshot Metrics() const {
+    const PodIdentity& id = options_.identity;
+    MetricsSnapshot m;
+    m.leader = id.is_leader();
+    m.generation = generation_;
+    m.restarts = restarts_;
+    m.rendezvous_seconds =
+        in_rendezvous_ ? std::chrono::duration<double>(Clock::now() - round_started_).count()
+                       : rendezvous_seconds_;
+    m.pods_expected = id.nnodes;
+    m.pods_joined = in_rendezvous_ ? (leader_ ? leader_->admitted() : 0)
+                                   : (gang_formed_ ? id.nnodes : 0);
+    for (std::uint32_t lr = 0; supervisor_ && lr < id.nproc_per_node; ++lr) {
+      m.workers_running += supervisor_->running(static_cast<int>(lr)) ? 1 : 0;
+    }
+    m.worker_exits = worker_exits_;
+    if (leader_) {
+      for (const auto& [pod, p] : leader_->peer_stats()) {
+        if (p.rtt_seconds) m.heartbeat_rtt_seconds[pod] = *p.rtt_seconds;
+      }
+    }
+    m.step_rate = step_rates_;
+    m.stragglers.assign(stragglers_.begin(), stragglers_.end());
+    if (last_failure_class_) m.last_failure_class = exitcodes::ClassName(*last_failure_class_);
+    const auto now = std::filesystem::file_time_type::clock::now();
+    for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
+      std::error_code ec;
+      auto mtime = std::filesystem::last_write_time(heartbeat_files_[lr], ec);
+      if (ec) continue;
+      m.heartbeat_age_seconds[static_cast<std::uint32_t>(lr)] =
+          std::chrono::duration<double>(now - std::max(mtime, heartbeat_started_)).count();
+    }
+    FillProcessStats(&m);
+    return m;
+  }
+
+  // Each worker's exit under its class: the first failure's own, the workers
+  // stopped after it (or after a stop request) peer_failed or terminated, ok.
+  void CountWorkerExits(const SupervisorResult& r) {
+    const std::uint32_t n = options_.identity.nproc_per_node;
+    const std::uint32_t failed = (r.first_failure ? 1u : 0u) + static_cast<std::uint32_t>(r.collateral);
+    if (r.first_failure) {
+      const auto c = first_failure_class_.value_or(exitcodes::FailureClass::kWorker);
+      ++worker_exits_[std::string(exitcodes::ClassName(c))];
+    }
+    if (r.collateral > 0) {
+      worker_exits_[r.stop_signal ? "terminated" : "peer_failed"] +=
+          static_cast<std::uint64_t>(r.collateral);
+    }
+    if (n > failed) worker_exits_["ok"] += n - failed;
+  }
+
+  // ---- Step rates and stragglers (stragglers.h), with the hang watcher's poll ----
+
+  void UpdateStepRates() {
+    if (!step_meter_) return;
+    std::vector<bool> running;
+    for (std::size_t lr = 0; lr < heartbeat_files_.size(); ++lr) {
+      running.push_back(supervisor_->running(static_cast<int>(lr)));
+    }
+    const auto own = step_meter_->Slowest(running, StepClock::now());
+    if (member_) {
+      member_->SetStepRate(own ? static_cast<std::uint32_t>(std::min(own->first * 1000, 4e9)) : 0,
+                           own ? rank_base_ + own->second : 0);
+      return;
+    }
+    if (!leader_) return;
+    std::map<std::uint32_t, double> rates;
+    std::map<std::uint32_t, std::uint32_t> ranks;
+    if (own) {
+      rates[options_.identity.index] = own->first;
+      ranks[options_.identity.index] = rank_base_ + own->second;
+    }
+    for (const auto& [pod, p] : leader_->peer_stats()) {
+      if (p.step_rate_milli == 0) continue;
+      rates[pod] = p.step_rate_milli / 1000.0;
+      ranks[pod] = p.slowest_rank;
+    }
+    step_rates_ = rates;
+    if (options_.straggler_factor <= 0) return;
+    auto now = FindStragglers(rates, options_.straggler_factor, stragglers_);
+    const double median = MedianRate(rates);
+    for (std::uint32_t pod : now) {
+      if (stragglers_.contains(pod)) continue;
+      LogFields lf;
+      lf.pod = pod;
+      lf.rank = static_cast<int>(ranks[pod]);
+      ScopedLogFields fields(std::move(lf));
+      spdlog::warn("straggler: pod {} (rank {}) at {:.2f} steps/s, {:.1f}x behind the gang's "
+                   "median of {:.2f} steps/s",
+                   pod, ranks[pod], rates[pod], median / rates[pod], median);
+    }
+    for (std::uint32_t pod : stragglers_) {
+      if (now.contains(pod)) continue;
+      LogFields lf;
+      lf.pod = pod;
+      ScopedLogFields fields(std::move(lf));
+      if (rates.contains(pod)) {
+        spdlog::info("straggler: pod {} caught up ({:.2f} steps/s, median {:.2f})", pod,
+                     rates[pod], median);
+      } else {
+        spdlog::info("straggler: pod {} no longer reports a step rate (its workers finished)",
+                     pod);
+      }
+    }
+    stragglers_ = std::move(now);
   }
 
   // ---- Hang detection: heartbeat files' mtimes, polled on the loop ----
@@ -443,7 +594,12 @@ class Pod {
                                            : std::nullopt},
           static_cast<int>(heartbeat_files_.size()));
     }
-    hang_timer_.expires_after(hang_policy_->PollInterval());
+    // With step rates (stragglers.h) at least 4 looks a second: a straggler is
+    // named within a step or two of showing.
+    hang_timer_.expires_after(step_meter_ ? std::min<std::chrono::milliseconds>(
+                                                hang_policy_->PollInterval(),
+                                                std::chrono::milliseconds(250))
+                                          : hang_policy_->PollInterval());
     hang_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
       if (ec || epoch != epoch_ || !supervisor_ || own_result_ || hang_reason_ ||
           supervisor_->stopping()) {
@@ -470,6 +626,7 @@ class Pod {
           hang_policy_->Check(duration_cast<milliseconds>(now - heartbeat_started_), samples);
       if (!check.note.empty()) spdlog::info("hang detection: {}", check.note);
       if (check.hung.empty()) {
+        UpdateStepRates();
         WatchHeartbeats();
         return;
       }
@@ -522,7 +679,9 @@ class Pod {
       member_->StartChannel(
           {.on_stop =
                [this, epoch](const rendezvous::wire::Stop& stop) {
-                 if (epoch == epoch_) Feed(gang::Stop{stop});
+                 if (epoch != epoch_) return;
+                 NoteStop(stop);
+                 Feed(gang::Stop{stop});
                },
            .on_lost =
                [this, epoch](const std::string& why) {
@@ -572,6 +731,7 @@ class Pod {
   void OnWorkersDone(const SupervisorResult& r) {
     phase_ms_[generation_ == 0 ? "run" : "run_generation_" + std::to_string(generation_)] =
         Ms(Clock::now() - workers_started_);
+    CountWorkerExits(r);
     own_result_ = r;
     Feed(gang::WorkersDone{!r.first_failure && !r.stop_signal && !r.peer_stop});
   }
@@ -590,9 +750,16 @@ class Pod {
     JoinPreflight();
     preflight_running_ = false;
     join_generation_ = policy_.role().generation() + 1;
+    generation_ = join_generation_;
+    ++restarts_;
+    first_failure_class_.reset();
+    SetLogGeneration(join_generation_);
     spdlog::info("restart {} of {}: joining the rendezvous for generation {}", join_generation_,
                  options_.max_restarts, join_generation_);
     supervisor_.reset();
+    step_meter_.reset();
+    step_rates_.clear();
+    stragglers_.clear();
     hang_timer_.cancel();
     diag_timer_.cancel();
     verdict_timer_.cancel();
@@ -676,6 +843,10 @@ class Pod {
     exit_code_ = v.code;
     if (auto w = exitcodes::VerdictWarning(e, v); !w.empty()) spdlog::warn("{}", w);
     if (v.failure_class == exitcodes::FailureClass::kOk) {
+      LogFields lf;
+      lf.failure_class = "ok";
+      lf.code = 0;
+      ScopedLogFields fields(std::move(lf));
       spdlog::info("exit 0: every worker finished ({:.1f} s)",
                    Ms(Clock::now() - started_) / 1000);
     } else {
@@ -691,9 +862,22 @@ class Pod {
       std::string summary = exitcodes::TerminationMessage(info);
       WriteTerminationLog(options_.termination_log, summary);
       // A stop request (preemption, deletion, successPolicy) is no error.
-      spdlog::log(v.failure_class == exitcodes::FailureClass::kTerminated ? spdlog::level::info
-                                                                          : spdlog::level::err,
-                  "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class), summary);
+      const auto level = v.failure_class == exitcodes::FailureClass::kTerminated
+                             ? spdlog::level::info
+                             : spdlog::level::err;
+      if (CurrentLogFormat() == LogFormat::kJson) {
+        // The termination message's object itself, as "summary" (log_format.h).
+        LogFields lf;
+        lf.failure_class = std::string(exitcodes::ClassName(v.failure_class));
+        lf.code = v.code;
+        lf.summary = summary;
+        ScopedLogFields fields(std::move(lf));
+        spdlog::log(level, "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class),
+                    v.reason);
+      } else {
+        spdlog::log(level, "exit {} ({}): {}", v.code, exitcodes::ClassName(v.failure_class),
+                    summary);
+      }
     }
     Stop();
   }
@@ -733,6 +917,7 @@ class Pod {
     verdict_timer_.cancel();
     stall_timer_.cancel();
     stall_watch_ = false;
+    step_meter_.reset();
     health_.reset();
     if (signals_) signals_->Close();
     RemoveErrorDir();
@@ -770,6 +955,7 @@ class Pod {
   std::unique_ptr<SignalSource> signals_;
   std::unique_ptr<HealthServer> health_;
   std::shared_ptr<rendezvous::Leader> leader_;
+  std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
   std::string error_dir_;
@@ -795,6 +981,18 @@ class Pod {
   std::shared_ptr<std::atomic<bool>> preflight_cancel_;
   bool preflight_running_ = false;
   int exit_code_ = 0;
+  // Metrics (metrics.h).
+  bool in_rendezvous_ = false;
+  bool gang_formed_ = false;  // some generation's rendezvous completed
+  double rendezvous_seconds_ = 0;  // the last completed rendezvous
+  std::uint64_t restarts_ = 0;
+  std::map<std::string, std::uint64_t> worker_exits_;  // by class name
+  std::optional<exitcodes::FailureClass> last_failure_class_;
+  std::optional<exitcodes::FailureClass> first_failure_class_;  // this generation's
+  // Stragglers (stragglers.h): this generation's.
+  std::unique_ptr<StepMeter> step_meter_;
+  std::map<std::uint32_t, double> step_rates_;  // leader: by pod, steps/s
+  std::set<std::uint32_t> stragglers_;          // leader: pods named behind
 };
 
 }  // namespace

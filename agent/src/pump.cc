@@ -80,8 +80,14 @@ void OutputTurns::Leave(const void* who) {
   }
 }
 
-LinePrefixer::LinePrefixer(std::string prefix, std::size_t max_line)
-    : prefix_(std::move(prefix)), max_line_(std::max<std::size_t>(max_line, 1)) {}
+LinePrefixer::LinePrefixer(std::string prefix, std::size_t max_line, Format format)
+    : prefix_(std::move(prefix)), max_line_(std::max<std::size_t>(max_line, 1)),
+      format_(format) {}
+
+std::string JsonLinePrefix(int rank, std::string_view stream) {
+  return "{\"rank\":" + std::to_string(rank) + ",\"stream\":\"" + std::string(stream) +
+         "\",\"line\":\"";
+}
 
 char* LinePrefixer::Grow(std::size_t n) {
   std::size_t cap = std::max({capacity_ * 2, size_ + n, std::size_t{4096}});
@@ -92,19 +98,104 @@ char* LinePrefixer::Grow(std::size_t n) {
   return out_.get() + size_;
 }
 
-void LinePrefixer::PutLine(std::string_view a, std::string_view b, bool add_newline) {
-  char* o = Reserve(prefix_.size() + a.size() + b.size() + 1);
+void LinePrefixer::PutLine(std::string_view a, std::string_view b, std::string_view end) {
+  ++lines_;
+  if (format_ == Format::kJson) {
+    char* o = Reserve(prefix_.size());
+    std::memcpy(o, prefix_.data(), prefix_.size());
+    size_ += prefix_.size();
+    PutEscaped(a);
+    PutEscaped(b);
+    o = Reserve(3);
+    std::memcpy(o, "\"}\n", 3);
+    size_ += 3;
+    return;
+  }
+  char* o = Reserve(prefix_.size() + a.size() + b.size() + end.size());
   std::memcpy(o, prefix_.data(), prefix_.size());
   o += prefix_.size();
   if (!a.empty()) std::memcpy(o, a.data(), a.size());
   o += a.size();
   if (!b.empty()) std::memcpy(o, b.data(), b.size());
   o += b.size();
-  if (add_newline) *o++ = '\n';
+  if (!end.empty()) std::memcpy(o, end.data(), end.size());
+  o += end.size();
   size_ = static_cast<std::size_t>(o - out_.get());
 }
 
+namespace {
+// Length of the UTF-8 sequence at s[i..] (RFC 3629 section 4), 0 if invalid.
+std::size_t Utf8Length(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = b(0);
+  std::size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return 0;
+  }
+  if ((c == 0xE0 && b(1) < 0xA0) || (c == 0xED && b(1) > 0x9F) || (c == 0xF0 && b(1) < 0x90) ||
+      (c == 0xF4 && b(1) > 0x8F)) {
+    return 0;  // overlong, a surrogate, or past U+10FFFF
+  }
+  return n;
+}
+}  // namespace
+
+void LinePrefixer::PutEscaped(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  char* const start = Reserve(s.size() * 6);
+  char* o = start;
+  for (std::size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      std::size_t n = Utf8Length(s, i);
+      if (n == 0) {
+        std::memcpy(o, "\xEF\xBF\xBD", 3);  // U+FFFD REPLACEMENT CHARACTER
+        o += 3;
+        i += 1;
+      } else {
+        std::memcpy(o, s.data() + i, n);
+        o += n;
+        i += n;
+      }
+      continue;
+    }
+    ++i;
+    if (c == '"' || c == '\\') {
+      *o++ = '\\';
+      *o++ = static_cast<char>(c);
+    } else if (c >= 0x20) {
+      *o++ = static_cast<char>(c);
+    } else if (c == '\t') {
+      *o++ = '\\';
+      *o++ = 't';
+    } else {
+      std::memcpy(o, "\\u00", 4);
+      o[4] = kHex[c >> 4];
+      o[5] = kHex[c & 15];
+      o += 6;
+    }
+  }
+  size_ += static_cast<std::size_t>(o - start);
+}
+
 void LinePrefixer::Feed(std::string_view data) {
+  if (after_cr_) {
+    after_cr_ = false;
+    if (!data.empty() && data.front() == '\n') {
+      // The "\r\n" the last data ended inside: its line went out at the '\r'.
+      if (format_ == Format::kText) {
+        *Reserve(1) = '\n';
+        ++size_;
+      }
+      data.remove_prefix(1);
+    }
+  }
+  if (format_ == Format::kJson || std::memchr(data.data(), '\r', data.size()) != nullptr) {
+    FeedEachLine(data);
+    return;
+  }
   const char* p = data.data();
   const char* const end = p + data.size();
   if (!partial_.empty()) {
@@ -115,13 +206,47 @@ void LinePrefixer::Feed(std::string_view data) {
       return;
     }
     const char* q = static_cast<const char*>(nl) + 1;
-    PutLine(partial_, std::string_view(p, static_cast<std::size_t>(q - p)), false);
+    PutLine(partial_, std::string_view(p, static_cast<std::size_t>(q - p)), {});
     partial_.clear();
     p = q;
   }
   p = PutCompleteLines(p, end);
   if (p < end) {
     partial_.assign(p, static_cast<std::size_t>(end - p));
+    CutLongLine();
+  }
+}
+
+void LinePrefixer::FeedEachLine(std::string_view data) {
+  std::size_t p = 0;
+  // The next '\n' and '\r' at or after p (npos: none), each found once.
+  std::size_t nl = data.find('\n'), cr = data.find('\r');
+  while (p < data.size()) {
+    if (nl != std::string_view::npos && nl < p) nl = data.find('\n', p);
+    if (cr != std::string_view::npos && cr < p) cr = data.find('\r', p);
+    const std::size_t q = std::min(nl, cr);
+    if (q == std::string_view::npos) break;
+    std::size_t end_len = 1;
+    if (data[q] == '\r') {
+      if (q + 1 < data.size() && data[q + 1] == '\n') end_len = 2;
+      if (q + 1 == data.size()) after_cr_ = true;
+    }
+    const std::string_view line = data.substr(p, q - p);
+    if (data[q] == '\r' && end_len == 1 && partial_.empty() && line.empty()) {
+      // A '\r' that starts a line (tqdm writes "\r" before each redraw):
+      // nothing to prefix.
+      if (format_ == Format::kText) {
+        *Reserve(1) = '\r';
+        ++size_;
+      }
+    } else {
+      PutLine(partial_, line, data.substr(q, end_len));
+      partial_.clear();
+    }
+    p = q + end_len;
+  }
+  if (p < data.size()) {
+    partial_.append(data.substr(p));
     CutLongLine();
   }
 }
@@ -141,13 +266,14 @@ const char* LinePrefixer::PutCompleteLines(const char* p, const char* const end)
     std::memcpy(o + plen, p, n);
     size_ += plen + n;
     p += n;
+    ++lines_;
   }
   return p;
 }
 
 void LinePrefixer::CutLongLine() {
   while (partial_.size() >= max_line_) {
-    PutLine(std::string_view(partial_).substr(0, max_line_), {}, true);
+    PutLine(std::string_view(partial_).substr(0, max_line_), {}, "\n");
     partial_.erase(0, max_line_);
   }
 }
@@ -160,13 +286,15 @@ void LinePrefixer::Consume(std::size_t n) {
 
 void LinePrefixer::Finish() {
   if (partial_.empty()) return;
-  PutLine(partial_, {}, true);
+  PutLine(partial_, {}, "\n");
   partial_.clear();
 }
 
-OutputPump::OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t tail_bytes)
-    : read_fd_(read_fd), out_fd_(out_fd), lines_(std::move(prefix), kMaxLine),
+OutputPump::OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t tail_bytes,
+                       LinePrefixer::Format format)
+    : read_fd_(read_fd), out_fd_(out_fd), lines_(std::move(prefix), kMaxLine, format),
       tail_limit_(tail_bytes),
+      counters_(&OutputCounters(out_fd)),
       buf_(std::make_unique_for_overwrite<char[]>(kReadBytes)) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // The read end is ours alone: non-blocking, so every wait is a poll that Stop() ends.
@@ -313,6 +441,7 @@ void OutputPump::Run() {
 
 bool OutputPump::Emit(bool more_input) {
   if (broken_) {
+    counters_->dropped_lines.fetch_add(lines_.TakeLineCount(), std::memory_order_relaxed);
     lines_.ClearOutput();
     sent_ = 0;
     return true;
@@ -355,10 +484,10 @@ bool OutputPump::WriteBatch() {
     std::string_view rest = lines_.output().substr(sent_, batch_end - sent_);
     std::size_t n = rest.size();
     if (!regular_ && n > PIPE_BUF) {
-      // At most PIPE_BUF bytes ending on a line break: atomic on a pipe
-      // (pipe(7)), so other writers of the same pipe (the agent's own log, other
-      // workers, other containers' runtimes) never land inside a line.
-      std::size_t nl = rest.rfind('\n', PIPE_BUF - 1);
+      // At most PIPE_BUF bytes ending on a line break ('\n' or '\r'): atomic
+      // on a pipe (pipe(7)), so other writers of the same pipe (the agent's own
+      // log, other workers, other containers' runtimes) never land inside a line.
+      std::size_t nl = rest.find_last_of("\n\r", PIPE_BUF - 1);
       n = nl != std::string_view::npos ? nl + 1 : PIPE_BUF;  // else one line over PIPE_BUF
     }
     ssize_t w;
@@ -383,6 +512,7 @@ bool OutputPump::WriteBatch() {
     }
     if (w > 0) {
       sent_ += static_cast<std::size_t>(w);
+      counters_->bytes.fetch_add(static_cast<std::uint64_t>(w), std::memory_order_relaxed);
     } else if (w < 0 && errno == EINTR) {
       continue;
     } else if (w < 0 && errno == EAGAIN) {
@@ -394,6 +524,9 @@ bool OutputPump::WriteBatch() {
     }
   }
   if (broken_ || sent_ == lines_.output().size()) {
+    // Every line put out so far has been written (or dropped with the output).
+    (broken_ ? counters_->dropped_lines : counters_->lines)
+        .fetch_add(lines_.TakeLineCount(), std::memory_order_relaxed);
     lines_.ClearOutput();
     // A backed-up output can have grown the buffer to a few MiB: not kept.
     if (lines_.capacity() > 2 * kMaxAhead) lines_.ReleaseMemory();
@@ -411,7 +544,9 @@ bool OutputPump::EndLineAtStop() {
   // the agent's own log) starts on a line of its own. The output was full a
   // moment ago: give a slow reader up to 50 ms to make room for the '\n'; a
   // stalled one keeps the line unended.
-  if (sent_ == 0 || lines_.output()[sent_ - 1] == '\n') return false;
+  if (sent_ == 0 || lines_.output()[sent_ - 1] == '\n' || lines_.output()[sent_ - 1] == '\r') {
+    return false;
+  }
   const int fd = private_fd_ >= 0 ? private_fd_ : out_fd_;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
   for (;;) {

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -29,20 +30,32 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include <boost/asio/any_io_executor.hpp>
+
+#include "trainlet/agent/metrics.h"
 
 namespace trainlet::agent {
 
 // Puts a prefix before every line of a byte stream, fed in pieces as they are
 // read. The output accumulates in an internal buffer until ClearOutput().
-// One per stream; not thread-safe.
+// A line ends at '\n', at "\r\n", or at a '\r' alone: a progress bar that
+// redraws itself with carriage returns (tqdm) goes out as each redraw ends,
+// each with the prefix, and its '\r' kept (a '\r' that starts a line goes out
+// bare). One per stream; not thread-safe.
 class LinePrefixer {
  public:
+  // How each line goes out: "<prefix><line><its end>", or with kJson one JSON
+  // object per line, "<prefix><line as a JSON string's content>\"}\n": the
+  // prefix then opens the object and the string, e.g.
+  // {"rank":3,"stream":"stderr","line":" (JsonLinePrefix). The line's end is
+  // not part of the string; bytes that are not UTF-8 become U+FFFD.
+  enum class Format { kText, kJson };
   // max_line: an unfinished line that reaches this many bytes is cut there (it
   // goes out with a '\n' added and the rest becomes the next line): long lines
   // are split, never dropped, and memory stays bounded.
-  LinePrefixer(std::string prefix, std::size_t max_line);
+  LinePrefixer(std::string prefix, std::size_t max_line, Format format = Format::kText);
   // Appends every line that `data` completes to output(), each after the
   // prefix; the first one starts with what earlier calls left unfinished. The
   // unfinished end of `data` is kept for the next call.
@@ -61,13 +74,21 @@ class LinePrefixer {
   }
   // Drops the first n bytes of output() (n <= output().size()).
   void Consume(std::size_t n);
+  // Lines put into the output since the last call (for the metrics).
+  std::uint64_t TakeLineCount() { return std::exchange(lines_, 0); }
 
  private:
   // Appends every line of [p, end) that ends in it, each after the prefix;
-  // returns where the unfinished rest begins (end if none).
+  // returns where the unfinished rest begins (end if none). Lines end at '\n'
+  // only: the fast path, for text without '\r'.
   const char* PutCompleteLines(const char* p, const char* end);
-  // Appends prefix + a + b, and '\n' if add_newline.
-  void PutLine(std::string_view a, std::string_view b, bool add_newline);
+  // Feed() for data with a '\r', or in kJson.
+  void FeedEachLine(std::string_view data);
+  // Appends one line: prefix + a + b + end (kText), or the JSON object.
+  void PutLine(std::string_view a, std::string_view b, std::string_view end);
+  // Appends `s` escaped for a JSON string (RFC 8259 section 7), invalid UTF-8
+  // replaced; at most 6 bytes per input byte.
+  void PutEscaped(std::string_view s);
   // Sends out the unfinished line in max_line_ pieces while it is that long.
   void CutLongLine();
   // Makes room for `n` more bytes of output; returns where they go. Inline:
@@ -78,9 +99,14 @@ class LinePrefixer {
   char* Grow(std::size_t n);
   std::string prefix_;
   std::size_t max_line_;
+  Format format_;
   std::string partial_;
+  // The last line went out at a '\r' that ended the data fed: a '\n' at the
+  // start of the next data completes its "\r\n".
+  bool after_cr_ = false;
   std::unique_ptr<char[]> out_;  // not zeroed: only what is written is touched
   std::size_t size_ = 0, capacity_ = 0;
+  std::uint64_t lines_ = 0;  // see TakeLineCount
 };
 
 // Turns at one output, shared by the pumps that write to it (pump.cc). The
@@ -102,6 +128,10 @@ class OutputTurns {
   std::deque<std::pair<const void*, int>> queue_;
 };
 
+// The prefix that opens a worker line's JSON object:
+// {"rank":<rank>,"stream":"<stream>","line":"
+std::string JsonLinePrefix(int rank, std::string_view stream);
+
 class OutputPump {
  public:
   static constexpr std::size_t kReadBytes = 64 * 1024;  // one read of the worker's pipe
@@ -113,7 +143,10 @@ class OutputPump {
   // read_fd: the pipe's read end, owned (closed by the pump). out_fd: the agent's
   // fd 1 or 2, not owned. prefix: put before every line, e.g. "[rank3]: ".
   // tail_bytes: how much of the stream's end Tail() keeps (0: none).
-  OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t tail_bytes = 0);
+  // format: kJson wraps each line as a JSON object (LinePrefixer; prefix from
+  // JsonLinePrefix).
+  OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t tail_bytes = 0,
+             LinePrefixer::Format format = LinePrefixer::Format::kText);
   // Stops the thread (Stop()) and joins it: returns within one write to a
   // regular file, or 50 ms when a line to a pipe, terminal or socket was cut
   // short (its '\n'); never waits longer for a stalled reader or an open pipe.
@@ -183,6 +216,7 @@ class OutputPump {
   // by the pump thread (under tail_mu_ if there is a tail), like read_fd_.
   bool eof_ = false;
   std::size_t sent_ = 0;  // bytes of lines_.output() already written
+  StreamCounters* counters_;  // metrics.h: this output's, relaxed atomic adds per write
   std::shared_ptr<OutputTurns> turns_;  // shared by the pumps of one output (see pump.cc)
   int turn_fd_ = -1;                    // eventfd: written when the turn is handed to this pump
   std::unique_ptr<char[]> buf_;  // kReadBytes, not zeroed: a quiet worker leaves it unbacked

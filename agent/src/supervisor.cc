@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -37,6 +38,28 @@ namespace asio = boost::asio;
 using exitcodes::Status;
 
 namespace {
+
+#if !__GLIBC_PREREQ(2, 34)
+// posix_spawn_file_actions_addclosefrom_np needs glibc 2.34; the portable
+// release build targets older ones (scripts/package). The same effect for a
+// spawn: every descriptor from `from` up is marked close-on-exec, with
+// close_range(2) (Linux 5.11) or else one fcntl per entry of /proc/self/fd.
+// The agent never means a descriptor >= 3 for a worker (dup2 onto 0-2 clears
+// the flag on the copy), so marking its own ones changes nothing else.
+void CloseOnExecFrom(int from) {
+#ifndef SYS_close_range
+#define SYS_close_range 436  // the same number on every architecture
+#endif
+  if (::syscall(SYS_close_range, from, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) == 0) return;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (d == nullptr) return;
+  while (const dirent* e = ::readdir(d)) {
+    int fd = std::atoi(e->d_name);
+    if (fd >= from && fd != ::dirfd(d)) ::fcntl(fd, F_SETFD, ::fcntl(fd, F_GETFD) | FD_CLOEXEC);
+  }
+  ::closedir(d);
+}
+#endif
 
 constexpr std::size_t kTailBytes = 8 * 1024;  // stderr kept per worker for classification
 
@@ -556,7 +579,11 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     // Nothing of the agent's leaks into a worker: not the gang's sockets (an
     // agent's death must close them at once), not the listeners, not other
     // workers' pipes. Asio does not open its sockets close-on-exec.
+#if __GLIBC_PREREQ(2, 34)
     posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+#else
+    CloseOnExecFrom(3);
+#endif
     pid_t pid = -1;
     int rc = im.options.parent_death_signal != 0
                  ? SpawnWithParentDeath(&pid, argv.data(), envp.data(),
@@ -584,8 +611,15 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
       for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
         const bool is_err = target == STDERR_FILENO;
         const bool console = is_err ? spec.stderr_console : spec.stdout_console;
-        im.pumps.push_back(std::make_unique<OutputPump>(fd, console ? target : -1, spec.prefix,
-                                                        is_err ? kTailBytes : 0));
+        const int out = console ? target : -1;
+        const std::size_t tail = is_err ? kTailBytes : 0;
+        if (const auto& base = im.options.json_lines_rank_base) {
+          im.pumps.push_back(std::make_unique<OutputPump>(
+              fd, out, JsonLinePrefix(static_cast<int>(*base + rank), is_err ? "stderr" : "stdout"),
+              tail, LinePrefixer::Format::kJson));
+        } else {
+          im.pumps.push_back(std::make_unique<OutputPump>(fd, out, spec.prefix, tail));
+        }
         if (const std::string& file = is_err ? spec.stderr_file : spec.stdout_file; !file.empty()) {
           im.pumps.back()->SetFile(
               ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));

@@ -58,6 +58,35 @@ TEST(LinePrefixerTest, AnUnfinishedLineIsCutAtMaxLineNeverDropped) {
   EXPECT_EQ(Fed(p, {"0123456789\n"}, false), "> 0123456789\n");
 }
 
+TEST(LinePrefixerTest, ACarriageReturnEndsALineAndKeepsIt) {
+  LinePrefixer p("[r0]: ", 1024);
+  // tqdm: "\r" before each redraw. Each redraw goes out when the next begins,
+  // with the prefix; the leading '\r' goes out bare.
+  EXPECT_EQ(Fed(p, {"\r 10%|#", "\r 20%|##"}, false), "\r[r0]:  10%|#\r");
+  EXPECT_EQ(Fed(p, {"\r 30%|###\n"}, false), "[r0]:  20%|##\r[r0]:  30%|###\n");
+  // "\r\n" is one line end, also when split between reads.
+  EXPECT_EQ(Fed(p, {"dos\r\nline\r"}, false), "[r0]: dos\r\n[r0]: line\r");
+  EXPECT_EQ(Fed(p, {"\nnext\n"}, false), "\n[r0]: next\n");
+  // A partial line completed by a '\r'.
+  EXPECT_EQ(Fed(p, {"ab", "c\rd\n"}, false), "[r0]: abc\r[r0]: d\n");
+}
+
+TEST(LinePrefixerTest, JsonFormatWrapsEachLineAsOneObject) {
+  LinePrefixer p(JsonLinePrefix(3, "stderr"), 8, LinePrefixer::Format::kJson);
+  EXPECT_EQ(Fed(p, {"a \"q\" \\ \t\x01\n"}, false),
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"a \\\"q\\\" \\\\ \\t\\u0001\"}\n");
+  // Carriage returns end lines; the end is not part of the string.
+  EXPECT_EQ(Fed(p, {"\r1%\r2%\r\n"}, false),
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"1%\"}\n"
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"2%\"}\n");
+  // Valid UTF-8 passes; invalid bytes become U+FFFD; long lines are cut.
+  EXPECT_EQ(Fed(p, {"\xC3\xA9\xFF\n"}, false),
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"\xC3\xA9\xEF\xBF\xBD\"}\n");
+  EXPECT_EQ(Fed(p, {"0123456789"}, true),
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"01234567\"}\n"
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"89\"}\n");
+}
+
 TEST(LinePrefixerTest, OutputGrowsPastItsFirstBuffer) {
   LinePrefixer p("[rank0]: ", 1 << 16);
   std::string in, want;

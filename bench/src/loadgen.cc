@@ -15,6 +15,10 @@
 // assignment, then one JSON line when every connection has closed (or at
 // --timeout-s, exit 1): the start, the moment the last pod started joining,
 // the moment the last assignment arrived, counts of retries and rejects.
+// Faults, for bench/wire_faults.py: --idle N opens N more connections that never
+// send a byte, each reopened as soon as the leader drops it; --misaligned-s S makes
+// every simulated pod, once assigned, stream heartbeat frames for S seconds in
+// writes of 4097 bytes (each ending one byte into a frame), then report success.
 // Single-threaded; not a supported tool, a benchmark harness.
 #include <sys/resource.h>
 
@@ -63,6 +67,8 @@ struct Options {
   int report_after_ms = 0;
   int retry_ms = 50;
   int timeout_s = 120;
+  std::uint32_t idle = 0;
+  int misaligned_s = 0;
 };
 
 struct Stats {
@@ -76,6 +82,8 @@ struct Stats {
   std::uint64_t stops = 0;
   std::uint64_t heartbeats = 0;
   std::uint64_t errors = 0;
+  std::uint64_t idle_reopens = 0;
+  std::uint64_t misaligned_bytes = 0;
   std::uint32_t open = 0;
   std::string last_error;
 };
@@ -169,7 +177,9 @@ class Pod : public std::enable_shared_from_this<Pod> {
         std::printf("assigned %lld\n", static_cast<long long>(st_.all_assigned_ns));
         std::fflush(stdout);
       }
-      if (o_.report_after_ms == 0) {
+      if (o_.misaligned_s > 0) {
+        Flood(std::chrono::steady_clock::now() + std::chrono::seconds(o_.misaligned_s));
+      } else if (o_.report_after_ms == 0) {
         SendReport();
       } else if (o_.report_after_ms > 0) {
         timer_.expires_after(std::chrono::milliseconds(o_.report_after_ms));
@@ -181,6 +191,7 @@ class Pod : public std::enable_shared_from_this<Pod> {
     }
     if (std::holds_alternative<wire::Heartbeat>(m)) {
       ++st_.heartbeats;
+      if (flooding_) return true;  // one writer at a time: the flood is heartbeats anyway
       Send(wire::Encode(wire::Heartbeat{}));
       return true;
     }
@@ -200,6 +211,26 @@ class Pod : public std::enable_shared_from_this<Pod> {
     }
     Close("unexpected message (a token-protected leader?)");
     return false;
+  }
+
+  // Heartbeats as one endless byte stream, cut into writes that end one byte
+  // into a frame (4097 = 341 frames + 5 bytes), until `until`; then the report.
+  void Flood(std::chrono::steady_clock::time_point until) {
+    if (done_) return;
+    flooding_ = std::chrono::steady_clock::now() < until;
+    if (!flooding_) return SendReport();
+    static const std::vector<std::uint8_t> hb = wire::Encode(wire::Heartbeat{});
+    flood_.resize(4097);
+    for (auto& b : flood_) {
+      b = hb[flood_pos_];
+      flood_pos_ = (flood_pos_ + 1) % hb.size();
+    }
+    asio::async_write(socket_, asio::buffer(flood_),
+                      [self = shared_from_this(), until](boost::system::error_code ec,
+                                                         std::size_t n) {
+                        self->st_.misaligned_bytes += n;
+                        if (!ec) self->Flood(until);
+                      });
   }
 
   void SendReport() { Send(wire::Encode(wire::Report{.index = index_, .ok = true, .failure_class = 0, .reason = ""})); }
@@ -229,8 +260,43 @@ class Pod : public std::enable_shared_from_this<Pod> {
   wire::Decoder decoder_;
   std::array<std::uint8_t, 512> buf_{};
   std::deque<std::vector<std::uint8_t>> out_;
+  std::vector<std::uint8_t> flood_;
+  std::size_t flood_pos_ = 0;
+  bool flooding_ = false;
   bool assigned_ = false;
   bool done_ = false;
+};
+
+// A connection that never sends: reconnects as soon as the leader drops it.
+class Idle : public std::enable_shared_from_this<Idle> {
+ public:
+  Idle(asio::io_context& io, Stats& st, tcp::endpoint ep)
+      : io_(io), st_(st), ep_(ep), socket_(io), timer_(io) {}
+  void Connect() {
+    socket_ = tcp::socket(io_);
+    socket_.async_connect(ep_, [self = shared_from_this()](boost::system::error_code ec) {
+      if (ec) {  // not listening (yet, or any more): try again soon
+        self->timer_.expires_after(std::chrono::milliseconds(10));
+        self->timer_.async_wait([self](boost::system::error_code e) {
+          if (!e) self->Connect();
+        });
+        return;
+      }
+      self->socket_.async_read_some(asio::buffer(self->buf_),
+                                    [self](boost::system::error_code, std::size_t) {
+                                      ++self->st_.idle_reopens;
+                                      self->Connect();  // dropped: straight back
+                                    });
+    });
+  }
+
+ private:
+  asio::io_context& io_;
+  Stats& st_;
+  tcp::endpoint ep_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  std::array<std::uint8_t, 64> buf_{};
 };
 
 std::string JsonSafe(std::string s) {
@@ -282,6 +348,8 @@ int main(int argc, char** argv) {
     else if (f == "--report-after-ms") o.report_after_ms = Number(argv[i - 1], v, -1, 1 << 30);
     else if (f == "--retry-ms") o.retry_ms = Number(argv[i - 1], v, 1, 60'000);
     else if (f == "--timeout-s") o.timeout_s = Number(argv[i - 1], v, 1, 86'400);
+    else if (f == "--idle") o.idle = Number(argv[i - 1], v, 0, 1 << 20);
+    else if (f == "--misaligned-s") o.misaligned_s = Number(argv[i - 1], v, 0, 86'400);
     else Usage(("unknown flag " + f).c_str());
   }
   if (!count_given && o.launch.nnodes <= o.first_index) Usage("nothing to simulate");
@@ -294,7 +362,7 @@ int main(int argc, char** argv) {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < o.count + 16) {
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < o.count + o.idle + 16) {
     std::fprintf(stderr, "trainlet-loadgen: RLIMIT_NOFILE %llu is below %u connections\n",
                  static_cast<unsigned long long>(rl.rlim_cur), o.count);
     return 75;
@@ -313,6 +381,11 @@ int main(int argc, char** argv) {
     pods.push_back(std::make_shared<Pod>(io, o, st, ep, o.first_index + k));
     pods.back()->Start();
   }
+  std::vector<std::shared_ptr<Idle>> idle;
+  for (std::uint32_t k = 0; k < o.idle; ++k) {
+    idle.push_back(std::make_shared<Idle>(io, st, ep));
+    idle.back()->Connect();
+  }
   st.last_started_ns = NowNs();
 
   asio::signal_set signals(io, SIGTERM, SIGINT);
@@ -330,12 +403,15 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"count\": %u, \"first_assigned_ns\": %lld, \"started_ns\": %lld, \"last_started_ns\": %lld, \"all_assigned_ns\": %lld, "
       "\"assigned\": %u, \"retries\": %llu, \"rejects\": %llu, \"stops\": %llu, "
-      "\"heartbeats\": %llu, \"errors\": %llu, \"timed_out\": %s, \"last_error\": \"%s\"}\n",
+      "\"heartbeats\": %llu, \"errors\": %llu, \"idle_reopens\": %llu, "
+      "\"misaligned_bytes\": %llu, \"timed_out\": %s, \"last_error\": \"%s\"}\n",
       o.count, static_cast<long long>(st.first_assigned_ns), static_cast<long long>(st.started_ns), static_cast<long long>(st.last_started_ns),
       static_cast<long long>(st.all_assigned_ns), st.assigned,
       static_cast<unsigned long long>(st.retries), static_cast<unsigned long long>(st.rejects),
       static_cast<unsigned long long>(st.stops), static_cast<unsigned long long>(st.heartbeats),
-      static_cast<unsigned long long>(st.errors), timed_out ? "true" : "false",
+      static_cast<unsigned long long>(st.errors),
+      static_cast<unsigned long long>(st.idle_reopens),
+      static_cast<unsigned long long>(st.misaligned_bytes), timed_out ? "true" : "false",
       JsonSafe(st.last_error).c_str());
   return (st.assigned == o.count && !timed_out) ? 0 : 1;
 }

@@ -57,9 +57,37 @@ std::string WorkerExit::Describe() const {
   return "signal " + SignalName(signal) + " (" + std::to_string(signal) + ")";
 }
 
+namespace {
+
+// sigabbrev_np (glibc >= 2.32) gives "SEGV" for 11, without the "SIG" prefix.
+// The portable release build targets an older glibc (scripts/package): the
+// same names from the signal macros, which differ by architecture.
+const char* SignalAbbrev(int signo) {
+#if __GLIBC_PREREQ(2, 32)
+  return sigabbrev_np(signo);
+#else
+  switch (signo) {
+#define TRAINLET_SIG(n) \
+  case SIG##n:          \
+    return #n;
+    TRAINLET_SIG(HUP) TRAINLET_SIG(INT) TRAINLET_SIG(QUIT) TRAINLET_SIG(ILL) TRAINLET_SIG(TRAP)
+    TRAINLET_SIG(ABRT) TRAINLET_SIG(BUS) TRAINLET_SIG(FPE) TRAINLET_SIG(KILL) TRAINLET_SIG(USR1)
+    TRAINLET_SIG(SEGV) TRAINLET_SIG(USR2) TRAINLET_SIG(PIPE) TRAINLET_SIG(ALRM) TRAINLET_SIG(TERM)
+    TRAINLET_SIG(STKFLT) TRAINLET_SIG(CHLD) TRAINLET_SIG(CONT) TRAINLET_SIG(STOP) TRAINLET_SIG(TSTP)
+    TRAINLET_SIG(TTIN) TRAINLET_SIG(TTOU) TRAINLET_SIG(URG) TRAINLET_SIG(XCPU) TRAINLET_SIG(XFSZ)
+    TRAINLET_SIG(VTALRM) TRAINLET_SIG(PROF) TRAINLET_SIG(WINCH) TRAINLET_SIG(IO) TRAINLET_SIG(PWR)
+    TRAINLET_SIG(SYS)
+#undef TRAINLET_SIG
+    default:
+      return nullptr;
+  }
+#endif
+}
+
+}  // namespace
+
 std::string SignalName(int signo) {
-  // sigabbrev_np (glibc >= 2.32) gives "SEGV" for 11, without the "SIG" prefix.
-  const char* abbrev = sigabbrev_np(signo);
+  const char* abbrev = SignalAbbrev(signo);
   if (abbrev == nullptr) return "SIG" + std::to_string(signo);
   return std::string("SIG") + abbrev;
 }

@@ -1,6 +1,8 @@
 #include "trainlet/rendezvous/auth.h"
 
 #include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -94,7 +96,11 @@ std::string NewNonce() {
   std::string n(kNonceBytes, '\0');
   std::size_t got = 0;
   while (got < n.size()) {
+#if __GLIBC_PREREQ(2, 25)
     ssize_t r = ::getrandom(n.data() + got, n.size() - got, 0);
+#else  // the portable release build's older glibc: the same system call
+    ssize_t r = ::syscall(SYS_getrandom, n.data() + got, n.size() - got, 0);
+#endif
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) std::abort();  // the kernel's CSPRNG failing is not something to run on
     got += static_cast<std::size_t>(r);

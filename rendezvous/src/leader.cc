@@ -14,8 +14,10 @@
 
 #include "frame_queue.h"
 #include "trainlet/rendezvous/auth.h"
+#include "trainlet/rendezvous/backoff.h"
 #include "logging.h"
 #include "net_util.h"
+#include "peer_log_limiter.h"
 
 namespace trainlet::rendezvous {
 
@@ -30,33 +32,46 @@ struct Leader::Conn {
   asio::steady_timer timer;  // handshake deadline
   wire::Decoder decoder;  // no read buffer of its own: see Impl::rx
   std::string peer;                    // "10.0.0.12:41234", for messages
+  std::string address;                 // "10.0.0.12": the key of the log rate limit
   std::optional<std::uint32_t> index;  // set once admitted
   std::uint32_t generation = 0;        // the generation its hello asked for
   bool closed = false;
+  bool fresh = true;  // not read yet: the first read is tried at accept (see ReadFrom)
   // Control channel.
   FrameQueue outq;
   std::chrono::steady_clock::time_point last_rx = std::chrono::steady_clock::now();
   bool settled = false;  // reported success, or reported as lost/failed
+  // Heartbeats (wire::Heartbeat): the member's last one, to echo; what it says.
+  std::uint64_t peer_sent_us = 0;
+  std::chrono::steady_clock::time_point peer_rx;
+  std::optional<double> rtt_seconds;
+  std::uint32_t step_rate_milli = 0;
+  std::uint32_t slowest_rank = 0;
   // Authentication in progress: the hello waits for the member's proof.
   std::optional<wire::Hello> pending_hello;
   std::string leader_nonce;
 };
 
 struct Leader::Impl {
-  explicit Impl(asio::any_io_executor ex) : executor(ex), acceptor(ex), accept_pause(ex) {}
+  explicit Impl(asio::any_io_executor ex)
+      : executor(ex), acceptor(ex), accept_pause(ex), progress_timer(ex), waiting_timer(ex) {}
   asio::any_io_executor executor;
   tcp::acceptor acceptor;
-  asio::steady_timer accept_pause;
+  asio::steady_timer accept_pause;  // accept errors; bind retries
+  asio::steady_timer progress_timer;  // LogProgress, while the gang is incomplete
+  asio::steady_timer waiting_timer;  // heartbeats to members waiting for the assignment
+  bool bound = false;  // false while a busy port is retried (LeaderOptions::bind_deadline)
+  std::string bind_error;  // the last bind failure, for the final error
+  std::unique_ptr<Backoff> bind_backoff;  // set at the first busy-port retry
+  bool master_port_free = false;  // checked once (LeaderOptions::check_master_port)
+  PeerLogLimiter log_limit{tunables::kBadConnectionLogWindow,
+                           tunables::kMaxBadConnectionLogsPerPeer};
   LeaderOptions options;
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   std::optional<wire::Hello> own;
   Done done;
   bool finished = false;
   std::size_t pending = 0;                                 // connections mid-handshake
-  // At max_pending_handshakes the leader stops accepting until a handshake
-  // ends: the rest wait in the listen backlog (sized to the gang) instead of
-  // being dropped into their backoff (bench/HISTORY.md: scale).
-  bool accept_paused = false;
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
@@ -78,6 +93,12 @@ struct Leader::Impl {
 };
 
 namespace {
+
+std::uint64_t NowUs() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
 
 // Names the first field that differs between two launch configurations, or "".
 std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,
@@ -105,35 +126,142 @@ std::string FirstDifference(const wire::LaunchConfig& leader, const wire::Launch
 
 }  // namespace
 
+namespace {
+
+// Opens, binds and listens `acceptor` on `port` (see Leader::Listen); on any
+// error the acceptor is left closed.
+boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t port,
+                                        int backlog) {
+  boost::system::error_code ec;
+  // Dual stack first: one socket serves IPv4 (as v4-mapped) and IPv6 peers.
+  tcp::endpoint ep(asio::ip::address_v6::any(), port);
+  acceptor.open(tcp::v6(), ec);
+  if (!ec) acceptor.set_option(asio::ip::v6_only(false), ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
+    acceptor.open(tcp::v4(), ec);
+  }
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(backlog, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+  }
+  return ec;
+}
+
+// The backlog covers the whole gang arriving at once (PyTorch's TCPStore does
+// the same; a small backlog turns a burst of joins into SYN retransmits).
+int BacklogFor(std::uint32_t nnodes) {
+  return static_cast<int>(std::min<std::size_t>(
+      std::max<std::size_t>(nnodes + 64, tunables::kMinListenBacklog), 65535));
+}
+
+// Whether `port` can be bound on every interface now (bound, then closed at
+// once), as a trainer's listener (PyTorch's TCPStore: SO_REUSEADDR) would.
+boost::system::error_code ProbeBind(const asio::any_io_executor& executor, std::uint16_t port) {
+  tcp::acceptor probe(executor);
+  boost::system::error_code ec;
+  tcp::endpoint ep(asio::ip::address_v6::any(), port);
+  probe.open(tcp::v6(), ec);
+  if (!ec) probe.set_option(asio::ip::v6_only(false), ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    probe.close(ignored);
+    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
+    probe.open(tcp::v4(), ec);
+  }
+  if (!ec) probe.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) probe.bind(ep, ec);
+  return ec;
+}
+
+}  // namespace
+
 Result<std::shared_ptr<Leader>> Leader::Listen(asio::any_io_executor executor, std::uint16_t port,
                                                LeaderOptions options) {
   std::shared_ptr<Leader> leader(new Leader());
   leader->impl_ = std::make_unique<Impl>(executor);
   Impl& im = *leader->impl_;
   im.options = std::move(options);
-  boost::system::error_code ec;
-  // Dual stack first: one socket serves IPv4 (as v4-mapped) and IPv6 peers.
-  tcp::endpoint ep(asio::ip::address_v6::any(), port);
-  im.acceptor.open(tcp::v6(), ec);
-  if (!ec) im.acceptor.set_option(asio::ip::v6_only(false), ec);
-  if (ec) {
-    boost::system::error_code ignored;
-    im.acceptor.close(ignored);
-    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
-    im.acceptor.open(tcp::v4(), ec);
+  boost::system::error_code ec = BindAndListen(im.acceptor, port, BacklogFor(im.options.nnodes));
+  if (ec == asio::error::address_in_use && port != 0 &&
+      std::chrono::steady_clock::now() < im.options.bind_deadline) {
+    // A leftover process (the previous agent of this pod, a trainer's orphan)
+    // still holds the port: retried from Start() until the deadline.
+    im.bind_error = ec.message();
+    leader->port_ = port;
+    return leader;
   }
-  if (!ec) im.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) im.acceptor.bind(ep, ec);
-  // The backlog covers the whole gang arriving at once (PyTorch's TCPStore does
-  // the same; a small backlog turns a burst of joins into SYN retransmits).
-  int backlog = static_cast<int>(std::min<std::uint32_t>(im.options.nnodes + 64, 65535));
-  if (!ec) im.acceptor.listen(backlog, ec);
   if (ec) {
     return Status::Infra("cannot listen on rendezvous port " + std::to_string(port) + ": " +
                          ec.message());
   }
+  im.bound = true;
   leader->port_ = im.acceptor.local_endpoint().port();
   return leader;
+}
+
+// Binds the rendezvous port (when Listen found it busy) and checks that
+// MASTER_PORT is free, retrying both with backoff until options.bind_deadline;
+// then accepts members (or, alone, assigns at once).
+void Leader::BindAndAccept() {
+  Impl& im = *impl_;
+  if (im.finished) return;
+  std::string busy;  // what is still in use, for the messages
+  boost::system::error_code ec;
+  if (!im.bound) {
+    ec = BindAndListen(im.acceptor, port_, BacklogFor(im.options.nnodes));
+    if (!ec) {
+      im.bound = true;
+      if (im.bind_backoff) im.log->info("leader: rendezvous port {} is free again", port_);
+    } else {
+      busy = "rendezvous port " + std::to_string(port_);
+    }
+  }
+  if (!ec && im.options.check_master_port && !im.master_port_free) {
+    ec = ProbeBind(im.executor, im.options.master_port);
+    if (!ec) {
+      im.master_port_free = true;
+    } else {
+      busy = "MASTER_PORT " + std::to_string(im.options.master_port) +
+             " (where rank 0's store must listen)";
+    }
+  }
+  if (ec) {
+    auto now = std::chrono::steady_clock::now();
+    if (ec != asio::error::address_in_use || now >= im.options.bind_deadline) {
+      Finish(Status::Infra(
+          "cannot listen on " + busy + ": " + ec.message() +
+          (ec == asio::error::address_in_use
+               ? " (still taken at the rendezvous deadline: another process in this pod or on "
+                 "this host holds it; free it or choose another port)"
+               : "")));
+      return;
+    }
+    if (!im.bind_backoff) {
+      im.log->warn("leader: {} is in use ({}); retrying until the rendezvous deadline", busy,
+                   ec.message());
+      im.bind_backoff = std::make_unique<Backoff>(
+          BackoffOptions{.initial = tunables::kBindRetryInitial, .cap = tunables::kBindRetryCap},
+          static_cast<std::uint64_t>(now.time_since_epoch().count()));
+    }
+    auto delay = std::min<std::chrono::steady_clock::duration>(im.bind_backoff->Next(),
+                                                                im.options.bind_deadline - now);
+    im.accept_pause.expires_after(delay);
+    im.accept_pause.async_wait([self = shared_from_this()](boost::system::error_code wait_ec) {
+      if (!wait_ec) self->BindAndAccept();
+    });
+    return;
+  }
+  if (im.options.nnodes > 1) {
+    AcceptNext();
+  } else {
+    MaybeAssign();
+  }
 }
 
 Leader::~Leader() { Close(); }
@@ -157,6 +285,8 @@ void Leader::Close() {
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
   impl_->accept_pause.cancel();
+  impl_->progress_timer.cancel();
+  impl_->waiting_timer.cancel();
   impl_->channel = false;
   if (impl_->heartbeat_timer) impl_->heartbeat_timer->cancel();
   for (auto& c : impl_->all) {
@@ -180,10 +310,10 @@ void Leader::Start(wire::Hello own, Done done) {
   if (im.options.nnodes > 1) {
     im.log->info("leader: listening on port {}, waiting for {} pod(s)", port_,
                  im.options.nnodes - 1);
-    AcceptNext();
-  } else {
-    asio::post(im.executor, [self = shared_from_this()] { self->MaybeAssign(); });
+    WaitingHeartbeat();
+    LogProgress();
   }
+  asio::post(im.executor, [self = shared_from_this()] { self->BindAndAccept(); });
 }
 
 void Leader::AcceptNext() {
@@ -193,11 +323,7 @@ void Leader::AcceptNext() {
     if (!im.acceptor.is_open()) return;
     if (!ec) {
       self->OnAccept(std::make_shared<Conn>(std::move(s)));
-      if (im.pending >= im.options.max_pending_handshakes && !im.finished) {
-        im.accept_paused = true;  // resumed by Admit or Drop
-        return;
-      }
-      self->AcceptNext();
+      if (!im.finished) self->AcceptNext();
       return;
     }
     // EMFILE/ENFILE/ENOBUFS persist: pause instead of spinning on them.
@@ -213,12 +339,26 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
   Impl& im = *impl_;
   boost::system::error_code ec;
   auto remote = conn->socket.remote_endpoint(ec);
-  conn->peer = ec ? "?" : AddressForPeers(remote.address()) + ":" + std::to_string(remote.port());
-  if (im.pending >= im.options.max_pending_handshakes || im.finished) {
-    im.log->warn("leader: dropping connection from {}: {}", conn->peer,
-                 im.finished ? "rendezvous already complete" : "too many pending handshakes");
+  conn->address = ec ? "?" : AddressForPeers(remote.address());
+  conn->peer = ec ? "?" : conn->address + ":" + std::to_string(remote.port());
+  if (im.finished) {
+    Warn(conn, "leader: dropping connection from " + conn->peer + ": rendezvous already complete");
     conn->socket.close(ec);
     return;
+  }
+  if (im.pending >= im.options.max_pending_handshakes) {
+    // The oldest pending connection goes, not the new one: whatever holds the
+    // slots (idle sockets, reopened as soon as they are dropped) a member that
+    // sends its hello at once gets in.
+    auto oldest = std::find_if(im.all.begin(), im.all.end(),
+                               [](const auto& c) { return !c->index && !c->closed; });
+    if (oldest != im.all.end()) {
+      std::shared_ptr<Conn> victim = *oldest;
+      Warn(victim, "leader: dropping " + victim->peer + ": no valid hello yet, and " +
+                       std::to_string(im.pending) +
+                       " connections are mid-handshake (the oldest goes)");
+      Drop(victim);
+    }
   }
   conn->socket.set_option(tcp::no_delay(true), ec);
   conn->socket.non_blocking(true, ec);  // ReadFrom reads only what is there
@@ -228,16 +368,16 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
   conn->timer.expires_after(im.options.handshake_timeout);
   conn->timer.async_wait([self = shared_from_this(), conn](boost::system::error_code ec) {
     if (ec || conn->closed || conn->index) return;
-    self->impl_->log->warn("leader: {} sent no valid hello within {} ms; dropped", conn->peer,
-                           self->impl_->options.handshake_timeout.count());
+    self->Warn(conn, "leader: " + conn->peer + " sent no valid hello within " +
+                         std::to_string(self->impl_->options.handshake_timeout.count()) +
+                         " ms; dropped");
     self->Drop(conn);
   });
   ReadFrom(conn);
 }
 
 void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
-  conn->socket.async_wait(
-      tcp::socket::wait_read, [self = shared_from_this(), conn](boost::system::error_code ec) {
+  auto on_ready = [self = shared_from_this(), conn](boost::system::error_code ec) {
         Impl& im = *self->impl_;
         if (conn->closed) return;
         std::size_t n = 0;
@@ -251,7 +391,7 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
             conn->settled = true;
             std::uint32_t index = *conn->index;
             self->Drop(conn);
-            self->Deliver([self, index, why = "its connection closed (" + ec.message() + ")"] {
+            self->Deliver([self = self.get(), index, why = "its connection closed (" + ec.message() + ")"] {
               if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
             });
             return;
@@ -275,7 +415,7 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
           auto next = conn->decoder.Next();
           if (!fed.ok() || !next.ok()) {
             const Status& s = fed.ok() ? next.status() : fed;
-            im.log->warn("leader: closing {}: {}", conn->peer, s.message());
+            self->Warn(conn, "leader: closing " + conn->peer + ": " + s.message());
             if (conn->decoder.peer_version() != 0 &&
                 conn->decoder.peer_version() != wire::kVersion) {
               self->Refuse(conn, {"protocol_version", s.message()});
@@ -299,7 +439,7 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
           }
           auto* hello = std::get_if<wire::Hello>(&**next);
           if (hello == nullptr || conn->index || conn->pending_hello) {
-            im.log->warn("leader: closing {}: unexpected message", conn->peer);
+            self->Warn(conn, "leader: closing " + conn->peer + ": unexpected message");
             self->Drop(conn);
             return;
           }
@@ -307,7 +447,16 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
           if (conn->closed) return;
         }
         self->ReadFrom(conn);
-      });
+      };
+  // A member's hello follows its connect at once, so it is usually there by the
+  // time the connection is accepted: read it then, and the member is admitted
+  // before any idle connection can push it out of the pending slots.
+  if (conn->fresh) {
+    conn->fresh = false;
+    on_ready({});
+    return;
+  }
+  conn->socket.async_wait(tcp::socket::wait_read, std::move(on_ready));
 }
 
 void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
@@ -380,16 +529,20 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                           ? ""
                           : FirstDifference(own.config, hello.config, &lv, &mv);
   if (!field.empty()) {
+    // That member's own launch is wrong (or it is no member of this gang at
+    // all: a hello is unauthenticated without a token). It exits config; the
+    // leader and the pods already admitted wait on for a pod that agrees.
     std::string reason = "launch configuration differs: " + field + "=" + mv + " on " + who +
                          ", " + field + "=" + lv + " on pod 0 (the leader)";
     Refuse(conn, {field, reason});
-    // The gang cannot form: tell the pods already admitted too, so they exit
-    // now instead of retrying against a closed port until their deadline.
-    auto admitted = im.members;
-    for (auto& [index, member] : admitted) {
-      Refuse(member, {field, "the gang cannot form: " + reason});
-    }
-    Finish(Status::Config(reason));
+    return;
+  }
+  if (hello.generation > im.options.max_generation) {
+    // No pod of this gang runs past --max-restarts: a stranger's number, or a
+    // pod launched with another --max-restarts history. Never adopted.
+    Refuse(conn, {"generation", who + " asks for generation " +
+                                    std::to_string(hello.generation) + ", beyond --max-restarts " +
+                                    std::to_string(im.options.max_generation)});
     return;
   }
   if (hello.index == 0 || hello.index >= im.options.nnodes) {
@@ -412,10 +565,6 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   conn->generation = hello.generation;
   conn->timer.cancel();
   --im.pending;
-  if (im.accept_paused && im.pending < im.options.max_pending_handshakes && !im.finished) {
-    im.accept_paused = false;  // a handshake slot is free again (Impl::accept_paused)
-    AcceptNext();
-  }
   im.members[hello.index] = conn;
   im.log->debug("leader: pod {} joined from {} ({}/{})", hello.index, conn->peer, admitted(),
                 im.options.nnodes);
@@ -423,8 +572,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
 }
 
 void Leader::Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject) {
-  Impl& im = *impl_;
-  im.log->warn("leader: refused {}: {}", conn->peer, reject.reason);
+  Warn(conn, "leader: refused " + conn->peer + ": " + reject.reason);
   auto frame = std::make_shared<std::vector<std::uint8_t>>(wire::Encode(reject));
   conn->timer.cancel();
   // Stop reading; the write completes (or fails) and then the socket closes.
@@ -448,10 +596,6 @@ void Leader::Drop(const std::shared_ptr<Conn>& conn) {
     if (it != im.members.end() && it->second == conn) im.members.erase(it);
   } else if (im.pending > 0) {
     --im.pending;
-    if (im.accept_paused && im.pending < im.options.max_pending_handshakes && !im.finished) {
-      im.accept_paused = false;  // a handshake slot is free again (Impl::accept_paused)
-      AcceptNext();
-    }
   }
 }
 
@@ -460,10 +604,15 @@ void Leader::MaybeAssign() {
   if (im.finished || im.assigning || admitted() < im.options.nnodes) return;
   im.assigning = true;
   const std::uint32_t nproc = im.own->nproc_per_node;
-  // The gang's generation: the highest any pod asks for (a replaced pod starts
-  // at 0, the survivors of a restart ask for their last generation + 1).
+  // The gang's generation is the leader's own. Only a fresh leader (a replaced
+  // leader pod, at 0) cannot know the count: it continues the survivors' (they
+  // ask for their last generation + 1; Admit bounds it by --max-restarts).
   std::uint32_t generation = im.own->generation;
-  for (const auto& [index, conn] : im.members) generation = std::max(generation, conn->generation);
+  if (generation == 0) {
+    for (const auto& [index, conn] : im.members) {
+      generation = std::max(generation, conn->generation);
+    }
+  }
   std::function<wire::Assignment(std::uint32_t, std::string)> make =
       [nproc, generation, nnodes = im.options.nnodes, port = im.options.master_port, jax_port = im.options.jax_port,
                run_id = im.options.run_id, job_id = im.own->job_id,
@@ -520,6 +669,9 @@ void Leader::Finish(Result<wire::Assignment> result) {
   Impl& im = *impl_;
   if (im.finished) return;
   im.finished = true;
+  im.progress_timer.cancel();
+  im.waiting_timer.cancel();
+  im.accept_pause.cancel();
   boost::system::error_code ec;
   im.acceptor.close(ec);  // late and stray connections are refused by the kernel now
   if (result.ok()) im.log->info("leader: all {} pod(s) joined", im.options.nnodes);
@@ -553,6 +705,9 @@ void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
   for (auto& event : early) event();
 }
 
+// Events run here or in StartChannel, both on a live Leader, so they capture a raw
+// `this`: a shared_ptr kept in early_events would keep a leader whose channel never
+// started alive forever (a cycle LeakSanitizer reports).
 void Leader::Deliver(std::function<void()> event) {
   if (impl_->channel) {
     event();
@@ -573,13 +728,24 @@ void Leader::Heartbeat() {
     if (!conn->settled && now - conn->last_rx > im.heartbeat * im.misses) {
       conn->settled = true;
       Drop(conn);
-      if (im.callbacks.on_lost) {
-        im.callbacks.on_lost(index, "no heartbeat for " +
-                                        std::to_string(im.heartbeat.count() * im.misses) + " ms");
-      }
+      Deliver([self = this, index,
+               why = "no heartbeat for " + std::to_string(im.heartbeat.count() * im.misses) +
+                     " ms"] {
+        if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
+      });
       continue;
     }
-    if (send) Send(conn, wire::Encode(wire::Heartbeat{}));
+    if (send) {
+      wire::Heartbeat hb;
+      hb.sent_us = NowUs();
+      hb.echo_us = conn->peer_sent_us;
+      if (conn->peer_sent_us != 0) {
+        hb.echo_held_us = static_cast<std::uint32_t>(std::min<std::int64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(now - conn->peer_rx).count(),
+            UINT32_MAX));
+      }
+      Send(conn, wire::Encode(hb));
+    }
   }
   // Check four times per heartbeat, so a silent peer is noticed within a
   // quarter heartbeat of the bound, not up to a whole one late.
@@ -591,16 +757,38 @@ void Leader::Heartbeat() {
 
 void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m) {
   Impl& im = *impl_;
-  if (std::holds_alternative<wire::Heartbeat>(m)) return;
+  if (const auto* hb = std::get_if<wire::Heartbeat>(&m)) {
+    const std::uint64_t now = NowUs();
+    conn->peer_sent_us = hb->sent_us;
+    conn->peer_rx = std::chrono::steady_clock::now();
+    conn->step_rate_milli = hb->step_rate_milli;
+    conn->slowest_rank = hb->slowest_rank;
+    // Our own sent_us, echoed: a value from the future or an absurd hold is
+    // not ours (an older or confused peer), and is ignored.
+    if (hb->echo_us != 0 && hb->echo_us <= now && now - hb->echo_us >= hb->echo_held_us) {
+      conn->rtt_seconds = static_cast<double>(now - hb->echo_us - hb->echo_held_us) / 1e6;
+    }
+    return;
+  }
   if (const auto* r = std::get_if<wire::Report>(&m)) {
     if (r->index != *conn->index) {
       im.log->warn("leader: pod {} sent a report for index {}; closing", *conn->index, r->index);
+      std::uint32_t index = *conn->index;
+      bool was_settled = conn->settled;
+      conn->settled = true;
       Drop(conn);
+      if (!was_settled) {
+        Deliver([self = this, index] {
+          if (self->impl_->callbacks.on_lost) {
+            self->impl_->callbacks.on_lost(index, "protocol error (a report for another index)");
+          }
+        });
+      }
       return;
     }
     if (conn->settled) return;  // one report per pod: the first one stands
     conn->settled = true;
-    Deliver([self = shared_from_this(), index = *conn->index, report = *r] {
+    Deliver([self = this, index = *conn->index, report = *r] {
       if (self->impl_->callbacks.on_report) self->impl_->callbacks.on_report(index, report);
     });
     return;
@@ -610,7 +798,41 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
   bool was_settled = conn->settled;
   conn->settled = true;
   Drop(conn);
-  if (!was_settled && im.callbacks.on_lost) im.callbacks.on_lost(index, "protocol error");
+  // Through Deliver: this may run before StartChannel (the member spoke in the
+  // moment between its assignment and the leader's own), when no callback is set yet.
+  if (!was_settled) {
+    Deliver([self = this, index] {
+      if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, "protocol error");
+    });
+  }
+}
+
+void Leader::WaitingHeartbeat() {
+  Impl& im = *impl_;
+  if (im.finished) return;
+  im.waiting_timer.expires_after(im.options.waiting_heartbeat);
+  im.waiting_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    Impl& im = *self->impl_;
+    if (ec || im.finished) return;
+    auto frame = wire::Encode(wire::Heartbeat{});
+    auto members = im.members;  // a failed send may drop entries
+    for (auto& [index, conn] : members) self->Send(conn, frame);
+    self->WaitingHeartbeat();
+  });
+}
+
+void Leader::Warn(const std::shared_ptr<Conn>& conn, const std::string& line) {
+  Impl& im = *impl_;
+  auto suppressed = im.log_limit.Admit(conn->address, std::chrono::steady_clock::now());
+  if (!suppressed) return;
+  if (*suppressed == 0) {
+    im.log->warn("{}", line);
+  } else {
+    im.log->warn("{} (and {} more from {} since its last line, not logged: at most {} per {} s)",
+                 line, *suppressed, conn->address, tunables::kMaxBadConnectionLogsPerPeer,
+                 std::chrono::duration_cast<std::chrono::seconds>(tunables::kBadConnectionLogWindow)
+                     .count());
+  }
 }
 
 void Leader::BroadcastStop(const wire::Stop& stop) {
@@ -618,11 +840,58 @@ void Leader::BroadcastStop(const wire::Stop& stop) {
   for (auto& [index, conn] : impl_->members) Send(conn, frame);
 }
 
+std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
+  std::map<std::uint32_t, PeerStats> out;
+  for (const auto& [index, conn] : impl_->members) {
+    if (!conn->closed) out[index] = {conn->rtt_seconds, conn->step_rate_milli, conn->slowest_rank};
+  }
+  return out;
+}
+
 bool Leader::AllMembersSettled() const {
   for (const auto& [index, conn] : impl_->members) {
     if (!conn->settled && !conn->closed) return false;
   }
   return true;
+}
+
+std::string CompactIndices(const std::vector<std::uint32_t>& sorted, std::size_t max_runs) {
+  std::string out;
+  std::size_t runs = 0;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (runs == max_runs) {
+      out += fmt::format(" (+{} more)", sorted.size() - i);
+      break;
+    }
+    out += (out.empty() ? "" : ",") + std::to_string(sorted[i]) +
+           (j > i ? "-" + std::to_string(sorted[j]) : "");
+    ++runs;
+    i = j + 1;
+  }
+  return out;
+}
+
+void Leader::LogProgress() {
+  Impl& im = *impl_;
+  im.progress_timer.expires_after(im.options.progress_interval);
+  im.progress_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    Impl& im = *self->impl_;
+    if (ec || im.finished) return;
+    std::string left;
+    if (im.options.deadline) {
+      auto s = std::chrono::duration<double>(*im.options.deadline -
+                                             std::chrono::steady_clock::now()).count();
+      left = fmt::format("; {:.0f} s left", std::max(0.0, s));
+    }
+    im.log->info("leader: waiting for the gang: {} of {} pod(s) joined; missing indices {}{}{}",
+                 self->admitted(), im.options.nnodes, CompactIndices(self->missing(), 16),
+                 im.pending > 0 ? fmt::format("; {} connection(s) mid-handshake", im.pending)
+                                : std::string(),
+                 left);
+    self->LogProgress();
+  });
 }
 
 }  // namespace trainlet::rendezvous

@@ -1,6 +1,8 @@
 #include "trainlet/rendezvous/member.h"
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -30,6 +32,7 @@ struct Member::Impl {
         socket(ex),
         op_timer(ex),
         deadline_timer(ex),
+        progress_timer(ex),
         backoff(options.backoff, options.seed) {}
   asio::any_io_executor executor;
   MemberOptions options;
@@ -37,6 +40,7 @@ struct Member::Impl {
   tcp::socket socket;
   asio::steady_timer op_timer;        // connect timeout, backoff sleep
   asio::steady_timer deadline_timer;  // the whole join
+  asio::steady_timer progress_timer;  // LogProgress, until the assignment
   Backoff backoff;
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   Done done;
@@ -47,6 +51,10 @@ struct Member::Impl {
   std::vector<std::string> tried;  // "10.0.0.10" of every address ever tried
   std::string state;               // last logged state, to log changes only
   std::string last_error;
+  std::string activity;  // what is under way ("connecting to 10.0.0.10"), for the timeout message
+  std::string address;   // the address of the current connection
+  ResolveError last_dns = ResolveError::kNone;  // of the last resolution
+  bool ever_resolved = false;
   std::string refusal;  // the leader's last retriable refusal, kept for the timeout message
   bool authenticated = false;  // the leader proved the token on this connection
   int attempts = 0;
@@ -63,6 +71,10 @@ struct Member::Impl {
   int misses = 3;
   Clock::time_point last_rx;
   Clock::time_point last_tx;
+  std::uint64_t peer_sent_us = 0;  // the leader's last heartbeat, to echo
+  Clock::time_point peer_rx;
+  std::uint32_t step_rate_milli = 0;
+  std::uint32_t slowest_rank = 0;
   FrameQueue outq;
 };
 
@@ -92,6 +104,7 @@ void Member::Close() {
   boost::system::error_code ec;
   impl_->op_timer.cancel();
   impl_->deadline_timer.cancel();
+  impl_->progress_timer.cancel();
   impl_->socket.close(ec);
   if (impl_->resolver) impl_->resolver->Cancel();
 }
@@ -108,24 +121,65 @@ void Member::Start(Done done) {
     auto secs = std::chrono::duration<double>(Clock::now() - im.started).count();
     std::string tried;
     for (const auto& a : im.tried) tried += (tried.empty() ? "" : ", ") + a;
+    std::string last = !im.last_error.empty() ? im.last_error
+                       : !im.activity.empty() ? "none yet (" + im.activity + ")"
+                                              : "none yet";
+    std::string hint;
+    if (!im.ever_resolved && im.resolver) {
+      // The name members dial is the leader pod's DNS name in the headless
+      // Service; when it never resolved, the Service is where to look.
+      hint = "; the leader's name " + im.options.leader_host + " never resolved (" +
+             std::string(ResolveErrorName(im.last_dns)) +
+             "): check that the headless Service selects the leader pod, that the pod's "
+             "subdomain names that Service, and that the Service sets "
+             "publishNotReadyAddresses: true";
+    }
     self->Finish(Status::Infra(
         "could not join the leader " + im.options.leader_host + " port " +
         std::to_string(im.options.port) + " within " + fmt::format("{:.1f}", secs) + " s (" +
         std::to_string(im.attempts) + " attempts; addresses tried: " +
-        (tried.empty() ? "none" : tried) + "; last error: " + im.last_error +
+        (tried.empty() ? "none" : tried) + "; last error: " + last +
         (im.refusal.empty() || im.refusal == im.last_error ? ""
                                                            : "; the leader refused: " + im.refusal) +
-        ")"));
+        hint + ")"));
   });
+  LogProgress();
   Resolve();
+}
+
+void Member::LogProgress() {
+  Impl& im = *impl_;
+  im.progress_timer.expires_after(im.options.progress_interval);
+  im.progress_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    Impl& im = *self->impl_;
+    if (ec || im.finished) return;
+    auto left = std::chrono::duration<double>(im.options.deadline - Clock::now()).count();
+    std::string tried;
+    for (const auto& a : im.tried) tried += (tried.empty() ? "" : ", ") + a;
+    if (im.state == "joined") {
+      im.log->info("rendezvous: connected to leader {} port {}, waiting for the gang to "
+                   "form; {:.0f} s left",
+                   im.options.leader_host, im.options.port, std::max(0.0, left));
+    } else {
+      im.log->info("rendezvous: still trying leader {} port {} ({}; addresses tried: {}; "
+                   "last error: {}); {:.0f} s left",
+                   im.options.leader_host, im.options.port,
+                   im.state.empty() ? "resolving" : im.state, tried.empty() ? "none" : tried,
+                   im.last_error.empty() ? "none" : im.last_error, std::max(0.0, left));
+    }
+    self->LogProgress();
+  });
 }
 
 void Member::Resolve() {
   Impl& im = *impl_;
   ++im.attempts;
+  im.activity = "resolving " + im.options.leader_host;
   auto on_resolved = [self = shared_from_this()](ResolveOutcome out) {
     Impl& im = *self->impl_;
     if (im.finished) return;
+    im.last_dns = out.error;
+    if (out.ok()) im.ever_resolved = true;
     if (!out.ok()) {
       self->Retry("dns: " + im.options.leader_host + ": " +
                       std::string(ResolveErrorName(out.error)),
@@ -163,6 +217,8 @@ void Member::ConnectNext() {
   im.socket.close(ec);
   const std::uint64_t attempt = ++im.connect_attempt;
   im.connecting = true;
+  im.address = text;
+  im.activity = "connecting to " + text + " port " + std::to_string(im.options.port);
   im.op_timer.expires_after(im.options.connect_timeout);
   im.op_timer.async_wait([self = shared_from_this(), attempt](boost::system::error_code ec) {
     Impl& im = *self->impl_;
@@ -175,9 +231,9 @@ void Member::ConnectNext() {
   });
   im.socket.async_connect(
       tcp::endpoint(addr, im.options.port),
-      [self = shared_from_this(), text](boost::system::error_code ec) {
+      [self = shared_from_this(), text, attempt](boost::system::error_code ec) {
         Impl& im = *self->impl_;
-        if (im.finished) return;
+        if (im.finished || im.connect_attempt != attempt) return;
         im.connecting = false;
         im.op_timer.cancel();
         if (ec) {
@@ -203,10 +259,13 @@ void Member::SendHello() {
     im.options.hello.nonce = NewNonce();
     im.hello_frame = wire::Encode(im.options.hello);
   }
+  im.activity = "waiting for the leader's reply from " + im.address;
+  ArmReplyTimer();
   asio::async_write(im.socket, asio::buffer(im.hello_frame),
-                    [self = shared_from_this()](boost::system::error_code ec, std::size_t) {
+                    [self = shared_from_this(), attempt = im.connect_attempt](
+                        boost::system::error_code ec, std::size_t) {
                       Impl& im = *self->impl_;
-                      if (im.finished) return;
+                      if (im.finished || im.connect_attempt != attempt) return;
                       if (ec) {
                         im.last_error = "sending hello: " + ec.message();
                         self->Retry("connect: leader closed the connection", im.last_error);
@@ -222,12 +281,37 @@ void Member::SendHello() {
                     });
 }
 
+void Member::ArmReplyTimer() {
+  Impl& im = *impl_;
+  im.op_timer.expires_after(im.options.reply_timeout);
+  im.op_timer.async_wait([self = shared_from_this(), attempt = im.connect_attempt](
+                             boost::system::error_code ec) {
+    Impl& im = *self->impl_;
+    if (ec || im.finished || im.channel || im.connect_attempt != attempt) return;
+    // Connected, but not a frame since: a frozen process whose kernel still
+    // completes handshakes, or an old leader being terminated. Another address
+    // of the name may be the live leader.
+    im.last_error = im.address + ": accepted the connection but sent nothing for " +
+                    std::to_string(im.options.reply_timeout.count()) + " ms";
+    if (im.state != "silent:" + im.address) {
+      im.log->info("rendezvous: leader {} ({}); trying the next address", im.last_error,
+                   im.options.leader_host);
+      im.state = "silent:" + im.address;
+    }
+    boost::system::error_code ignored;
+    im.socket.close(ignored);
+    ++im.connect_attempt;  // the read on the closed socket is stale now
+    self->ConnectNext();
+  });
+}
+
 void Member::ReadReply() {
   Impl& im = *impl_;
-  im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this()](
+  im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this(),
+                                                   attempt = im.connect_attempt](
                                                       boost::system::error_code ec, std::size_t n) {
     Impl& im = *self->impl_;
-    if (im.finished) return;
+    if (im.finished || im.connect_attempt != attempt) return;
     if (ec) {
       // The leader went away before assigning (restarted, or closed on us).
       im.last_error = "leader closed the connection before assigning: " + ec.message();
@@ -235,55 +319,69 @@ void Member::ReadReply() {
       return;
     }
     Status fed = im.decoder.Feed(std::span(im.buf.data(), n));
-    auto next = im.decoder.Next();
-    if (!fed.ok() || !next.ok()) {
-      im.last_error = (fed.ok() ? next.status() : fed).message();
+    if (!fed.ok()) {
+      im.last_error = fed.message();
       self->Retry("rendezvous: leader sent an invalid reply", im.last_error);
       return;
     }
-    if (!next->has_value()) {
-      self->ReadReply();
+    self->ProcessReply();
+  });
+}
+
+// Handles every message already decoded (one read may carry several: a
+// heartbeat and then the assignment), then reads on unless finished.
+void Member::ProcessReply() {
+  Impl& im = *impl_;
+  const std::uint64_t attempt = im.connect_attempt;
+  for (;;) {
+    if (im.finished || im.connect_attempt != attempt) return;
+    auto next = im.decoder.Next();
+    if (!next.ok()) {
+      im.last_error = next.status().message();
+      Retry("rendezvous: leader sent an invalid reply", im.last_error);
       return;
     }
+    if (!next->has_value()) break;
+    ArmReplyTimer();  // the leader is alive
     const wire::Message& msg = **next;
+    if (std::holds_alternative<wire::Heartbeat>(msg)) continue;  // admitted, gang incomplete
     if (const auto* challenge = std::get_if<wire::Challenge>(&msg)) {
       const wire::Hello& h = im.options.hello;
       if (im.options.token.empty()) {
-        self->Finish(Status::Config("the leader requires authentication: give this pod the "
+        Finish(Status::Config("the leader requires authentication: give this pod the "
                                     "shared token (--token-file)"));
         return;
       }
       if (!ProofsEqual(challenge->proof,
                        LeaderProof(im.options.token, h.job_id, h.nonce, challenge->nonce))) {
-        self->Finish(Status::Config("the leader failed authentication: its token differs "
+        Finish(Status::Config("the leader failed authentication: its token differs "
                                     "from this pod's (--token-file)"));
         return;
       }
       im.authenticated = true;
-      self->Send(wire::Encode(
+      Send(wire::Encode(
           wire::Proof{.proof = MemberProof(im.options.token, h.job_id, challenge->nonce,
                                            h.nonce)}));
-      self->ReadReply();
-      return;
+      continue;
     }
     if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
       if (reject->retriable) {
         im.refusal = reject->reason;
-        self->Retry("rendezvous: leader refused this pod for now", reject->reason);
+        Retry("rendezvous: leader refused this pod for now", reject->reason);
       } else {
-        self->Finish(Status::Config("the leader refused this pod: " + reject->reason));
+        Finish(Status::Config("the leader refused this pod: " + reject->reason));
       }
       return;
     }
     const auto* a = std::get_if<wire::Assignment>(&msg);
     if (a == nullptr) {
       im.last_error = "leader sent an unexpected message";
-      self->Retry("rendezvous: leader sent an invalid reply", im.last_error);
+      Retry("rendezvous: leader sent an invalid reply", im.last_error);
       return;
     }
     const wire::Hello& h = im.options.hello;
     if (!im.options.token.empty() && !im.authenticated) {
-      self->Finish(Status::Config("the leader did not authenticate (it has no --token-file?); "
+      Finish(Status::Config("the leader did not authenticate (it has no --token-file?); "
                                   "refusing its assignment"));
       return;
     }
@@ -293,7 +391,7 @@ void Member::ReadReply() {
       im.last_error = "leader belongs to job '" + a->job_id + "' attempt " +
                       std::to_string(a->attempt) + ", this pod to '" + h.job_id + "' attempt " +
                       std::to_string(h.attempt);
-      self->Retry("rendezvous: refused a leader of another job or attempt", im.last_error);
+      Retry("rendezvous: refused a leader of another job or attempt", im.last_error);
       return;
     }
     if (a->generation < h.generation) {
@@ -301,20 +399,22 @@ void Member::ReadReply() {
       // still holding the name. The current leader comes back under it.
       im.last_error = "leader runs generation " + std::to_string(a->generation) +
                       ", this pod joins generation " + std::to_string(h.generation);
-      self->Retry("rendezvous: refused a leader of an earlier generation", im.last_error);
+      Retry("rendezvous: refused a leader of an earlier generation", im.last_error);
       return;
     }
     if (a->rank_base != h.index * h.nproc_per_node || a->nnodes == 0 ||
         a->world_size != a->nnodes * h.nproc_per_node || a->master_addr.empty() ||
         a->master_port == 0) {
-      self->Finish(Status::Config(fmt::format(
+      Finish(Status::Config(fmt::format(
           "the leader's assignment contradicts this pod's launch (rank_base {} for index {} "
           "with {} workers per pod; world size {} for {} pods)",
           a->rank_base, h.index, h.nproc_per_node, a->world_size, a->nnodes)));
       return;
     }
-    self->Finish(*a);
-  });
+    Finish(*a);
+    return;
+  }
+  ReadReply();
 }
 
 void Member::Retry(const std::string& state, const std::string& detail) {
@@ -343,6 +443,7 @@ void Member::Finish(Result<wire::Assignment> result) {
   im.finished = true;
   im.op_timer.cancel();
   im.deadline_timer.cancel();
+  im.progress_timer.cancel();
   if (im.resolver) im.resolver->Cancel();
   if (!result.ok()) {
     boost::system::error_code ec;
@@ -363,10 +464,31 @@ void Member::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
   im.heartbeat = heartbeat;
   im.misses = misses;
   im.last_rx = Clock::now();
-  // Posted: a Stop already buffered reaches on_stop after the caller's
-  // StartChannel returned, not from inside it.
-  asio::post(im.executor, [self = shared_from_this()] { self->ChannelRead(); });
+  // What came in the same read as the assignment (a Stop, when a pod failed at
+  // once) is handled first, posted so no callback runs inside StartChannel.
+  asio::post(im.executor, [self = shared_from_this()] {
+    if (self->impl_->channel) self->ChannelProcess();
+  });
   ChannelHeartbeat();
+}
+
+void Member::ChannelRead() {
+  Impl& im = *impl_;
+  im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this()](
+                                                      boost::system::error_code ec, std::size_t n) {
+    Impl& im = *self->impl_;
+    if (!im.channel) return;
+    if (ec) {
+      self->ChannelLost("the leader's connection closed (" + ec.message() + ")");
+      return;
+    }
+    Status fed = im.decoder.Feed(std::span(im.buf.data(), n));
+    if (!fed.ok()) {
+      self->ChannelLost("the leader sent garbage: " + fed.message());
+      return;
+    }
+    self->ChannelProcess();
+  });
 }
 
 void Member::ChannelLost(const std::string& why) {
@@ -378,42 +500,26 @@ void Member::ChannelLost(const std::string& why) {
   if (!im.reported_ok && im.callbacks.on_lost) im.callbacks.on_lost(why);
 }
 
-bool Member::ChannelDrain() {
+void Member::ChannelProcess() {
   Impl& im = *impl_;
   for (;;) {
     auto next = im.decoder.Next();
     if (!next.ok()) {
       ChannelLost("the leader sent garbage: " + next.status().message());
-      return false;
+      return;
     }
-    if (!next->has_value()) return true;
+    if (!next->has_value()) break;
     im.last_rx = Clock::now();
+    if (const auto* hb = std::get_if<wire::Heartbeat>(&**next)) {
+      im.peer_sent_us = hb->sent_us;
+      im.peer_rx = im.last_rx;
+    }
     if (const auto* stop = std::get_if<wire::Stop>(&**next)) {
       if (im.callbacks.on_stop) im.callbacks.on_stop(*stop);
-      if (!im.channel) return false;
+      if (!im.channel) return;
     }
   }
-}
-
-void Member::ChannelRead() {
-  Impl& im = *impl_;
-  // What is already buffered first: a Stop that came in the same read as the
-  // Assignment must not wait for the leader's next frame.
-  if (!im.channel || !ChannelDrain()) return;
-  im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this()](
-                                                      boost::system::error_code ec, std::size_t n) {
-    Impl& im = *self->impl_;
-    if (!im.channel) return;
-    if (ec) {
-      self->ChannelLost("the leader's connection closed (" + ec.message() + ")");
-      return;
-    }
-    if (Status fed = im.decoder.Feed(std::span(im.buf.data(), n)); !fed.ok()) {
-      self->ChannelLost("the leader sent garbage: " + fed.message());
-      return;
-    }
-    self->ChannelRead();
-  });
+  ChannelRead();
 }
 
 void Member::ChannelHeartbeat() {
@@ -431,12 +537,29 @@ void Member::ChannelHeartbeat() {
   }
   if (Clock::now() - im.last_tx >= im.heartbeat) {
     im.last_tx = Clock::now();
-    Send(wire::Encode(wire::Heartbeat{}));
+    wire::Heartbeat hb;
+    hb.sent_us = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(im.last_tx.time_since_epoch())
+            .count());
+    hb.echo_us = im.peer_sent_us;
+    if (im.peer_sent_us != 0) {
+      hb.echo_held_us = static_cast<std::uint32_t>(std::min<std::int64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(im.last_tx - im.peer_rx).count(),
+          UINT32_MAX));
+    }
+    hb.step_rate_milli = im.step_rate_milli;
+    hb.slowest_rank = im.slowest_rank;
+    Send(wire::Encode(hb));
   }
   im.op_timer.expires_after(im.heartbeat / 4);  // check 4x per heartbeat (see leader.cc)
   im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec) self->ChannelHeartbeat();
   });
+}
+
+void Member::SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank) {
+  impl_->step_rate_milli = step_rate_milli;
+  impl_->slowest_rank = slowest_rank;
 }
 
 void Member::SendReport(const wire::Report& report, std::function<void()> sent) {

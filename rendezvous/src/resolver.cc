@@ -467,6 +467,11 @@ exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_execu
     o.resolvconf_path = options.resolv_conf_path->data();
     mask |= ARES_OPT_RESOLVCONF;
   }
+  char dns_only[] = "b";  // ares_init_options(3) ARES_OPT_LOOKUPS: "b" DNS, "f" hosts file
+  if (!options.hosts_file) {
+    o.lookups = dns_only;
+    mask |= ARES_OPT_LOOKUPS;
+  }
   ares_channel channel = nullptr;
   if (int rc = ares_init_options(&channel, &o, mask); rc != ARES_SUCCESS) {
     return Status::Infra(std::string("dns: ares_init_options: ") + ares_strerror(rc));

@@ -133,7 +133,13 @@ void EncodePayload(Writer& w, const Reject& m) {
   w.U16(m.retriable ? 1 : 0);
 }
 
-void EncodePayload(Writer&, const Heartbeat&) {}
+void EncodePayload(Writer& w, const Heartbeat& m) {
+  w.U64(m.sent_us);
+  w.U64(m.echo_us);
+  w.U32(m.echo_held_us);
+  w.U32(m.step_rate_milli);
+  w.U32(m.slowest_rank);
+}
 
 void EncodePayload(Writer& w, const Report& m) {
   w.U32(m.index);
@@ -208,7 +214,11 @@ bool DecodePayload(Reader& r, Reject* m) {
   return true;
 }
 
-bool DecodePayload(Reader&, Heartbeat*) { return true; }
+bool DecodePayload(Reader& r, Heartbeat* m) {
+  if (r.AtEnd()) return true;  // an older peer's empty heartbeat
+  return r.U64(&m->sent_us) && r.U64(&m->echo_us) && r.U32(&m->echo_held_us) &&
+         r.U32(&m->step_rate_milli) && r.U32(&m->slowest_rank);
+}
 
 bool DecodePayload(Reader& r, Report* m) {
   std::uint16_t ok = 0;
@@ -284,14 +294,23 @@ std::vector<std::uint8_t> Encode(const Message& message) {
 
 exitcodes::Status Decoder::Feed(std::span<const std::uint8_t> bytes) {
   if (failed_) return *failed_;
-  if (buffered() + bytes.size() > 2 * (kHeaderSize + kMaxPayload)) {
-    failed_ = WireError("peer sent more than " + std::to_string(2 * (kHeaderSize + kMaxPayload)) +
+  // Drop what Next() consumed before appending, so the buffer holds at most one
+  // partial frame plus the new bytes, whatever the frames' alignment in the
+  // stream (a frame split across reads leaves a partial one behind every time).
+  if (consumed_ > 0) {
+    buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(consumed_));
+    consumed_ = 0;
+  }
+  if (buffer_.size() + bytes.size() > kMaxBuffered) {
+    failed_ = WireError("peer sent more than " + std::to_string(kMaxBuffered) +
                         " bytes without a complete frame being consumed");
+    buffer_ = {};
     return *failed_;
   }
-  if (consumed_ > 0 && consumed_ == buffer_.size()) {
-    buffer_.clear();
-    consumed_ = 0;
+  // Grow to the bound at most, never by doubling past it.
+  if (buffer_.capacity() < buffer_.size() + bytes.size()) {
+    buffer_.reserve(std::min(kMaxBuffered, std::max(2 * buffer_.capacity(),
+                                                    buffer_.size() + bytes.size())));
   }
   buffer_.insert(buffer_.end(), bytes.begin(), bytes.end());
   return Status::Ok();

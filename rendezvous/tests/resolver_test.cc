@@ -34,6 +34,7 @@
 #include <gtest/gtest.h>
 
 #include "trainlet/rendezvous/backoff.h"
+#include "trainlet/rendezvous/name_check.h"
 
 namespace trainlet::rendezvous {
 namespace {
@@ -723,6 +724,57 @@ TEST(ResolveErrorNameTest, NamesAreStable) {
   EXPECT_EQ(ResolveErrorName(ResolveError::kServerFailure), "server_failure");
   EXPECT_EQ(ResolveErrorName(ResolveError::kTimeout), "timeout");
   EXPECT_EQ(ResolveErrorName(ResolveError::kCancelled), "cancelled");
+}
+
+// The leader's own name, checked through DNS only: missing from DNS (the
+// Service does not select the pod, publishNotReadyAddresses off) it is reported
+// with what to fix, however /etc/hosts reads; resolving to this pod it is not.
+TEST_F(ResolverTest, LeaderNameCheckSaysWhatToFix) {
+  ASSERT_NO_FATAL_FAILURE(Publish("other", "10.0.0.9 trainer-0.other.cluster.local\n"));
+  ASSERT_NO_FATAL_FAILURE(Publish("ours", "10.0.0.7 trainer-0.trainer.cluster.local\n"));
+  ASSERT_NO_FATAL_FAILURE(StartDnsmasq());
+  auto start = [&](const std::string& name, std::optional<std::string>* got) {
+    NameCheckOptions o;
+    o.name = name;
+    o.resolver = Options();
+    o.patience = milliseconds(300);
+    o.interval = milliseconds(50);
+    o.local_addresses = [] { return Addresses({"127.0.0.1", "10.0.0.7"}); };
+    auto c = LeaderNameCheck::Start(io_.get_executor(), o,
+                                    [got](const std::string& p) { *got = p; });
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return std::move(c).value();
+  };
+  std::optional<std::string> missing, foreign, fine;
+  auto c1 = start("trainer-0.nowhere.cluster.local", &missing);
+  auto c2 = start("trainer-0.other.cluster.local", &foreign);
+  auto c3 = start("trainer-0.trainer.cluster.local", &fine);
+  RunUntil([&] { return missing && foreign; }, milliseconds(5000));
+  RunUntil([] { return false; }, milliseconds(500));
+  ASSERT_TRUE(missing.has_value());
+  EXPECT_NE(missing->find("trainer-0.nowhere.cluster.local does not resolve"), std::string::npos)
+      << *missing;
+  EXPECT_NE(missing->find("publishNotReadyAddresses"), std::string::npos) << *missing;
+  ASSERT_TRUE(foreign.has_value());
+  EXPECT_NE(foreign->find("resolves to 10.0.0.9, none of them this pod's (10.0.0.7)"),
+            std::string::npos)
+      << *foreign;
+  EXPECT_FALSE(fine.has_value()) << *fine;
+}
+
+// hosts_file = false never reads /etc/hosts (where the kubelet writes the
+// pod's own FQDN): "localhost" only exists there, so DNS alone cannot find it.
+TEST_F(ResolverTest, DnsOnlySkipsTheHostsFile) {
+  ASSERT_NO_FATAL_FAILURE(StartDnsmasq());
+  ResolverOptions o = Options();
+  o.search_domains = std::vector<std::string>{};
+  auto with_hosts = MakeResolver(o);
+  o.hosts_file = false;
+  auto dns_only = MakeResolver(o);
+  ASSERT_NE(with_hosts, nullptr);
+  ASSERT_NE(dns_only, nullptr);
+  EXPECT_TRUE(ResolveNow(*with_hosts, "localhost").ok());
+  EXPECT_FALSE(ResolveNow(*dns_only, "localhost").ok());
 }
 
 }  // namespace

@@ -50,6 +50,8 @@ std::vector<Message> Samples() {
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
           Heartbeat{},
+          Heartbeat{.sent_us = 1ULL << 40 | 7, .echo_us = 123456789, .echo_held_us = 250,
+                    .step_rate_milli = 4500, .slowest_rank = 17},
           Report{.index = 3, .ok = false, .failure_class = 1, .reason = "rank 7 exited 42"},
           Report{.index = 2, .ok = true, .failure_class = 0, .reason = ""},
           Report{.index = 4, .ok = false, .failure_class = 3, .reason = "hang: rank 9",
@@ -82,6 +84,15 @@ Result<std::vector<Message>> DecodeAll(const std::vector<std::uint8_t>& bytes, s
 }
 
 
+
+// Version 2's heartbeat had no payload: it still decodes, with every field 0.
+TEST(WireTest, AnEmptyHeartbeatFromAnOlderPeerDecodesAsZeros) {
+  const std::vector<std::uint8_t> frame = {0x54, 0x4C, 0x4E, 0x54, 0, 2, 0, 4, 0, 0, 0, 0};
+  auto got = DecodeAll(frame, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ(std::get<Heartbeat>((*got)[0]), Heartbeat{});
+}
 
 TEST(WireTest, RoundTripsEveryMessageByteByByte) {
   for (const Message& m : Samples()) {
@@ -231,7 +242,36 @@ TEST(WireTest, FloodingWithoutDrainingIsRefused) {
   int fed = 0;
   while ((s = d.Feed(frame)).ok() && fed < 100000) ++fed;
   EXPECT_FALSE(s.ok());
-  EXPECT_LE(d.buffered(), 2 * (kHeaderSize + kMaxPayload));
+  EXPECT_LE(d.held(), Decoder::kMaxBuffered);
+}
+
+// Heartbeats read one byte out of step with the frames (every read ends one
+// byte into the next frame) must not grow the buffer: a drained decoder keeps
+// at most a partial frame, however long the stream. Before compaction on every
+// Feed this stream grew the buffer by the whole stream (the leader by ~17 MB/s).
+TEST(WireTest, MisalignedStreamStaysBounded) {
+  const auto hb = Encode(Heartbeat{});
+  std::vector<std::uint8_t> stream;
+  for (int i = 0; i < 20000; ++i) stream.insert(stream.end(), hb.begin(), hb.end());
+  for (std::size_t chunk : {hb.size() + 1, std::size_t{4097}, std::size_t{16 * 1024}}) {
+    Decoder d;
+    std::size_t decoded = 0, max_held = 0;
+    for (std::size_t pos = 0; pos < stream.size(); pos += chunk) {
+      auto part = std::span(stream).subspan(pos, std::min(chunk, stream.size() - pos));
+      ASSERT_TRUE(d.Feed(part).ok()) << "chunk " << chunk << " at " << pos;
+      for (;;) {
+        auto m = d.Next();
+        ASSERT_TRUE(m.ok()) << m.status().message();
+        if (!m->has_value()) break;
+        ++decoded;
+      }
+      EXPECT_LT(d.buffered(), hb.size());
+      max_held = std::max(max_held, d.held());
+    }
+    EXPECT_EQ(decoded, 20000u) << "chunk " << chunk;
+    EXPECT_LE(max_held, Decoder::kMaxBuffered) << "chunk " << chunk;
+    EXPECT_LE(max_held, 2 * chunk + hb.size()) << "chunk " << chunk;
+  }
 }
 
 TEST(WireTest, FingerprintSeparatesFieldBoundariesAndValues) {

@@ -8,6 +8,7 @@ No root, no cluster; stdlib + python3-yaml (skipped without it).
 - Gang size: in an Indexed Job (JobSet Jobs are Indexed by default) trainlet's --nnodes equals
   completions and parallelism, unless --node-rank pins every pod to "index 0 of 1"
   (--nnodes 1 --node-rank 0: one independent pod per index); without an index, no gang.
+- Tokens: every gang's trainlet reads --token-file from a mounted Secret volume.
 - Leader: when trainlet derives it (more than one pod, no --master-addr/MASTER_ADDR), the pod's
   subdomain is a headless Service of the same file whose selector matches the pods (JobSet:
   network.enableDNSHostnames); a --master-addr is <job>-0 in the pod's own subdomain.
@@ -435,6 +436,32 @@ class K8sExamplesTest(unittest.TestCase):
                         else:
                             self.assertIn(nnodes, (None, "1"),
                                           "no index (NonIndexed Job): every pod is a lone pod")
+
+    def test_gangs_mount_a_token(self):
+        """Every gang authenticates (--token-file from a mounted Secret): without a token a
+        stranger can take a free index (README: strangers on the port)."""
+        for m in self.manifests:
+            for w in workloads(m):
+                for c, argv in w.trainlet_containers():
+                    flags = launcher_flags(argv)
+                    env = container_env(c)
+                    nnodes = setting(flags, env, "--nnodes", "TRAINLET_NNODES", "PET_NNODES")
+                    gang = setting(flags, env, "--gang", "TRAINLET_GANG")
+                    if gang is None and nnodes in (None, "1"):
+                        # A lone pod, or a size the operator injects at run time (Kubeflow
+                        # Trainer's PET_NNODES): not checked here.
+                        continue
+                    with self.subTest(f"{w.where} container {c['name']}"):
+                        token = setting(flags, env, "--token-file", "TRAINLET_TOKEN_FILE")
+                        self.assertIsNotNone(token, "a gang passes --token-file")
+                        volumes = {v["name"]: v for v in w.pod.get("volumes") or []}
+                        secret = None
+                        for mount in c.get("volumeMounts") or []:
+                            path = mount["mountPath"].rstrip("/") + "/"
+                            if token.startswith(path):
+                                secret = (volumes.get(mount["name"]) or {}).get("secret")
+                        self.assertIsNotNone(secret, f"{token} lies in a mounted Secret volume")
+                        self.assertTrue(secret.get("secretName"), "the Secret is named")
 
     def test_leader_is_reachable(self):
         for m in self.manifests:

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# check.sh BUILD_DIR SCRATCH CXX: install trainlet from BUILD_DIR into SCRATCH,
-# then build and run the consumer with find_package(trainlet) and pkg-config.
+# check.sh BUILD_DIR SCRATCH CXX VERSION: install trainlet from BUILD_DIR into SCRATCH,
+# then build and run the consumer with find_package(trainlet VERSION) and pkg-config.
 set -euo pipefail
-build=$1 scratch=$2 cxx=$3
+build=$1 scratch=$2 cxx=$3 version=$4
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$scratch"
 cmake --install "$build" --prefix "$scratch/prefix" >/dev/null
 cmake -S "$here" -B "$scratch/cmake" -DCMAKE_PREFIX_PATH="$scratch/prefix" \
-  -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+  -DCMAKE_CXX_COMPILER="$cxx" -DTRAINLET_WANTED="$version" >/dev/null
 cmake --build "$scratch/cmake" >/dev/null
 "$scratch/cmake/consumer"
 libdir=$(dirname "$(find "$scratch/prefix" -name trainlet.pc)")

@@ -32,6 +32,9 @@ std::optional<std::uint64_t> ReadOomKillCount();
 // or {"message": "..."}. Empty when absent or unparsable. Reads at most 64 KiB.
 std::string ReadErrorFileMessage(const std::string& path);
 
+// The same, from the file's content (agent/fuzz/fuzz_error_file.cc). Never throws.
+std::string ErrorFileMessage(const std::string& content);
+
 // Writes the termination message (see exitcodes/termination.h) to `path`, or,
 // when `path` is empty, to /dev/termination-log if it exists and is writable
 // (Kubernetes mounts it into every container; elsewhere nothing is created

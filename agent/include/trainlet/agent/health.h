@@ -2,7 +2,8 @@
 //
 // A tiny HTTP/1.1 server (Boost.Beast) on the agent's event loop:
 //   GET /readyz -> 200 once the gang has formed and the workers run, else 503;
-//   GET /livez  -> 200 while the workers make progress (no hang found), else 503.
+//   GET /livez  -> 200 while the workers make progress (no hang found), else 503;
+//   GET /metrics -> the pod's metrics in the Prometheus text format (metrics.h).
 // Readiness meaning "the gang has formed" is what makes Kueue's waitForPodsReady
 // evict gangs that never form. Each connection gets one request, a 2 s
 // deadline, and is closed; at most 16 are served at once. Single-threaded: all
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -26,9 +28,11 @@ class HealthServer {
     bool live = true;
   };
   // Listens on 0.0.0.0:`port` (all interfaces, so the kubelet can reach it).
+  // `metrics` renders /metrics' body, on the loop, per request (unset: 404).
   // Errors (class config): the port cannot be bound.
   [[nodiscard]] static exitcodes::Result<std::unique_ptr<HealthServer>> Start(
-      boost::asio::any_io_executor executor, std::uint16_t port, std::function<State()> state);
+      boost::asio::any_io_executor executor, std::uint16_t port, std::function<State()> state,
+      std::function<std::string()> metrics = {});
   ~HealthServer();
   std::uint16_t port() const;
 
@@ -38,8 +42,10 @@ class HealthServer {
   std::shared_ptr<Impl> impl_;
 };
 
-// `trainlet probe ready|live`: GET the endpoint on 127.0.0.1:`port` within
-// `timeout_ms`; returns 0 for HTTP 200, 1 otherwise (an exec probe's contract).
+// `trainlet probe ready|live|metrics`: GET the endpoint on 127.0.0.1:`port`
+// within `timeout_ms`; returns 0 for HTTP 200, 1 otherwise (an exec probe's
+// contract). For metrics the body goes to stdout (clusters where only exec
+// reaches a pod).
 int Probe(const std::string& what, std::uint16_t port, int timeout_ms = 2000);
 
 }  // namespace trainlet::agent

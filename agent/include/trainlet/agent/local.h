@@ -28,4 +28,9 @@ struct LocalOptions {
 // Blocks until every agent is gone; returns the exit code.
 int RunLocal(const LocalOptions& options);
 
+// A currently free TCP port on loopback (the kernel's choice; bind(2) to port 0),
+// or 0 when none could be had. Non-blocking. The port may be taken by another
+// process before the caller binds it: for local runs and --standalone only.
+std::uint16_t FreeLoopbackPort();
+
 }  // namespace trainlet::agent

@@ -78,6 +78,12 @@ struct PodOptions {
   // terminationMessagePath). Empty: /dev/termination-log when it exists and is
   // writable, else nowhere.
   std::string termination_log;
+  // Stragglers (stragglers.h): with heartbeat files (hang_timeout), the leader
+  // names a pod whose slowest worker's step rate is this many times below the
+  // gang's median; 0 = off.
+  double straggler_factor = 2;
+  // --worker-log-format json: each worker line as one JSON object (pump.h).
+  bool json_worker_lines = false;
   GpuOptions gpu;
   WorkerLogOptions logs;  // per-rank log files (worker_logs.h)
   // torchrun's --local-addr on the leader: MASTER_ADDR for every pod ("" = the

@@ -12,6 +12,8 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,6 +47,10 @@ struct SupervisorOptions {
   std::string noun = "worker";
   // See SupervisionPolicy: an exit code that never counts as the first failure.
   std::optional<int> collateral_exit_code;
+  // Set: each captured output line goes out as one JSON object instead of
+  // after the spec's prefix, {"rank":R,"stream":"stdout"|"stderr","line":"..."}
+  // with R = this + the worker's local rank (for log pipelines that parse JSON).
+  std::optional<std::uint32_t> json_lines_rank_base;
   // Called once, at the first worker failure (before the others are stopped),
   // so the gang can be told at once.
   std::function<void(const FirstFailure&)> on_first_failure;

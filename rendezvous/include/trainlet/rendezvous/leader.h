@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "trainlet/exitcodes/status.h"
+#include "trainlet/rendezvous/tunables.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::rendezvous {
@@ -35,12 +38,36 @@ struct LeaderOptions {
   std::string master_addr;
   std::uint16_t jax_port = 0;  // handed to every pod (Assignment::jax_port); 0 = none
   // A connection that has not sent a valid hello within this time is dropped.
-  std::chrono::milliseconds handshake_timeout{10'000};
-  // Connections allowed to be mid-handshake at once; beyond it new ones are closed.
-  std::size_t max_pending_handshakes = 256;
+  std::chrono::milliseconds handshake_timeout = tunables::kHandshakeTimeout;
+  // Connections allowed to be mid-handshake at once. A new connection beyond it
+  // evicts the oldest pending one, so connections that send nothing (however
+  // many, however often reopened) cannot keep a member out: a member's hello
+  // follows its connect within a round trip.
+  std::size_t max_pending_handshakes = tunables::kMaxPendingHandshakes;
+  // The highest generation a member may ask for (--max-restarts: no real pod
+  // ever runs a later one). A hello asking more is refused (field
+  // "generation"); see Start for who decides the generation.
+  std::uint32_t max_generation = 0;
+  // While the rendezvous port is in use (a leftover process still holds it),
+  // Listen's bind is retried with backoff (tunables kBindRetry*) until this
+  // time; the default (epoch) tries once.
+  std::chrono::steady_clock::time_point bind_deadline{};
+  // Check that master_port can be bound on this pod before any member is
+  // admitted (retried like a busy rendezvous port): a port held by another
+  // process fails the rendezvous as infra naming MASTER_PORT, instead of rank
+  // 0's trainer failing to bind it (a worker failure).
+  bool check_master_port = false;
+  // Admitted members waiting for the assignment get a heartbeat this often, so
+  // a member can tell a waiting leader from a frozen one (MemberOptions::reply_timeout).
+  std::chrono::milliseconds waiting_heartbeat = tunables::kHeartbeatInterval;
   // Shared token (auth.h); empty: no authentication. Then a member presenting
   // one is refused, as is a member without one when the leader has it.
   std::string token;
+  // While the gang is incomplete, a line every `progress_interval` names the
+  // missing indices, and the time left until `deadline` (the caller's
+  // rendezvous deadline; for that line only, unset: not shown).
+  std::chrono::milliseconds progress_interval = tunables::kProgressInterval;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   // Makes the NCCL unique ids of one assignment round (gpu/nccl.h): called once
   // per round in MaybeAssign, on the executor, with the gang's world size and the
   // leader's address as the members reached it. Returns {ncclGetVersion(), ids};
@@ -50,6 +77,10 @@ struct LeaderOptions {
       make_nccl_ids;
 };
 
+// "1-3,7,9-12": ascending indices as runs, at most `max_runs` of them, then
+// " (+N more)" for the indices left out. For log lines about many pods.
+std::string CompactIndices(const std::vector<std::uint32_t>& sorted, std::size_t max_runs);
+
 class Leader : public std::enable_shared_from_this<Leader> {
  public:
   using Done = std::function<void(exitcodes::Result<wire::Assignment>)>;
@@ -57,7 +88,11 @@ class Leader : public std::enable_shared_from_this<Leader> {
   // Binds `port` on every interface (IPv6 dual-stack "[::]" with IPV6_V6ONLY off,
   // or 0.0.0.0 where IPv6 is unavailable; SO_REUSEADDR) and listens with a backlog
   // sized to the gang. Port 0 picks a free port (see port()). Does not accept yet.
-  // Errors: class infra ("rendezvous port 29400 is in use: ...") when binding fails.
+  // A port in use (EADDRINUSE) with options.bind_deadline in the future is not an
+  // error yet: the bind is retried from Start() with backoff, and `done` gets
+  // class infra naming the port if it is still taken at the deadline.
+  // Errors: class infra ("cannot listen on rendezvous port 29400: ...") when
+  // binding fails otherwise.
   [[nodiscard]] static exitcodes::Result<std::shared_ptr<Leader>> Listen(
       boost::asio::any_io_executor executor, std::uint16_t port, LeaderOptions options);
   ~Leader();
@@ -67,12 +102,16 @@ class Leader : public std::enable_shared_from_this<Leader> {
 
   // Starts admitting members. `own` is the leader pod's hello (index 0), checked
   // like any other. `done` runs exactly once, on the executor:
-  //  - with the leader pod's own Assignment once every pod has been sent its own;
-  //    its generation is the highest any hello (own included) asked for;
-  //  - with class config when a member's launch configuration differs from the
-  //    leader's (the member is sent a Reject naming the field first);
-  //  - never for strangers, stale attempts or duplicate indices: those members
-  //    are refused (Reject with the reason, then closed) and the leader waits on.
+  //  - with the leader pod's own Assignment once every pod has been sent its own.
+  //    The generation is the leader's: own.generation. Only a fresh leader
+  //    (own.generation 0: a replaced leader pod, which cannot know the gang's
+  //    count) takes the highest generation its admitted members ask for, and
+  //    no hello may ask beyond options.max_generation;
+  //  - with class infra when the port stays in use until options.bind_deadline;
+  //  - never because of a member's hello: a member whose launch configuration
+  //    differs is refused (non-retriable Reject naming the field: that member
+  //    exits config), as are strangers, stale attempts and duplicate indices
+  //    (retriable); the leader keeps serving the others and waits on.
   // There is no deadline here: the caller bounds the whole rendezvous.
   void Start(wire::Hello own, Done done);
 
@@ -95,6 +134,17 @@ class Leader : public std::enable_shared_from_this<Leader> {
   // Closes the listener and every connection; `done` is not called after this.
   void Close();
 
+  // What the control channel's heartbeats tell about each connected member,
+  // by index (for metrics): the last heartbeat round trip, in seconds (unset
+  // before the first echo), and the step rate the member reported
+  // (wire::Heartbeat::step_rate_milli; 0: unknown).
+  struct PeerStats {
+    std::optional<double> rtt_seconds;
+    std::uint32_t step_rate_milli = 0;
+    std::uint32_t slowest_rank = 0;
+  };
+  std::map<std::uint32_t, PeerStats> peer_stats() const;
+
   // Members admitted so far (the leader's own pod included), for logs and tests.
   std::uint32_t admitted() const;
   // Indices (1..nnodes-1) not admitted yet, for the timeout message.
@@ -105,6 +155,9 @@ class Leader : public std::enable_shared_from_this<Leader> {
   struct Impl;
   Leader() = default;
   void AcceptNext();
+  void BindAndAccept();
+  void WaitingHeartbeat();
+  void Warn(const std::shared_ptr<Conn>& conn, const std::string& line);
   void OnAccept(std::shared_ptr<Conn> conn);
   void ReadFrom(std::shared_ptr<Conn> conn);
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
@@ -119,6 +172,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Heartbeat();
   void Deliver(std::function<void()> event);
   void Finish(exitcodes::Result<wire::Assignment> result);
+  void LogProgress();
   std::unique_ptr<Impl> impl_;
   std::uint16_t port_ = 0;
 };

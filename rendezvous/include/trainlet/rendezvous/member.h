@@ -23,6 +23,7 @@
 #include "trainlet/exitcodes/status.h"
 #include "trainlet/rendezvous/backoff.h"
 #include "trainlet/rendezvous/resolver.h"
+#include "trainlet/rendezvous/tunables.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::rendezvous {
@@ -33,11 +34,20 @@ struct MemberOptions {
   wire::Hello hello;           // this pod's hello
   // The whole join (resolve + connect + assignment) must finish by then.
   std::chrono::steady_clock::time_point deadline;
-  std::chrono::milliseconds connect_timeout{3000};  // per address per attempt
+  std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;  // per address per attempt
+  // Once connected, the leader must send some frame (a heartbeat while the gang
+  // is incomplete, a challenge, a refusal or the assignment) within this time;
+  // a silent leader (frozen, or a terminating old pod still listed in DNS) is
+  // left for the next resolved address.
+  std::chrono::milliseconds reply_timeout = tunables::kReplyTimeout;
   ResolverOptions resolver;
   BackoffOptions backoff;
   std::uint64_t seed = 0;  // jitter seed (tests pass a fixed one)
   std::string token;       // shared token (auth.h); empty: no authentication
+  // Until the assignment, a line every `progress_interval`: what the member
+  // waits for (the address it tries and the last error, or the gang), and the
+  // time left until `deadline`.
+  std::chrono::milliseconds progress_interval = tunables::kProgressInterval;
 };
 
 class Member : public std::enable_shared_from_this<Member> {
@@ -55,7 +65,9 @@ class Member : public std::enable_shared_from_this<Member> {
   //  - class config when the leader refuses this pod (message: the leader's reason)
   //    or sends an assignment that contradicts the hello;
   //  - class infra when the deadline passes first; the message names the leader,
-  //    the addresses tried, the port, the last error and the time spent.
+  //    the addresses tried, the port, the last error (never empty: what was
+  //    under way when nothing failed yet) and the time spent; when the leader's
+  //    name never resolved it says so and what to check.
   void Start(Done done);
 
   // The control channel, after `done` reported an Assignment: heartbeats every
@@ -71,6 +83,10 @@ class Member : public std::enable_shared_from_this<Member> {
   // Sends a report to the leader; `sent` runs once it is written (or failed).
   void SendReport(const wire::Report& report, std::function<void()> sent = {});
 
+  // The step rate its heartbeats report from now on (wire::Heartbeat::
+  // step_rate_milli, 0: unknown; slowest_rank).
+  void SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank);
+
   // Stops everything; `done` is not called afterwards. The connection is closed.
   void Close();
 
@@ -81,11 +97,14 @@ class Member : public std::enable_shared_from_this<Member> {
   void ConnectNext();
   void SendHello();
   void ReadReply();
+  void ProcessReply();
+  void ArmReplyTimer();
+  void ChannelProcess();
+  void ChannelLost(const std::string& why);
   void Retry(const std::string& state, const std::string& detail);
   void Finish(exitcodes::Result<wire::Assignment> result);
+  void LogProgress();
   void ChannelRead();
-  bool ChannelDrain();  // handles buffered frames; false once the channel ended
-  void ChannelLost(const std::string& why);
   void ChannelHeartbeat();
   void Send(std::vector<std::uint8_t> frame, std::function<void()> sent = {});
   std::unique_ptr<Impl> impl_;

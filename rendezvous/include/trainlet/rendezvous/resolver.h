@@ -71,6 +71,10 @@ struct ResolverOptions {
   // Resolve after about servers * query_timeout * (2^tries - 1): 6 s with one
   // server and the defaults.
   int tries = 2;
+  // false: DNS only, never /etc/hosts (c-ares lookups "b"). The kubelet writes
+  // the pod's own FQDN there, so only the cluster's DNS tells whether other pods
+  // can resolve a name (LeaderNameCheck).
+  bool hosts_file = true;
 };
 
 // One per event-loop thread; see the thread rules above.

@@ -19,6 +19,7 @@ inline constexpr int kHeartbeatMisses = 3;               // intervals; silent th
 // ---- the leader's handshakes ----
 inline constexpr milliseconds kHandshakeTimeout{3000};   // ms; a member sends its hello (and proof) within one RTT of connecting; idle sockets must not hold a slot long
 inline constexpr std::size_t kMaxPendingHandshakes = 256;  // connections; raised to the gang's size by the agent; beyond it the oldest pending one is evicted, so idle sockets cannot lock members out
+inline constexpr std::size_t kMinListenBacklog = 4096;  // connections; at least this (or the gang + 64) may wait to be accepted: idle sockets must not fill the queue and drop members' SYNs (1 s, 3 s, 7 s retransmits); net.core.somaxconn caps it
 inline constexpr std::size_t kMaxBadConnectionLogsPerPeer = 1;  // lines per peer address per kBadConnectionLogWindow; the rest are counted, then summed up in one line
 inline constexpr milliseconds kBadConnectionLogWindow{10'000};  // ms; a scanner or a flood of random bytes costs one log line per peer per 10 s
 
@@ -26,9 +27,15 @@ inline constexpr milliseconds kBadConnectionLogWindow{10'000};  // ms; a scanner
 inline constexpr milliseconds kConnectTimeout{3000};     // ms per address per attempt; a SYN retransmit (1 s) plus slack, then the next address
 inline constexpr milliseconds kReplyTimeout{kHeartbeatInterval * kHeartbeatMisses};  // ms; a leader that accepted but sent no frame (not even a heartbeat) for this long is frozen or stale: try the next address
 
+// ---- the leader's own name (name_check.h) ----
+inline constexpr milliseconds kLeaderNameCheckPatience{15'000};  // ms; a pod's record appears seconds after its IP and NXDOMAIN is cached briefly: warn only once it stays wrong this long
+
 // ---- the leader's listening socket ----
 inline constexpr milliseconds kBindRetryInitial{100};    // ms; first wait after EADDRINUSE (a leftover process or TIME_WAIT usually lets go within seconds)
 inline constexpr milliseconds kBindRetryCap{1000};       // ms; longest wait between bind attempts, until the rendezvous deadline
+
+// ---- logs while waiting ----
+inline constexpr milliseconds kProgressInterval{10'000};  // ms; a leader or member still waiting in the rendezvous says what for (missing indices; address and last error) this often: a line per 10 s per pod, minutes of silence otherwise
 
 // ---- wire buffers ----
 inline constexpr std::size_t kMaxQueuedFrameBytes = 1 << 20;  // bytes queued for one peer that does not read; beyond it the connection is closed (a healthy peer drains in ms)

@@ -99,7 +99,22 @@ struct Reject {
   bool operator==(const Reject&) const = default;
 };
 
+// Fields appended to version 2's empty heartbeat: a heartbeat without them
+// (an older peer) decodes with all zero.
 struct Heartbeat {
+  // The sender's steady clock when it sent this, in microseconds (an opaque
+  // value for the receiver, which only echoes it).
+  std::uint64_t sent_us = 0;
+  // The last sent_us received from the peer (0: none yet), and how long, in
+  // microseconds, the sender held it before this heartbeat: the peer's round
+  // trip is its own clock now - echo_us - echo_held_us.
+  std::uint64_t echo_us = 0;
+  std::uint32_t echo_held_us = 0;
+  // Member -> leader: the step rate of the pod's slowest worker, in heartbeat-file
+  // touches per 1000 s (0: not known, no heartbeat files or no touch yet), and
+  // that worker's global rank.
+  std::uint32_t step_rate_milli = 0;
+  std::uint32_t slowest_rank = 0;
   bool operator==(const Heartbeat&) const = default;
 };
 
@@ -154,8 +169,12 @@ std::vector<std::uint8_t> Encode(const Message& message);
 // failed (the connection should be closed): every later call returns that error.
 class Decoder {
  public:
-  // Appends bytes. Fails (class infra, "wire: ...") when more than one maximal
-  // frame is buffered without being consumed, i.e. the caller is not draining.
+  // Most bytes a Decoder ever holds: two maximal frames (one partial frame
+  // left from the last read plus one read of up to a frame).
+  static constexpr std::size_t kMaxBuffered = 2 * (kHeaderSize + kMaxPayload);
+  // Appends bytes, first dropping what Next() consumed. Fails (class infra,
+  // "wire: ...") when the unconsumed bytes would exceed kMaxBuffered, i.e. the
+  // caller is not draining or feeds more than a frame at once.
   [[nodiscard]] exitcodes::Status Feed(std::span<const std::uint8_t> bytes);
   // The next complete message, nullopt when more bytes are needed, or an error
   // naming what was wrong: bad magic, unsupported version, unknown type,
@@ -164,6 +183,9 @@ class Decoder {
   // Version announced by the last header seen (0 if none), for error replies.
   std::uint16_t peer_version() const { return peer_version_; }
   std::size_t buffered() const { return buffer_.size() - consumed_; }
+  // Bytes of memory the buffer holds (its capacity): never above kMaxBuffered,
+  // however long the stream (fuzz/fuzz_wire_stream.cc checks it).
+  std::size_t held() const { return buffer_.capacity(); }
 
  private:
   std::vector<std::uint8_t> buffer_;

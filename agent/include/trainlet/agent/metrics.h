@@ -1,0 +1,63 @@
+// trainlet/agent/metrics.h — the pod's metrics, in the Prometheus text format.
+//
+// GET /metrics on --health-port (health.h) and `trainlet probe metrics` answer
+// with RenderMetrics() of a snapshot the pod takes on its event loop at each
+// scrape: loop-owned values are read there, and the only values written by
+// other threads (the output pumps' byte and line counts) are relaxed atomic
+// counters, added once per write, never a lock on the forwarding path.
+// Format: https://prometheus.io/docs/instrumenting/exposition_formats/
+// (text 0.0.4): "# HELP" and "# TYPE" per family, base units (seconds, bytes),
+// counters ending in _total. Labels stay low-cardinality: "pod" only on the
+// leader's per-pod series, "local_rank" per worker of this pod, "class" and
+// "stream" from fixed sets.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainlet::agent {
+
+// Worker output through the agent, per stream (the agent's fd 1 or 2).
+struct StreamCounters {
+  std::atomic<std::uint64_t> bytes{0};          // written, prefixes included
+  std::atomic<std::uint64_t> lines{0};          // written
+  std::atomic<std::uint64_t> dropped_lines{0};  // dropped: the output failed or stalled
+};
+// The process's counters for fd 1 (stdout) or 2 (stderr; any other fd: stdout).
+StreamCounters& OutputCounters(int fd);
+
+struct MetricsSnapshot {
+  bool leader = false;
+  std::uint32_t generation = 0;
+  std::uint64_t restarts = 0;        // in-place restarts of the gang so far
+  double rendezvous_seconds = 0;     // this generation's rendezvous (so far, while waiting)
+  std::uint32_t pods_joined = 0;     // leader: admitted so far; member: the gang once formed
+  std::uint32_t pods_expected = 0;
+  std::uint32_t workers_running = 0;
+  std::map<std::string, std::uint64_t> worker_exits;  // by class name ("ok", "bug", ...)
+  std::optional<std::string> last_failure_class;      // the gang's last failure seen here
+  // Leader: per member pod index.
+  std::map<std::uint32_t, double> heartbeat_rtt_seconds;
+  std::map<std::uint32_t, double> step_rate;  // heartbeat-file touches per second
+  std::vector<std::uint32_t> stragglers;      // pods behind the median by the factor
+  // Per local rank: seconds since its heartbeat file was last touched.
+  std::map<std::uint32_t, double> heartbeat_age_seconds;
+  // Filled by FillProcessStats.
+  double resident_bytes = 0;
+  double cpu_seconds = 0;
+};
+
+// Resident set (/proc/self/statm) and user + system CPU time (getrusage(2)).
+void FillProcessStats(MetricsSnapshot* s);
+
+// The Prometheus text exposition (version 0.0.4) of `s` and the output counters.
+std::string RenderMetrics(const MetricsSnapshot& s);
+
+// Content-Type of RenderMetrics' text.
+inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+}  // namespace trainlet::agent

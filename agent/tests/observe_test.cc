@@ -1,0 +1,208 @@
+// metrics.h, log_format.h, stragglers.h: the pure parts (the e2e side is
+// tests/e2e/test_observe.py).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include <boost/asio/io_context.hpp>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "trainlet/agent/log_format.h"
+#include "trainlet/agent/metrics.h"
+#include "trainlet/agent/stragglers.h"
+#include "trainlet/rendezvous/leader.h"
+
+namespace trainlet::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(MetricsTest, EveryFamilyHasHelpAndTypeAndSamplesFollowThem) {
+  MetricsSnapshot s;
+  s.leader = true;
+  s.generation = 2;
+  s.restarts = 2;
+  s.pods_joined = 3;
+  s.pods_expected = 4;
+  s.worker_exits = {{"bug", 1}, {"ok", 3}};
+  s.last_failure_class = "bug";
+  s.heartbeat_rtt_seconds = {{1, 0.00025}, {3, 0.5}};
+  s.step_rate = {{0, 10}, {1, 2.5}};
+  s.stragglers = {1};
+  s.heartbeat_age_seconds = {{0, 1.5}};
+  const std::string text = RenderMetrics(s);
+  // Text format 0.0.4: "# HELP name text", "# TYPE name type", then samples of that family.
+  std::regex sample(R"(^([a-z_]+)(\{[a-z_]+="[^"]*"\})? (\S+)$)");
+  std::string family;
+  int families = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const std::size_t nl = text.find('\n', pos);
+    ASSERT_NE(nl, std::string::npos) << "the last line has no newline";
+    const std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    if (line.starts_with("# HELP ")) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      EXPECT_TRUE(family.starts_with("trainlet_")) << line;
+      ++families;
+      continue;
+    }
+    if (line.starts_with("# TYPE ")) {
+      EXPECT_TRUE(line == "# TYPE " + family + " counter" || line == "# TYPE " + family + " gauge")
+          << line;
+      if (line.ends_with("counter")) {
+        EXPECT_TRUE(family.ends_with("_total")) << line;
+      }
+      continue;
+    }
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
+    EXPECT_EQ(m[1], family) << line;
+  }
+  EXPECT_GE(families, 17);
+  EXPECT_NE(text.find("\ntrainlet_gang_restarts_total 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntrainlet_worker_exits_total{class=\"bug\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntrainlet_worker_exits_total{class=\"oom\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntrainlet_last_failure{class=\"bug\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntrainlet_last_failure{class=\"infra\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntrainlet_heartbeat_rtt_seconds{pod=\"1\"} 0.00025\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntrainlet_straggler{pod=\"1\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\ntrainlet_output_dropped_lines_total{stream=\"stderr\"} "),
+            std::string::npos);
+  // A member has no per-pod series.
+  s.leader = false;
+  EXPECT_EQ(RenderMetrics(s).find("{pod="), std::string::npos);
+}
+
+TEST(MetricsTest, OutputCountersAreCountedPerStream) {
+  const auto before = OutputCounters(STDERR_FILENO).lines.load();
+  OutputCounters(STDERR_FILENO).lines += 3;
+  MetricsSnapshot s;
+  const std::string text = RenderMetrics(s);
+  EXPECT_NE(text.find("trainlet_output_lines_total{stream=\"stderr\"} " +
+                      std::to_string(before + 3) + "\n"),
+            std::string::npos)
+      << text;
+  FillProcessStats(&s);
+  EXPECT_GT(s.resident_bytes, 1 << 20);
+  EXPECT_GT(s.cpu_seconds, 0);
+}
+
+TEST(LogFormatTest, JsonLinesAreOneObjectWithTheFields) {
+  ConfigureLogging(LogFormat::kJson, "");
+  SetLogPod(3);
+  SetLogGeneration(2);
+  LogFields f;
+  f.failure_class = "bug";
+  f.code = 42;
+  f.rank = 7;
+  f.pod = 1;
+  f.summary = R"({"class":"bug","code":42})";
+  const std::string line = FormatLogLine(spdlog::level::err, "exit 42 \"x\"\n\xff", f);
+  ASSERT_TRUE(line.ends_with("}\n")) << line;
+  EXPECT_EQ(line.find('\n'), line.size() - 1) << "one line";
+  auto j = nlohmann::json::parse(line);
+  EXPECT_TRUE(std::regex_match(j["time"].get<std::string>(),
+                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")))
+      << j["time"];
+  EXPECT_EQ(j["level"], "error");
+  EXPECT_EQ(j["pod_index"], 3);
+  EXPECT_EQ(j["generation"], 2);
+  EXPECT_EQ(j["message"], "exit 42 \"x\"\n\xEF\xBF\xBD");
+  EXPECT_EQ(j["class"], "bug");
+  EXPECT_EQ(j["code"], 42);
+  EXPECT_EQ(j["rank"], 7);
+  EXPECT_EQ(j["pod"], 1);
+  EXPECT_EQ(j["summary"], nlohmann::json::parse(f.summary));
+  ConfigureLogging(LogFormat::kText, "");
+  EXPECT_EQ(FormatLogLine(spdlog::level::err, "bad"), "trainlet: bad\n");
+}
+
+TEST(LogFormatTest, ParsesTheFlagAndFindsItBeforeTheParser) {
+  EXPECT_EQ(*ParseLogFormat("--log-format", "json"), LogFormat::kJson);
+  EXPECT_EQ(*ParseLogFormat("--log-format", "text"), LogFormat::kText);
+  EXPECT_FALSE(ParseLogFormat("--log-format", "JSON").ok());
+  std::string a0 = "trainlet", a1 = "--log-format", a2 = "json", a3 = "--", a4 = "--log-format=text";
+  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data()};
+  ::unsetenv("TRAINLET_LOG_FORMAT");
+  EXPECT_EQ(EarlyLogFormat(5, argv), LogFormat::kJson) << "after -- is the trainer's";
+  std::string eq = "--log-format=json";
+  char* argv2[] = {a0.data(), eq.data()};
+  EXPECT_EQ(EarlyLogFormat(2, argv2), LogFormat::kJson);
+  EXPECT_EQ(EarlyLogFormat(1, argv2), LogFormat::kText);
+  ::setenv("TRAINLET_LOG_FORMAT", "json", 1);
+  EXPECT_EQ(EarlyLogFormat(1, argv2), LogFormat::kJson);
+  ::unsetenv("TRAINLET_LOG_FORMAT");
+}
+
+TEST(StragglerTest, StepRateFromTheLastTouchesAndTheQuietSinceThen) {
+  const auto t0 = StepClock::now();
+  std::deque<StepClock::time_point> t;
+  EXPECT_EQ(StepRate(t, t0), 0);
+  t.push_back(t0);
+  EXPECT_EQ(StepRate(t, t0 + 1s), 0) << "one touch: no rate yet";
+  for (int i = 1; i <= 4; ++i) t.push_back(t0 + i * 250ms);
+  EXPECT_DOUBLE_EQ(StepRate(t, t0 + 1s), 4.0);
+  EXPECT_DOUBLE_EQ(StepRate(t, t0 + 1s + 200ms), 4.0) << "quiet less than a step";
+  EXPECT_DOUBLE_EQ(StepRate(t, t0 + 3s), 5.0 / 3) << "quiet 2 s: 5 steps in 3 s";
+  EXPECT_LT(StepRate(t, t0 + 60s), 0.1) << "stopped: falls towards 0";
+}
+
+TEST(StragglerTest, APodFarBehindTheMedianIsNamedAndLeavesWithHysteresis) {
+  std::map<std::uint32_t, double> rates = {{0, 10}, {1, 9}, {2, 11}, {3, 4}};
+  EXPECT_DOUBLE_EQ(MedianRate(rates), 9.5);
+  auto s = FindStragglers(rates, 2, {});
+  EXPECT_EQ(s, (std::set<std::uint32_t>{3}));
+  rates[3] = 5.5;  // 5.5 * 2 >= 9.5, but 5.5 * 1.5 < 9.5: still behind
+  s = FindStragglers(rates, 2, s);
+  EXPECT_EQ(s, (std::set<std::uint32_t>{3}));
+  EXPECT_TRUE(FindStragglers(rates, 2, {}).empty()) << "not entered at 5.5";
+  rates[3] = 7;
+  EXPECT_TRUE(FindStragglers(rates, 2, s).empty()) << "caught up";
+  EXPECT_TRUE(FindStragglers({{0, 10}}, 2, {}).empty()) << "one pod: nobody to compare";
+  EXPECT_TRUE(FindStragglers(rates, 0, {}).empty()) << "off";
+  // Two pods: the median is their mean.
+  EXPECT_EQ(FindStragglers({{0, 10}, {1, 1}}, 2, {}), (std::set<std::uint32_t>{1}));
+}
+
+TEST(StragglerTest, StepMeterCountsTouchesOfHeartbeatFiles) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("observe_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> files = {(dir / "hb0").string(), (dir / "hb1").string()};
+  for (const auto& f : files) ::close(::open(f.c_str(), O_WRONLY | O_CREAT, 0644));
+  boost::asio::io_context io;
+  auto meter = StepMeter::Create(io.get_executor(), files);
+  ASSERT_NE(meter, nullptr);
+  for (int i = 0; i < 6; ++i) {
+    std::filesystem::last_write_time(files[0], std::filesystem::file_time_type::clock::now());
+    if (i % 3 == 0) {
+      std::filesystem::last_write_time(files[1], std::filesystem::file_time_type::clock::now());
+    }
+    io.run_for(30ms);
+  }
+  const auto slowest = meter->Slowest({true, true}, StepClock::now());
+  ASSERT_TRUE(slowest.has_value());
+  EXPECT_EQ(slowest->second, 1u) << "hb1 is touched a third as often";
+  const auto only0 = meter->Slowest({true, false}, StepClock::now());
+  ASSERT_TRUE(only0.has_value());
+  EXPECT_EQ(only0->second, 0u);
+  EXPECT_GT(only0->first, slowest->first * 1.5);
+  meter.reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CompactIndicesTest, RunsAndALimit) {
+  EXPECT_EQ(rendezvous::CompactIndices({1, 2, 3, 7, 9, 10}, 16), "1-3,7,9-10");
+  EXPECT_EQ(rendezvous::CompactIndices({}, 16), "");
+  EXPECT_EQ(rendezvous::CompactIndices({1, 3, 5, 7, 8}, 2), "1,3 (+3 more)");
+}
+
+}  // namespace
+}  // namespace trainlet::agent
