@@ -531,6 +531,45 @@ TEST_F(RendezvousTest, LeaderRestartBeforeAssignmentIsSurvived) {
   ASSERT_TRUE(own && own->ok());
 }
 
+// A Stop that arrives in the same read as the Assignment is handled at once,
+// not when the leader's next frame happens to come.
+TEST_F(RendezvousTest, StopInTheSameReadAsTheAssignmentIsNotHeldBack) {
+  asio::ip::tcp::acceptor acceptor(io_, {asio::ip::address_v4::loopback(), 0});
+  const std::uint16_t port = acceptor.local_endpoint().port();
+  asio::ip::tcp::socket peer(io_);
+  std::array<std::uint8_t, 4096> rx{};
+  std::vector<std::uint8_t> out;
+  acceptor.async_accept(peer, [&](boost::system::error_code ec) {
+    ASSERT_FALSE(ec);
+    peer.async_read_some(asio::buffer(rx), [&](boost::system::error_code ec2, std::size_t) {
+      ASSERT_FALSE(ec2);  // the hello; then both frames in one write
+      wire::Assignment a{.generation = 0, .nnodes = 2, .world_size = 4, .rank_base = 2,
+                         .master_addr = "127.0.0.1", .master_port = 29500,
+                         .run_id = "trainer-0", .job_id = "trainer-0"};
+      out = wire::Encode(a);
+      auto stop = wire::Encode(wire::Stop{.failed_index = 0, .reason = "pod 0: failed"});
+      out.insert(out.end(), stop.begin(), stop.end());
+      asio::async_write(peer, asio::buffer(out), [](auto, auto) {});
+    });
+  });
+  Outcome got;
+  std::optional<wire::Stop> stopped;
+  auto member = MakeMember(HelloFor(1, 2), port);
+  member->Start([&](auto r) {
+    got = r;
+    if (!r.ok()) return;
+    // Heartbeats far apart: nothing else arrives that could wake the read.
+    member->StartChannel({.on_stop = [&](const wire::Stop& s) { stopped = s; },
+                          .on_lost = [](const std::string&) {}},
+                         60s, 3);
+  });
+  RunUntil([&] { return stopped.has_value() || (got && !got->ok()); }, 5s);
+  ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no assignment");
+  ASSERT_TRUE(stopped.has_value()) << "the buffered Stop was not delivered";
+  EXPECT_EQ(stopped->reason, "pod 0: failed");
+  member->Close();
+}
+
 // Connections that send nothing, reopened as soon as the leader drops them,
 // used to fill the pending-handshake slots: accepting paused and members sat in
 // the listen backlog until a slot timed out (17-37 s with 2,000 of them). The
