@@ -349,9 +349,14 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
   if (im.pending >= im.options.max_pending_handshakes) {
     // The oldest pending connection goes, not the new one: whatever holds the
     // slots (idle sockets, reopened as soon as they are dropped) a member that
-    // sends its hello at once gets in.
-    auto oldest = std::find_if(im.all.begin(), im.all.end(),
-                               [](const auto& c) { return !c->index && !c->closed; });
+    // sends its hello at once gets in. One whose hello came and who is
+    // answering the token's challenge (a round trip) goes only when no
+    // connection that sent nothing is left.
+    auto pending = [](const auto& c) { return !c->index && !c->closed; };
+    auto oldest = std::find_if(im.all.begin(), im.all.end(), [&](const auto& c) {
+      return pending(c) && !c->pending_hello;
+    });
+    if (oldest == im.all.end()) oldest = std::find_if(im.all.begin(), im.all.end(), pending);
     if (oldest != im.all.end()) {
       std::shared_ptr<Conn> victim = *oldest;
       Warn(victim, "leader: dropping " + victim->peer + ": no valid hello yet, and " +
