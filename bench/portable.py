@@ -9,8 +9,9 @@ launch: exec of the launcher -> exec of `date +%s%N` (bench/launch.py's measure)
 times, each process's CPU time (user + system) and minor page faults from wait4(2)'s
 rusage (the launcher with the trainer it reaped): on a shared, loaded machine these barely
 move with the load, where wall times do.
-memory: VmRSS/PSS of the leader and a member once heartbeats flow (bench/memory.py's
-measure), by default 2 pods (both real agents) and 64 pods (8 real agents + loadgen
+memory: VmRSS/PSS/RssAnon of the leader and a member once heartbeats flow (bench/memory.py's
+measure; RssAnon leaves out the shared file pages of the executable and libc), by default
+2 pods (both real agents) and 64 pods (8 real agents + loadgen
 connections), the builds alternating. Prints medians and portable/native ratios; JSON with --json.
 """
 import argparse
@@ -63,6 +64,10 @@ def bench_launch(builds, runs):
     return {row: {k: common.stats(v) for k, v in r[row].items()} for row in rows}
 
 
+MEMORY_FIELDS = ("leader_rss_kib", "member_rss_kib", "leader_pss_kib", "member_pss_kib",
+                 "leader_anon_kib", "member_anon_kib")
+
+
 def bench_memory(builds, loadgen, runs, sizes):
     out = {}
     for n, real in sizes:
@@ -71,8 +76,7 @@ def bench_memory(builds, loadgen, runs, sizes):
             for k, b in builds.items():
                 rows[k].append(memory.once(b, loadgen, n, real))
         out[f"{n}_pods"] = {
-            k: {f: statistics.median(r[f] for r in v)
-                for f in ("leader_rss_kib", "leader_pss_kib", "member_rss_kib", "member_pss_kib")}
+            k: {f: statistics.median(r[f] for r in v) for f in MEMORY_FIELDS}
             for k, v in rows.items()}
     return out
 
@@ -103,7 +107,7 @@ def main():
         print(f"  {row:14s} native {n:7.2f}  portable {p:7.2f}  ratio {p / n:.3f}")
     print(f"memory ({a.memory_runs} runs each, alternating): median KiB, portable/native")
     for size, v in res["memory"].items():
-        for f in ("leader_rss_kib", "member_rss_kib", "leader_pss_kib", "member_pss_kib"):
+        for f in MEMORY_FIELDS:
             n, p = v["native"][f], v["portable"][f]
             print(f"  {size:8s} {f:15s} native {n:8.0f}  portable {p:8.0f}  ratio {p / n:.3f}")
     print("binary bytes: " + ", ".join(f"{k} {v}" for k, v in res["binary_bytes"].items()))
