@@ -2,7 +2,7 @@
 """Log forwarding: 1 GiB of lines from the workers through the agent, vs the same to a file.
 
   bench/logs.py --trainlet build/agent/trainlet --linegen build/bench/trainlet-linegen \
-      [--bytes 1073741824] [--workers 2] [--runs 3] [--dir /dev/shm]
+      [--bytes 1073741824] [--workers 2] [--runs 3] [--dir /dev/shm] [--files tee|redirects]
 
 Each of --workers workers (trainlet-linegen write) writes bytes/workers of numbered
 100-byte lines in 64 KiB blocks. Direct: the same workers started by `sh`, all
@@ -51,7 +51,7 @@ def check(linegen, path, workers):
     return r
 
 
-def run(binary, linegen, total, workers, runs, directory, log=print):
+def run(binary, linegen, total, workers, runs, directory, log=print, files_flag="--tee"):
     per = total // workers // LINE * LINE
     expected = per // LINE
     path = os.path.join(directory, f"trainlet-bench-logs-{os.getpid()}")
@@ -61,7 +61,7 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
                "write", str(per), str(LINE)]
     # torchrun's per-rank log files too (--tee 3 --log-dir, in the same tmpfs).
     log_dir = os.path.join(directory, f"trainlet-bench-logdir-{os.getpid()}")
-    files = [binary, "--nproc-per-node", str(workers), "--log-level", "warn", "--tee", "3",
+    files = [binary, "--nproc-per-node", str(workers), "--log-level", "warn", files_flag, "3",
              "--log-dir", log_dir, "--", linegen, "write", str(per), str(LINE)]
     res = {"direct": [], "trainlet": [], "files": []}
     cpu = {"direct": [], "trainlet": [], "files": []}
@@ -73,6 +73,13 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
                 dt, cpu_s = timed(argv, path, common.ENV)
                 res[name].append(per * workers / dt / 2**20)  # MiB/s
                 cpu[name].append(cpu_s)
+                if name == "files" and files_flag == "--redirects":  # nothing on the console
+                    checks[name].append({"ok": os.path.getsize(path) == 0, "lost": 0})
+                    os.unlink(path)
+                    file_bytes.append(sum(os.path.getsize(os.path.join(d, f))
+                                          for d, _, fs in os.walk(log_dir) for f in fs))
+                    subprocess.run(["rm", "-rf", log_dir], check=True)
+                    continue
                 c = check(linegen, path, workers)
                 c["lost"] = expected - c["complete_lines_per_source"]
                 checks[name].append(c)
@@ -106,7 +113,7 @@ def run(binary, linegen, total, workers, runs, directory, log=print):
         f"{out['trainlet_mib_s']['median']:.0f} MiB/s; paired ratio {out['ratio'] * 100:.0f} % "
         f"(of medians {out['ratio_of_medians'] * 100:.0f} %); CPU s "
         f"{out['direct_cpu_s']['median']:.2f} vs {out['trainlet_cpu_s']['median']:.2f}; "
-        f"complete: {out['all_complete']}; with --tee 3 --log-dir {out['files_mib_s']['median']:.0f} "
+        f"complete: {out['all_complete']}; with {files_flag} 3 --log-dir {out['files_mib_s']['median']:.0f} "
         f"MiB/s = {out['files_ratio'] * 100:.0f} % of forwarding, files complete: "
         f"{out['files_complete']}")
     return out
@@ -120,9 +127,11 @@ def main():
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dir", default="/dev/shm")
+    ap.add_argument("--files", default="tee", choices=["tee", "redirects"],
+                    help="the files run: --tee 3 (files and console) or --redirects 3 (files only)")
     a = ap.parse_args()
     print(json.dumps(run(os.path.abspath(a.trainlet), os.path.abspath(a.linegen), a.bytes,
-                         a.workers, a.runs, a.dir)))
+                         a.workers, a.runs, a.dir, files_flag="--" + a.files)))
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ misaligned: a 2-pod gang; the member (trainlet-loadgen --misaligned-s S) streams
   leader's VmRSS is sampled every second: the figure is its spread (max - min) from 5 s on
   (the first seconds free start-up buffers: RSS falls by ~1.5 MiB), and the bytes streamed. (Before the decoder compacted on every read the
   leader grew by ~17 MB/s here.)
-idle: a 4-pod gang. One load generator opens --idle connections that never send a byte,
-  each reopened as soon as the leader drops it, plus pod 1; 3 s later a second one starts
-  pods 2 and 3 (the last pods). The figure is the time from its start to its last
+idle: a 4-pod gang. Pod 1 joins (a load generator of its own); another opens --idle
+  connections that never send a byte, each reopened as soon as the leader drops it; 3 s
+  later a third one starts pods 2 and 3 (the last pods). The figure is the time from its start to its last
   assignment (the gang formed), with the leader's VmHWM and how often idle sockets were
   dropped and reopened.
 """
@@ -69,7 +69,13 @@ def idle_once(binary, loadgen, idle):
                                   env=common.ENV)
         procs.append(leader)
         common.wait_listening(rdzv, leader)
-        flood = subprocess.Popen(common.loadgen_argv(loadgen, rdzv, 4, 1, 1, master_port=master,
+        # Pod 1 is a process of its own, as every real pod is: inside the
+        # flood's process its hello would wait behind the flood's own handlers.
+        first = subprocess.Popen(common.loadgen_argv(loadgen, rdzv, 4, 1, 1, master_port=master,
+                                                     timeout_s=120),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        procs.append(first)
+        flood = subprocess.Popen(common.loadgen_argv(loadgen, rdzv, 4, 1, 0, master_port=master,
                                                      timeout_s=120) + ["--idle", str(idle)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         procs.append(flood)
@@ -88,10 +94,13 @@ def idle_once(binary, loadgen, idle):
         flood.send_signal(15)
         fout, _ = flood.communicate(timeout=30)
         fres = json.loads(fout.decode().strip().splitlines()[-1])
+        first.send_signal(15)
+        pout, _ = first.communicate(timeout=30)
+        pres = json.loads(pout.decode().strip().splitlines()[-1])
         formed_ms = (res["all_assigned_ns"] - res["started_ns"]) / 1e6 \
             if res["all_assigned_ns"] else None
         return {"formed_ms": formed_ms, "leader_hwm_kib": hwm,
-                "idle_reopens": fres["idle_reopens"], "pod1_assigned": fres["assigned"],
+                "idle_reopens": fres["idle_reopens"], "pod1_assigned": pres["assigned"],
                 "last_error": res["last_error"]}
     finally:
         common.kill_all(procs)

@@ -562,6 +562,18 @@ std::function<OptionKind(std::string_view)> KindsOf(const CLI::App& app) {
   };
 }
 
+// The long options that take argparse's abbreviations (README "Coming from
+// torchrun"): torchrun's own, every spelling. trainlet's own flags are
+// matched whole, so a flag added later never breaks a line that works today.
+std::vector<std::string> AbbreviableNames(const Flags& f) {
+  std::vector<std::string> names;
+  for (const auto& [name, o] : f.opts) {
+    if (!f.pet.contains(name) && !IsTorchrunFlag(name)) continue;
+    for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+  }
+  return names;
+}
+
 std::vector<std::string> OptionNames(const CLI::App& app) {
   std::vector<std::string> names;
   for (const CLI::Option* o : app.get_options()) {
@@ -607,7 +619,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   // after --): nothing from there on is the launcher's (README "Coming from
   // torchrun"). A subcommand is a first positional that names one.
   std::vector<std::string> args(argv + 1, argv + argc);
-  SplitArgs split = SplitAtTrainer(args, KindsOf(app));
+  SplitArgs split = SplitAtTrainer(args, KindsOf(app), AbbreviableNames(flags));
   const std::string first = split.trainer.empty() || split.dash_dash ? "" : split.trainer[0];
   const bool local_requested = first == "local";
   const bool other_subcommand =
@@ -618,7 +630,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     // for: CLI11 spends as long declaring ~50 options as the rest of an
     // agent's start-up (bench/HISTORY.md: launch overhead).
     AddAgentFlags(*local, local_flags, true);
-    local_split = SplitAtTrainer({split.trainer.begin() + 1, split.trainer.end()}, KindsOf(*local));
+    local_split = SplitAtTrainer({split.trainer.begin() + 1, split.trainer.end()}, KindsOf(*local),
+                                 AbbreviableNames(local_flags));
   }
   {
     // JSON logs before the parse (the launcher's own arguments only): its
@@ -631,9 +644,20 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       ConfigureLogging(LogFormat::kJson, "");
     }
   }
-  const std::string& unknown = local_requested ? local_split.unknown : split.unknown;
+  const SplitArgs& scanned = local_requested ? local_split : split;
+  const std::string& unknown = scanned.unknown;
+  if (!scanned.could_match.empty() && !other_subcommand) {
+    std::string list;
+    for (const auto& c : scanned.could_match) list += (list.empty() ? "" : ", ") + c;
+    // argparse's words ("ambiguous option: --n could match --nnodes, ...").
+    return ConfigError("ambiguous option: " + unknown + " could match " + list +
+                       "; write more of it, or the flag in full");
+  }
   if (!unknown.empty() && !other_subcommand) {
-    std::string near = NearestOption(unknown, OptionNames(local_requested ? *local : app));
+    const std::vector<std::string> names = OptionNames(local_requested ? *local : app);
+    std::string near = NearestOption(unknown, names);
+    // "--grace": trainlet's own flags are written in full; say which one.
+    if (near.empty()) near = AbbreviationOf(unknown, names).full;
     return ConfigError("unknown option '" + unknown + "'" +
                        (near.empty() ? "" : " (did you mean " + near + "?)") +
                        "; the trainer's own options go after its script or after --");

@@ -57,11 +57,11 @@ MakeNcclIdMaker(const PodOptions& options) {
   };
 }
 
-Result<std::map<std::string, std::string>> PrepareGpuWorkers(
-    const PodOptions& options, const rendezvous::wire::Assignment& a) {
-  std::map<std::string, std::string> out;
-  const GpuOptions& g = options.gpu;
-  const std::uint32_t nproc = options.identity.nproc_per_node;
+namespace {
+
+// The trainer's and the preflight's halves of the assignment's NCCL ids.
+std::pair<gpu::UniqueIds, gpu::UniqueIds> SplitIds(const GpuOptions& g,
+                                                   const rendezvous::wire::Assignment& a) {
   gpu::UniqueIds trainer{a.nccl_version, a.nccl_ids}, preflight{a.nccl_version, {}};
   if (g.preflight && !a.nccl_ids.empty()) {
     // The leader made the trainer's ids, then as many for the preflight.
@@ -69,35 +69,49 @@ Result<std::map<std::string, std::string>> PrepareGpuWorkers(
     trainer.ids.assign(a.nccl_ids.begin(), a.nccl_ids.begin() + static_cast<std::ptrdiff_t>(half));
     preflight.ids.assign(a.nccl_ids.begin() + static_cast<std::ptrdiff_t>(half), a.nccl_ids.end());
   }
-  if (g.preflight) {
-    gpu::PreflightOptions po;
-    po.self_exe = g.self_exe;
-    po.env = options.env;
-    po.env["TRAINLET_LIBCUDA"] = g.libcuda;
-    po.env["TRAINLET_LIBNCCL"] = g.libnccl;
-    po.rank_base = a.rank_base;
-    po.nproc_per_node = nproc;
-    po.world_size = a.world_size;
-    po.ids = preflight;
-    po.timeout = g.preflight_timeout;
-    po.min_busbw_gbps = g.preflight_min_busbw_gbps;
-    po.require_gpus = g.require_gpus;
-    // HOSTNAME is the pod's name on Kubernetes.
-    auto host = options.env.find("HOSTNAME");
-    po.pod = (host != options.env.end() ? host->second + " " : std::string()) + "(index " +
-             std::to_string(options.identity.index) + ")";
-    if (auto it = options.env.find("NODE_NAME"); it != options.env.end()) {
-      po.pod += " on node " + it->second;
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    gpu::PreflightReport r = gpu::RunPreflight(po);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return {trainer, preflight};
+}
+
+}  // namespace
+
+gpu::PreflightOptions PreflightOptionsFor(const PodOptions& options,
+                                          const rendezvous::wire::Assignment& a) {
+  const GpuOptions& g = options.gpu;
+  gpu::PreflightOptions po;
+  po.self_exe = g.self_exe;
+  po.env = options.env;
+  po.env["TRAINLET_LIBCUDA"] = g.libcuda;
+  po.env["TRAINLET_LIBNCCL"] = g.libnccl;
+  po.rank_base = a.rank_base;
+  po.nproc_per_node = options.identity.nproc_per_node;
+  po.world_size = a.world_size;
+  po.ids = SplitIds(g, a).second;
+  po.timeout = g.preflight_timeout;
+  po.min_busbw_gbps = g.preflight_min_busbw_gbps;
+  po.require_gpus = g.require_gpus;
+  // HOSTNAME is the pod's name on Kubernetes.
+  auto host = options.env.find("HOSTNAME");
+  po.pod = (host != options.env.end() ? host->second + " " : std::string()) + "(index " +
+           std::to_string(options.identity.index) + ")";
+  if (auto it = options.env.find("NODE_NAME"); it != options.env.end()) {
+    po.pod += " on node " + it->second;
+  }
+  return po;
+}
+
+Result<std::map<std::string, std::string>> PrepareGpuWorkers(
+    const PodOptions& options, const rendezvous::wire::Assignment& a,
+    const gpu::PreflightReport* preflight, double preflight_ms) {
+  std::map<std::string, std::string> out;
+  const GpuOptions& g = options.gpu;
+  if (preflight != nullptr) {
+    const gpu::PreflightReport& r = *preflight;
     for (const auto& rank : r.ranks) spdlog::debug("preflight rank {}: {}", rank.rank, rank.json);
     if (!r.status.ok()) return r.status;
-    spdlog::info("preflight {:.0f} ms: {}", ms, r.summary);
+    spdlog::info("preflight {:.0f} ms: {}", preflight_ms, r.summary);
   }
   if (g.nccl_ids) {
-    for (const auto& [k, v] : gpu::WorkerNcclEnv(trainer)) out[k] = v;
+    for (const auto& [k, v] : gpu::WorkerNcclEnv(SplitIds(g, a).first)) out[k] = v;
   }
   // The interface toward the leader (SocketIfnameEnv lists the interfaces only
   // where it needs them: not for one pod or a loopback leader).

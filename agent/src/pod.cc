@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -23,6 +25,7 @@
 #include "output.h"
 #include "resident.h"
 #include "trainlet/agent/evidence.h"
+#include "trainlet/agent/gang_policy.h"
 #include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
@@ -37,6 +40,7 @@
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
 #include "trainlet/rendezvous/name_check.h"
+#include "trainlet/rendezvous/tunables.h"
 
 namespace trainlet::agent {
 
@@ -47,27 +51,34 @@ using exitcodes::Status;
 
 namespace {
 
+namespace tun = rendezvous::tunables;
 // A heartbeat file's mtime until its worker first touches it (seconds since
 // the epoch: 1970-01-01T00:00:01Z, a time no touch can produce).
 constexpr time_t kNeverTouched = 1;
-// A hang's diagnostics signal (stack dumps) gets this long before the stop.
-constexpr std::chrono::seconds kDiagnosticsDelay{2};
-// Start-up's code pages are given back this long after the first workers start.
-constexpr std::chrono::seconds kReleaseStartupCodeAfter{2};
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// A gang stop reason that is a pod's stop request ("pod 3: stopped by SIGTERM",
-// GangFailure below), not a failure.
-bool IsTermination(const std::string& reason) {
-  return reason.find(": stopped by SIG") != std::string::npos;
-}
-
-// One pod's run. Lives on the stack of RunPod; every callback runs on `io`.
+// One pod's run: the wiring around GangPolicy (gang_policy.h). Sockets, timers,
+// the supervisor and signals become gang events; the policy's actions become
+// I/O. Lives on the stack of RunPod; every callback runs on `io`. Objects of
+// one generation (leader or member, supervisor, timers' waits) check `epoch_`
+// so that nothing of an old generation acts on a new one.
 class Pod {
  public:
   explicit Pod(const PodOptions& o)
-      : options_(o), deadline_timer_(io_), hang_timer_(io_), diag_timer_(io_), release_timer_(io_) {}
+      : options_(o),
+        policy_({.index = o.identity.index,
+                 .nnodes = o.identity.nnodes,
+                 .max_restarts = o.max_restarts,
+                 .hang_signal = o.hang_signal}),
+        deadline_timer_(io_),
+        hang_timer_(io_),
+        diag_timer_(io_),
+        release_timer_(io_),
+        verdict_timer_(io_),
+        stall_timer_(io_) {}
+
+  ~Pod() { JoinPreflight(); }
 
   int Run() {
     started_ = Clock::now();
@@ -102,10 +113,99 @@ class Pod {
 
     if (Status s = StartRendezvous(); !s.ok()) return Fail(s);
     io_.run();
+    JoinPreflight();
     return exit_code_;
   }
 
  private:
+  // ---- Events in, actions out ----
+
+  // Every gang event goes through here: the pod's own stall is checked first,
+  // so a pod resumed after SIGSTOP sees that it was the one frozen before it
+  // reads its peers' silence as their failure.
+  void Feed(const GangEvent& e) {
+    if (concluded_) return;
+    CheckStall();
+    if (concluded_) return;
+    Apply(policy_.On(e));
+  }
+
+  void Apply(const GangActions& a) {
+    if (!a.log.empty()) spdlog::log(a.log_info ? spdlog::level::info : spdlog::level::warn, "{}", a.log);
+    if (a.broadcast && leader_) leader_->BroadcastStop(*a.broadcast);
+    if (a.report && member_) {
+      if (a.report->ok) {
+        member_->SendReport(*a.report, [this, epoch = epoch_] {
+          if (epoch == epoch_) Feed(gang::ReportSent{});
+        });
+      } else {
+        member_->SendReport(*a.report);
+      }
+    }
+    // trainlet_last_failure (metrics.h): the class of the failure this pod
+    // reports, or of the culprit the leader names.
+    if (a.broadcast) last_failure_class_ = exitcodes::FailureClass(a.broadcast->failure_class);
+    if (a.report && !a.report->ok) {
+      last_failure_class_ = exitcodes::FailureClass(a.report->failure_class);
+    }
+    if ((a.broadcast || a.report || a.stop_workers) && !failure_seen_) {
+      failure_seen_ = true;
+      failed_at_ = Clock::now();
+    }
+    if (a.stop_workers) StopWorkers(*a.stop_workers);
+    if (a.arm_verdict_timer) {
+      verdict_timer_.expires_after(kVerdictTimeout);
+      verdict_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+        if (!ec && epoch == epoch_) Feed(gang::Timer{gang::TimerKind::kVerdict});
+      });
+    }
+    if (a.restart) PostNextGeneration();
+    if (a.conclude) ConcludeWith(*a.conclude);
+  }
+
+  // A member's view of the leader's Stop, for trainlet_last_failure: the
+  // culprit's class for a restart, peer_failed for a stop caused elsewhere.
+  void NoteStop(const rendezvous::wire::Stop& stop) {
+    if (stop.failed_index == options_.identity.index) return;  // ours: already noted
+    last_failure_class_ = stop.restart ? exitcodes::FailureClass(stop.failure_class)
+                                       : exitcodes::FailureClass::kPeerFailed;
+  }
+
+  // ---- The pod's own stall (SIGSTOP, a frozen node, a starved process) ----
+
+  void StartStallWatch() {
+    stall_watch_ = true;
+    last_tick_ = Clock::now();
+    Tick();
+  }
+
+  void Tick() {
+    stall_timer_.expires_after(tun::kStallTick);
+    stall_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+      if (ec || epoch != epoch_ || !stall_watch_) return;
+      if (concluded_) return;
+      CheckStall();
+      last_tick_ = Clock::now();
+      if (!concluded_) Tick();
+    });
+  }
+
+  void CheckStall() {
+    if (!stall_watch_) return;
+    const auto gap = Clock::now() - last_tick_;
+    if (gap <= tun::kStallLimit) return;
+    stall_watch_ = false;  // once per generation
+    std::string why = fmt::format(
+        "this pod's event loop did not run for {:.1f} s (the process was stopped or starved; "
+        "its peers give up after {:.1f} s)",
+        std::chrono::duration<double>(gap).count(),
+        std::chrono::duration<double>(tun::kStallLimit).count());
+    spdlog::error("{}", why);
+    Apply(policy_.On(gang::OwnStall{why}));
+  }
+
+  // ---- Rendezvous ----
+
   Status StartRendezvous() {
     const PodIdentity& id = options_.identity;
     rendezvous::wire::Hello hello = rendezvous::MakeHello({.job_id = id.job_id,
@@ -117,7 +217,7 @@ class Pod {
                                                            .max_restarts = options_.max_restarts,
                                                            .gang = id.gang,
                                                            .preflight = options_.gpu.preflight,
-                                                           .generation = generation_});
+                                                           .generation = join_generation_});
     auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
       if (epoch == epoch_) OnAssignment(a);
     };
@@ -129,18 +229,15 @@ class Pod {
     MakeErrorDir();
 
     deadline_timer_.expires_after(options_.rdzv_timeout);
-    deadline_timer_.async_wait([this](boost::system::error_code ec) {
-      if (ec || supervisor_) return;
-      std::string missing;
-      if (leader_) {
-        for (auto i : leader_->missing()) missing += (missing.empty() ? "" : ",") + std::to_string(i);
-        Finish(Status::Infra("rendezvous timed out after " +
-                             std::to_string(options_.rdzv_timeout.count() / 1000) + " s: " +
-                             std::to_string(leader_->admitted()) + " of " +
-                             std::to_string(options_.identity.nnodes) +
-                             " pods joined; missing indices " + missing));
-      }
+    deadline_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+      if (ec || epoch != epoch_ || supervisor_ || !leader_) return;
       // Members time out through their own deadline (same instant) with details.
+      std::string missing;
+      for (auto i : leader_->missing()) missing += (missing.empty() ? "" : ",") + std::to_string(i);
+      Feed(gang::AgentFailed{Status::Infra(
+          "rendezvous timed out after " + std::to_string(options_.rdzv_timeout.count() / 1000) +
+          " s: " + std::to_string(leader_->admitted()) + " of " +
+          std::to_string(options_.identity.nnodes) + " pods joined; missing indices " + missing)});
     });
 
     if (id.is_leader()) {
@@ -180,18 +277,19 @@ class Pod {
     mo.port = options_.rdzv_port;
     mo.hello = hello;
     mo.deadline = round_started + options_.rdzv_timeout;
-    if (generation_ > 0) {
+    if (join_generation_ > 0) {
       // Rejoining after a restart: the leader re-listens the moment its own
       // workers are gone, so retry sooner than a cold start would.
-      mo.backoff.initial = std::chrono::milliseconds(50);
-      mo.backoff.min_delay = std::chrono::milliseconds(10);
+      mo.backoff.initial = tun::kRejoinBackoffInitial;
+      mo.backoff.min_delay = tun::kRejoinBackoffMin;
     }
     mo.token = options_.token;
     mo.seed = static_cast<std::uint64_t>(::getpid()) ^
               static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
     spdlog::info("joining leader {} port {} ({}){}", id.leader_host, options_.rdzv_port,
                  id.leader_source,
-                 generation_ > 0 ? " for generation " + std::to_string(generation_) : "");
+                 join_generation_ > 0 ? " for generation " + std::to_string(join_generation_)
+                                      : "");
     auto member = rendezvous::Member::Create(io_.get_executor(), mo);
     if (!member.ok()) return member.status();
     member_ = std::move(member).value();
@@ -205,13 +303,15 @@ class Pod {
     rendezvous_seconds_ = std::chrono::duration<double>(Clock::now() - round_started_).count();
     if (name_check_ && result.ok()) name_check_->Cancel();  // the members found us
     if (!result.ok()) {
-      Finish(result.status());
+      Feed(gang::AgentFailed{result.status()});
       return;
     }
     const auto& a = *result;
     const PodIdentity& id = options_.identity;
     gang_formed_ = true;
-    if (generation_ == 0) phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
+    if (a.generation == 0 && join_generation_ == 0) {
+      phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
+    }
     rank_base_ = a.rank_base;
     generation_ = a.generation;
     SetLogGeneration(generation_);
@@ -219,23 +319,57 @@ class Pod {
                  "MASTER_ADDR={} MASTER_PORT={}",
                  Ms(Clock::now() - round_started_), a.generation, a.world_size, a.rank_base,
                  a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port);
+    if (!options_.gpu.preflight) {
+      // NCCL ids, socket interface (gpu_setup.h): no blocking call without the preflight.
+      OnGpuPrepared(a, PrepareGpuWorkers(options_, a, nullptr));
+      return;
+    }
+    // The preflight blocks (up to --preflight-timeout): on a thread of its own,
+    // so a SIGTERM is still read at once; its end is an event like any other.
+    // The thread only runs gpu::RunPreflight (no logging: the log sink is the
+    // loop's).
+    JoinPreflight();
+    preflight_cancel_ = std::make_shared<std::atomic<bool>>(false);
+    preflight_running_ = true;
+    gpu::PreflightOptions po = PreflightOptionsFor(options_, a);
+    po.cancel = preflight_cancel_.get();
+    preflight_thread_ = std::thread([this, a, po = std::move(po), epoch = epoch_,
+                                     keep = preflight_cancel_] {
+      auto t0 = Clock::now();
+      gpu::PreflightReport r = gpu::RunPreflight(po);
+      double ms = Ms(Clock::now() - t0);
+      asio::post(io_, [this, a, epoch, ms, r = std::move(r)] {
+        if (epoch != epoch_) return;
+        preflight_running_ = false;
+        OnGpuPrepared(a, PrepareGpuWorkers(options_, a, &r, ms));
+      });
+    });
+  }
 
-    // GPU preflight, NCCL ids, socket interface (gpu_setup.h).
-    auto gpu_env = PrepareGpuWorkers(options_, a);
+  void JoinPreflight() {
+    if (preflight_cancel_) preflight_cancel_->store(true);
+    if (preflight_thread_.joinable()) preflight_thread_.join();
+  }
+
+  void OnGpuPrepared(const rendezvous::wire::Assignment& a,
+                     const Result<std::map<std::string, std::string>>& gpu_env) {
+    if (concluded_) return;
     if (!gpu_env.ok()) {
-      Finish(gpu_env.status());
+      Feed(gang::AgentFailed{gpu_env.status()});
       return;
     }
     std::map<std::string, std::string> base_env = options_.env;
     for (const auto& [k, v] : *gpu_env) base_env[k] = v;
+    StartWorkers(a, base_env);
+  }
 
+  Result<std::vector<WorkerSpec>> MakeSpecs(const rendezvous::wire::Assignment& a,
+                                            const std::map<std::string, std::string>& base_env) {
+    const PodIdentity& id = options_.identity;
     const std::string& error_dir = error_dir_;  // made before the rendezvous
     auto streams = log_dirs_.ForAttempt(a.run_id, a.generation, id.nproc_per_node, a.rank_base,
                                         id.role_name);
-    if (!streams.ok()) {
-      Finish(streams.status());
-      return;
-    }
+    if (!streams.ok()) return streams.status();
     if (generation_ == 0 && !log_dirs_.run_dir().empty()) {
       spdlog::info("worker logs in {}", log_dirs_.run_dir());
     }
@@ -279,25 +413,42 @@ class Pod {
                        std::move(ws.stdout_file), std::move(ws.stderr_file), ws.stdout_console,
                        ws.stderr_console});
     }
+    return specs;
+  }
+
+  void StartWorkers(const rendezvous::wire::Assignment& a,
+                    const std::map<std::string, std::string>& base_env) {
+    const PodIdentity& id = options_.identity;
+    auto made = MakeSpecs(a, base_env);
+    if (!made.ok()) {
+      Feed(gang::AgentFailed{made.status()});
+      return;
+    }
+    std::vector<WorkerSpec> specs = std::move(made).value();
     SupervisorOptions so;
     so.grace = options_.grace;
     if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
-    so.on_first_failure = [this](const FirstFailure& f) {
+    so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
+      if (epoch != epoch_) return;
       first_failure_class_ = ClassOf(f);
-      GangFailure("local rank " + std::to_string(f.local_rank) + " (rank " +
-                      std::to_string(rank_base_ + f.local_rank) + ") failed: " + f.exit.Describe(),
-                  *first_failure_class_);
+      Feed(gang::LocalFailure{*first_failure_class_,
+                              "local rank " + std::to_string(f.local_rank) + " (rank " +
+                                  std::to_string(rank_base_ + f.local_rank) +
+                                  ") failed: " + f.exit.Describe(),
+                              false});
     };
     oom_baseline_ = ReadOomKillCount();
     workers_started_ = Clock::now();
     supervisor_ = std::make_unique<Supervisor>(
-        io_.get_executor(), so, [this](SupervisorResult r) { OnWorkersDone(r); });
+        io_.get_executor(), so, [this, epoch = epoch_](SupervisorResult r) {
+          if (epoch == epoch_) OnWorkersDone(r);
+        });
     if (Status s = supervisor_->Start(std::move(specs)); !s.ok()) {
       supervisor_.reset();
-      Finish(s);
+      Feed(gang::AgentFailed{s});
       return;
     }
-    if (generation_ == 0) {
+    if (a.generation == 0 && join_generation_ == 0) {
       spdlog::info("started {} worker(s) {:.1f} ms after start", id.nproc_per_node,
                    Ms(Clock::now() - started_));
       // Start-up's code is done; the loop from here on touches little of it.
@@ -308,11 +459,13 @@ class Pod {
         if (!ec) ReleaseStartupCode();
       });
     } else {
-      spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure", generation_,
-                   id.nproc_per_node, Ms(Clock::now() - failed_at_));
+      spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure",
+                   a.generation, id.nproc_per_node, Ms(Clock::now() - failed_at_));
     }
+    Feed(gang::Assigned{a.generation});
     // Only now: gang events that arrived early (replayed here) can stop workers.
     StartGangChannel();
+    StartStallWatch();
     if (!heartbeat_files_.empty()) {
       heartbeat_started_ = std::filesystem::file_time_type::clock::now();
       step_meter_ = StepMeter::Create(io_.get_executor(), heartbeat_files_);
@@ -478,14 +631,11 @@ class Pod {
         return;
       }
       hang_reason_ = check.hung;
-      spdlog::error("hang: {}; sending {} for diagnostics, stopping in 2 s", check.hung,
-                    exitcodes::SignalName(options_.hang_signal));
-      supervisor_->SendDiagnostics(options_.hang_signal);
-      GangFailure("hang: " + check.hung, exitcodes::FailureClass::kInfra, /*hang=*/true);
-      hang_timer_.expires_after(kDiagnosticsDelay);
-      hang_timer_.async_wait([this, epoch](boost::system::error_code ec) {
-        if (!ec && epoch == epoch_ && supervisor_) supervisor_->StopForPeer();
-      });
+      spdlog::error("hang: {}; sending {} for diagnostics, stopping in {} s", check.hung,
+                    exitcodes::SignalName(options_.hang_signal),
+                    std::chrono::duration_cast<std::chrono::seconds>(tun::kDiagnosticsDelay).count());
+      // The policy asks for the diagnostics signal, then the stop (StopWorkers).
+      Feed(gang::LocalFailure{exitcodes::FailureClass::kInfra, "hang: " + check.hung, true});
     });
   }
 
@@ -511,123 +661,46 @@ class Pod {
   // ---- The gang's control channel (see rendezvous/leader.h, member.h) ----
 
   void StartGangChannel() {
-    const std::uint32_t own = options_.identity.index;
     const std::uint64_t epoch = epoch_;
+    const auto heartbeat = tun::kHeartbeatInterval;
+    const int misses = tun::kHeartbeatMisses;
     if (leader_) {
       leader_->StartChannel(
           {.on_report =
                [this, epoch](std::uint32_t index, const rendezvous::wire::Report& r) {
-                 if (epoch != epoch_) return;
-                 const auto c = static_cast<exitcodes::FailureClass>(r.failure_class);
-                 if (!r.ok && c == exitcodes::FailureClass::kTerminated && GangSucceeded()) {
-                   // A Job successPolicy (or JobSet's) met: the controller stops the
-                   // pods still running. Not a failure of the gang.
-                   spdlog::info("pod {} stopped after the gang succeeded ({}); not a failure",
-                                index, r.reason);
-                   if (own_result_) MaybeConcludeLeader();
-                   return;
-                 }
-                 if (!r.ok) {
-                   PodFailed(index, "pod " + std::to_string(index) + ": " + r.reason,
-                             static_cast<exitcodes::FailureClass>(r.failure_class));
-                   return;
-                 }
-                 member_succeeded_ = true;
-                 if (own_result_) MaybeConcludeLeader();
+                 if (epoch == epoch_) Feed(gang::Report{index, r});
                },
            .on_lost =
                [this, epoch](std::uint32_t index, const std::string& why) {
-                 if (epoch != epoch_) return;
-                 PodFailed(index, "pod " + std::to_string(index) + " was lost: " + why,
-                           exitcodes::FailureClass::kInfra);
-               }});
+                 if (epoch == epoch_) Feed(gang::Lost{index, why});
+               }},
+          heartbeat, misses);
     } else if (member_) {
       member_->StartChannel(
           {.on_stop =
-               [this, own, epoch](const rendezvous::wire::Stop& stop) {
+               [this, epoch](const rendezvous::wire::Stop& stop) {
                  if (epoch != epoch_) return;
-                 if (stop.restart) {
-                   if (restarting_) return;
-                   restarting_ = true;
-                   if (!reported_failure_) failed_at_ = Clock::now();
-                   spdlog::warn("the leader restarts the gang in place (generation {}): pod {} "
-                                "failed first ({})",
-                                stop.next_generation, stop.failed_index, stop.reason);
-                   if (own_result_) {
-                     PostNextGeneration();  // our workers are already gone
-                   } else if (stop.failed_index != own) {
-                     StopForPeer(stop.diagnostics_signal);
-                   }
-                   return;
-                 }
-                 gang_over_ = true;
-                 // Our own failure (already stopping), or one we reported before
-                 // hearing of this one: ours stays ours.
-                 if (stop.failed_index == own || reported_failure_) {
-                   if (awaiting_verdict_) ConcludeWorkers();
-                   return;
-                 }
-                 if (!peer_failure_) {
-                   last_failure_class_ = exitcodes::FailureClass::kPeerFailed;
-                   peer_terminated_ = IsTermination(stop.reason);
-                   peer_failure_ = "pod " + std::to_string(stop.failed_index) +
-                                   " failed first (" + stop.reason + ")";
-                   spdlog::warn("the leader stops the gang: {}", *peer_failure_);
-                 }
-                 StopForPeer(stop.diagnostics_signal);
+                 NoteStop(stop);
+                 Feed(gang::Stop{stop});
                },
            .on_lost =
                [this, epoch](const std::string& why) {
-                 if (epoch != epoch_ || restarting_) return;
-                 leader_lost_ = true;
-                 if (awaiting_verdict_) {
-                   // We failed and waited for the leader's word; it is gone.
-                   if (CanRestart(own_class_)) {
-                     restarting_ = true;
-                     spdlog::warn("lost the leader ({}); restarting in place", why);
-                     PostNextGeneration();
-                   } else {
-                     ConcludeWorkers();
-                   }
-                   return;
-                 }
-                 // After our own failure the leader may leave first: not a peer's fault.
-                 if (peer_failure_ || reported_failure_) return;
-                 if (CanRestart(exitcodes::FailureClass::kInfra)) {
-                   restarting_ = true;
-                   failed_at_ = Clock::now();
-                   spdlog::warn("lost the leader: {}; stopping the workers, then rejoining "
-                                "(restart {} of {})",
-                                why, generation_ + 1, options_.max_restarts);
-                   StopForPeer(0);
-                   return;
-                 }
-                 peer_failure_ = "lost the leader: " + why;
-                 spdlog::warn("{}; stopping the workers", *peer_failure_);
-                 StopForPeer(0);
-               }});
+                 if (epoch == epoch_) Feed(gang::Lost{0, why});
+               }},
+          heartbeat, misses);
     }
-  }
-
-  // Leader: some pod's workers (its own included) all finished with success.
-  bool GangSucceeded() const {
-    return member_succeeded_ || (own_result_ && !own_result_->first_failure &&
-                                 !own_result_->stop_signal && !own_result_->peer_stop);
-  }
-
-  // Whether a failure of class `c` in this generation restarts the gang in
-  // place (PodOptions::max_restarts says which classes and when).
-  bool CanRestart(exitcodes::FailureClass c) const {
-    using exitcodes::FailureClass;
-    if (generation_ >= options_.max_restarts || own_stop_signal_) return false;
-    return c == FailureClass::kWorker || c == FailureClass::kInfra || c == FailureClass::kOom ||
-           c == FailureClass::kPeerFailed;
   }
 
   // The class a worker's failure will have, from what is known when it fails
   // (exit status, stderr tail, error file, OOM counter): decides the restart.
   exitcodes::FailureClass ClassOf(const FirstFailure& f) {
     exitcodes::Evidence e;
+    e.first_failure = WorkerFailureOf(f);
+    oom_kills_at_failure_ = e.oom_kills = OomKillsSinceStart();
+    return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
+  }
+
+  exitcodes::WorkerFailure WorkerFailureOf(const FirstFailure& f) const {
     exitcodes::WorkerFailure w;
     w.local_rank = f.local_rank;
     w.rank = static_cast<int>(rank_base_) + f.local_rank;
@@ -637,84 +710,22 @@ class Pod {
       w.error_file_message =
           ReadErrorFileMessage(error_dir_ + "/error-" + std::to_string(f.local_rank) + ".json");
     }
-    e.first_failure = w;
-    oom_kills_at_failure_ = e.oom_kills = OomKillsSinceStart();
-    return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
+    return w;
   }
 
-  // Stops our workers because of another pod; with a diagnostics signal (a
-  // hang somewhere in the gang) the workers get it first, for stack dumps.
-  void StopForPeer(int diagnostics_signal) {
+  // Stops our workers (idempotent); with a diagnostics signal (a hang
+  // somewhere in the gang) the workers get it first, for stack dumps.
+  void StopWorkers(int diagnostics_signal) {
     if (!supervisor_) return;
     if (diagnostics_signal == 0 || supervisor_->stopping()) {
       supervisor_->StopForPeer();
       return;
     }
     supervisor_->SendDiagnostics(diagnostics_signal);
-    diag_timer_.expires_after(kDiagnosticsDelay);
-    diag_timer_.async_wait([this](boost::system::error_code ec) {
-      if (!ec && supervisor_) supervisor_->StopForPeer();
+    diag_timer_.expires_after(tun::kDiagnosticsDelay);
+    diag_timer_.async_wait([this, epoch = epoch_](boost::system::error_code ec) {
+      if (!ec && epoch == epoch_ && supervisor_) supervisor_->StopForPeer();
     });
-  }
-
-  // This pod failed (a worker, a stop request, a hang): tell the gang, once.
-  void GangFailure(const std::string& reason, exitcodes::FailureClass c, bool hang = false) {
-    if (reported_failure_) return;
-    reported_failure_ = true;
-    own_class_ = c;
-    last_failure_class_ = c;
-    failed_at_ = Clock::now();
-    const std::uint32_t own = options_.identity.index;
-    if (leader_) {
-      PodFailed(own, "pod " + std::to_string(own) + ": " + reason, c, hang);
-    } else if (member_) {
-      member_->SendReport({.index = own,
-                           .ok = false,
-                           .failure_class = static_cast<std::uint16_t>(c),
-                           .reason = reason});
-    }
-  }
-
-  // Leader only: the first failure reported decides, for the whole gang,
-  // whether it restarts in place or stops; everyone else is told.
-  void PodFailed(std::uint32_t index, const std::string& reason, exitcodes::FailureClass c,
-                 bool hang = false) {
-    if (first_failed_index_) return;
-    first_failed_index_ = index;
-    last_failure_class_ = c;
-    if (index != options_.identity.index) failed_at_ = Clock::now();
-    hang = hang || reason.find(": hang: ") != std::string::npos;
-    const bool restart = CanRestart(c) && !GangSucceeded();
-    if (restart) {
-      restarting_ = true;
-      spdlog::warn("gang: {}; restarting in place (restart {} of {})", reason, generation_ + 1,
-                   options_.max_restarts);
-    } else if (index == options_.identity.index && leader_->AllMembersSettled()) {
-      // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
-      spdlog::info("gang: {}; every other pod has finished", reason);
-    } else {
-      spdlog::warn("gang: {}; stopping every pod", reason);
-    }
-    leader_->BroadcastStop({.failed_index = index,
-                            .reason = reason,
-                            .diagnostics_signal =
-                                static_cast<std::uint16_t>(hang ? options_.hang_signal : 0),
-                            .restart = restart,
-                            .next_generation = generation_ + 1});
-    if (index != options_.identity.index) {
-      if (!restart) {
-        peer_terminated_ = IsTermination(reason);
-        peer_failure_ = "pod " + std::to_string(index) + " failed first (" + reason + ")";
-      }
-      StopForPeer(hang ? options_.hang_signal : 0);
-    }
-    if (own_result_) {
-      if (restart) {
-        PostNextGeneration();
-      } else {
-        MaybeConcludeLeader();
-      }
-    }
   }
 
   void OnWorkersDone(const SupervisorResult& r) {
@@ -722,63 +733,38 @@ class Pod {
         Ms(Clock::now() - workers_started_);
     CountWorkerExits(r);
     own_result_ = r;
-    if (r.stop_signal && !own_stop_signal_) own_stop_signal_ = r.stop_signal;
-    if (restarting_ && !r.stop_signal) {
-      PostNextGeneration();
-      return;
-    }
-    const bool clean = !r.first_failure && !r.stop_signal && !r.peer_stop;
-    if (member_ && clean) {
-      // Tell the leader before leaving, so our exit is not read as a loss.
-      member_->SendReport({.index = options_.identity.index, .ok = true, .failure_class = 0,
-                           .reason = ""},
-                          [this] { ConcludeWorkers(); });
-      return;
-    }
-    if (leader_ && clean && !leader_->AllMembersSettled()) {
-      // The leader's connections are the gang's: it leaves last.
-      spdlog::info("workers finished; waiting for the other pods to finish");
-      return;
-    }
-    if (member_ && reported_failure_ && !gang_over_ && CanRestart(own_class_)) {
-      if (leader_lost_) {
-        restarting_ = true;
-        PostNextGeneration();
-        return;
-      }
-      // The leader decides for the gang whether this failure restarts it.
-      awaiting_verdict_ = true;
-      spdlog::info("workers stopped; waiting for the leader's decision (restart or stop)");
-      return;
-    }
-    ConcludeWorkers();
+    Feed(gang::WorkersDone{!r.first_failure && !r.stop_signal && !r.peer_stop});
   }
 
   // ---- In-place restart: a new rendezvous generation, same process ----
 
   void PostNextGeneration() {
-    if (next_generation_posted_ || concluded_) return;
-    next_generation_posted_ = true;
     // Not from inside the supervisor's or the channel's callback: both go now.
-    asio::post(io_, [this] {
-      if (!concluded_) BeginNextGeneration();
+    asio::post(io_, [this, epoch = epoch_] {
+      if (!concluded_ && epoch == epoch_) BeginNextGeneration();
     });
   }
 
   void BeginNextGeneration() {
     ++epoch_;  // callbacks of the old generation's objects are ignored from now on
-    generation_ += 1;
+    JoinPreflight();
+    preflight_running_ = false;
+    join_generation_ = policy_.role().generation() + 1;
+    generation_ = join_generation_;
     ++restarts_;
     first_failure_class_.reset();
-    SetLogGeneration(generation_);
-    spdlog::info("restart {} of {}: joining the rendezvous for generation {}", generation_,
-                 options_.max_restarts, generation_);
+    SetLogGeneration(join_generation_);
+    spdlog::info("restart {} of {}: joining the rendezvous for generation {}", join_generation_,
+                 options_.max_restarts, join_generation_);
     supervisor_.reset();
     step_meter_.reset();
     step_rates_.clear();
     stragglers_.clear();
     hang_timer_.cancel();
     diag_timer_.cancel();
+    verdict_timer_.cancel();
+    stall_timer_.cancel();
+    stall_watch_ = false;
     if (member_) member_->Close();
     member_.reset();
     if (leader_) leader_->Close();
@@ -790,63 +776,56 @@ class Pod {
     oom_kills_at_failure_.reset();
     hang_reason_.reset();
     own_result_.reset();
-    peer_failure_.reset();
-    peer_terminated_ = false;
-    first_failed_index_.reset();
-    reported_failure_ = false;
-    restarting_ = false;
-    awaiting_verdict_ = false;
-    next_generation_posted_ = false;
-    leader_lost_ = false;
-    gang_over_ = false;
-    member_succeeded_ = false;
-    own_class_ = exitcodes::FailureClass::kOk;
-    if (Status s = StartRendezvous(); !s.ok()) Finish(s);
+    failure_seen_ = false;
+    if (Status s = StartRendezvous(); !s.ok()) Feed(gang::AgentFailed{s});
   }
 
-  void MaybeConcludeLeader() {
-    if (concluded_ || !own_result_) return;
-    if (first_failed_index_ || leader_->AllMembersSettled()) ConcludeWorkers();
-  }
+  // ---- The end ----
 
-  void ConcludeWorkers() {
-    if (concluded_) return;
-    concluded_ = true;
-    SupervisorResult& r = *own_result_;
-    // A preempted gang gets SIGTERM in every pod, in some order: a pod already
-    // stopping because a peer was terminated, that then gets its own SIGTERM
-    // before it is done, was preempted too (143), not collateral (76).
-    if (!r.stop_signal && peer_terminated_ && own_stop_signal_) r.stop_signal = own_stop_signal_;
+  void ConcludeWith(const Conclusion& c) {
+    using Kind = Conclusion::Kind;
     exitcodes::Evidence e;
-    // The gang failed elsewhere first: collateral, even if our own workers had
-    // finished (a leader must not report success for a gang that failed). A
-    // stop request we received first stays ours (a preempted pod exits 143
-    // even while the gang falls apart).
-    if (!r.stop_signal) e.peer_failure = peer_failure_;
-    // Found before any failure (the watcher stops once the workers are being
-    // stopped), so a worker that then died of the diagnostics signal or the
-    // SIGTERM is collateral of the hang.
-    if (!r.stop_signal) e.hang = hang_reason_;
-    if (r.first_failure) {
-      const int lr = r.first_failure->local_rank;
-      exitcodes::WorkerFailure f;
-      f.local_rank = lr;
-      f.rank = static_cast<int>(rank_base_) + lr;
-      f.exit = r.first_failure->exit;
-      f.stderr_tail = supervisor_->StderrTail(lr);
-      if (!error_dir_.empty()) {
-        f.error_file_message =
-            ReadErrorFileMessage(error_dir_ + "/error-" + std::to_string(lr) + ".json");
+    if (c.kind == Kind::kAgent || c.kind == Kind::kStall || !own_result_) {
+      // Before the workers ran (or while rejoining), or this pod's own stall.
+      exitcodes::FailureClass cls = c.kind == Kind::kTerminated
+                                        ? exitcodes::FailureClass::kTerminated
+                                        : c.failure_class;
+      std::string reason = c.reason;
+      if (reason.empty() && c.kind == Kind::kTerminated) {
+        reason = "received " + exitcodes::SignalName(c.stop_signal);
       }
-      e.first_failure = f;
+      e.agent_failure = Status(cls, reason);
+      Conclude(e);
+      return;
     }
-    e.stop_signal = r.stop_signal;
+    const SupervisorResult& r = *own_result_;
     e.collateral = r.collateral;
-    if (r.first_failure && !e.peer_failure) e.gpu_fault = GpuFaultEvidence(options_.gpu);
     // Up to the first failure (what the processes stopped after it did is not
     // its cause); for a run without one, up to now.
     e.oom_kills = r.first_failure && oom_kills_at_failure_ ? *oom_kills_at_failure_
                                                             : OomKillsSinceStart();
+    switch (c.kind) {
+      case Kind::kTerminated:
+        e.stop_signal = c.stop_signal;
+        break;
+      case Kind::kPeerFailed:
+        // The gang failed elsewhere first: collateral, even if our own workers
+        // had finished (a leader must not report success for a gang that failed).
+        e.peer_failure = c.reason;
+        break;
+      case Kind::kOwn:
+        // Found before any failure (the watcher stops once the workers are
+        // being stopped), so a worker that then died of the diagnostics signal
+        // or the SIGTERM is collateral of the hang.
+        e.hang = hang_reason_;
+        if (r.first_failure) {
+          e.first_failure = WorkerFailureOf(*r.first_failure);
+          e.gpu_fault = GpuFaultEvidence(options_.gpu);
+        }
+        break;
+      default:
+        break;
+    }
     Conclude(e);
   }
 
@@ -859,6 +838,7 @@ class Pod {
 
   // Classifies, writes the termination message, logs the summary last, stops.
   void Conclude(const exitcodes::Evidence& e) {
+    concluded_ = true;
     exitcodes::Verdict v = exitcodes::Classify(e, options_.codes, options_.markers);
     exit_code_ = v.code;
     if (auto w = exitcodes::VerdictWarning(e, v); !w.empty()) spdlog::warn("{}", w);
@@ -903,54 +883,28 @@ class Pod {
   }
 
   void OnSignal(int signo) {
-    if (supervisor_) {
-      if (signo == SIGCHLD) {
+    if (signo == SIGCHLD) {
+      if (supervisor_) {
         supervisor_->Reap();
-      } else {
-        if (signo == SIGTERM || signo == SIGINT) {
-          if (!own_stop_signal_) own_stop_signal_ = signo;
-          if (own_result_ && !concluded_) {
-            // The workers are done and the leader only waits for the others:
-            // stop them and leave now, or the kubelet's SIGKILL would come first.
-            // (A member in this state has already reported success.)
-            // After our own success there is no failure to tell: the members see
-            // the leader leave (and exit 76 unless they are being stopped too, as
-            // when a successPolicy completes the Job).
-            if (leader_ && !GangSucceeded()) {
-              GangFailure("stopped by " + exitcodes::SignalName(signo),
-                          exitcodes::FailureClass::kTerminated);
-            }
-            own_result_->stop_signal = signo;
-            ConcludeWorkers();
-            return;
-          }
-          if (!own_result_) {
-            GangFailure("stopped by " + exitcodes::SignalName(signo),
-                        exitcodes::FailureClass::kTerminated);
-          }
-        }
-        supervisor_->OnSignal(signo);
+      } else if (!preflight_running_) {
+        // (The preflight thread reaps its own children by pid.)
+        (void)ReapOrphans();
       }
       return;
     }
-    if (signo == SIGCHLD) {
-      (void)ReapOrphans();
-    } else if (signo == SIGTERM || signo == SIGINT) {
-      // No worker runs yet: nothing to forward, nothing to wait for.
-      Finish(Status(exitcodes::FailureClass::kTerminated,
-                    "received " + exitcodes::SignalName(signo) +
-                        (generation_ > 0 ? " while the gang restarted (generation " +
-                                               std::to_string(generation_) + ")"
-                                         : " before the workers started")));
-    } else {
+    if (signo == SIGTERM || signo == SIGINT) {
+      if (!supervisor_ && !own_result_) {
+        spdlog::info("received {} {}", exitcodes::SignalName(signo),
+                     preflight_running_ ? "during the GPU preflight" : "before the workers ran");
+      }
+      Feed(gang::StopSignal{signo});
+    }
+    if (concluded_) return;
+    if (supervisor_) {
+      supervisor_->OnSignal(signo);
+    } else if (signo != SIGTERM && signo != SIGINT) {
       spdlog::debug("ignoring {} before the workers started", exitcodes::SignalName(signo));
     }
-  }
-
-  void Finish(const Status& s) {
-    exitcodes::Evidence e;
-    e.agent_failure = s;
-    Conclude(e);
   }
 
   void Stop() {
@@ -960,6 +914,9 @@ class Pod {
     hang_timer_.cancel();
     diag_timer_.cancel();
     release_timer_.cancel();
+    verdict_timer_.cancel();
+    stall_timer_.cancel();
+    stall_watch_ = false;
     step_meter_.reset();
     health_.reset();
     if (signals_) signals_->Close();
@@ -968,16 +925,27 @@ class Pod {
   }
 
   int Fail(const Status& s) {
-    Finish(s);
+    exitcodes::Evidence e;
+    e.agent_failure = s;
+    Conclude(e);
     return exit_code_;
   }
 
+  // How long a member whose own worker failed waits for the leader's word
+  // (restart, or who failed first) before it concludes with its own failure.
+  static constexpr auto kVerdictTimeout = tun::kVerdictTimeout;
+  // Start-up's code pages are given back this long after the first workers start.
+  static constexpr std::chrono::seconds kReleaseStartupCodeAfter{2};
+
   const PodOptions& options_;
+  GangPolicy policy_;
   asio::io_context io_;
   asio::steady_timer deadline_timer_;
   asio::steady_timer hang_timer_;
-  asio::steady_timer diag_timer_;  // diagnostics signal -> stop, after a hang elsewhere
+  asio::steady_timer diag_timer_;     // diagnostics signal -> stop
   asio::steady_timer release_timer_;  // ReleaseStartupCode, once
+  asio::steady_timer verdict_timer_;  // member: bounded wait for the leader's Stop
+  asio::steady_timer stall_timer_;    // ticks while the channel runs: the own-stall clock
   std::vector<std::string> heartbeat_files_;  // by local rank
   WorkerLogDirs log_dirs_{options_.logs};      // --log-dir, --redirects, --tee
   std::filesystem::file_time_type heartbeat_started_;
@@ -992,30 +960,26 @@ class Pod {
   std::unique_ptr<Supervisor> supervisor_;
   std::string error_dir_;
   std::uint32_t rank_base_ = 0;
-  bool peer_terminated_ = false;          // the peer stop was a pod's SIGTERM/SIGINT
-  std::optional<int> own_stop_signal_;    // this pod's first SIGTERM/SIGINT: no restart after it
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
   std::optional<std::uint64_t> oom_kills_at_failure_;  // counted up to the first failure
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;
-  // Gang state.
-  std::optional<SupervisorResult> own_result_;    // set when our workers are all gone
-  std::optional<std::string> peer_failure_;       // another pod failed first / leader lost
-  std::optional<std::uint32_t> first_failed_index_;  // leader: whose failure came first
-  bool reported_failure_ = false;
-  exitcodes::FailureClass own_class_ = exitcodes::FailureClass::kOk;  // of our own failure
+  std::optional<SupervisorResult> own_result_;  // set when our workers are all gone
   bool concluded_ = false;
-  // In-place restarts.
-  std::uint32_t generation_ = 0;   // the generation running, or being joined
-  std::uint64_t epoch_ = 0;        // bumped per generation: stale callbacks check it
-  bool restarting_ = false;        // this generation ends in a restart
-  bool awaiting_verdict_ = false;  // member: failed, workers gone, waiting for the leader
-  bool next_generation_posted_ = false;
-  bool leader_lost_ = false;       // member: the leader's connection is gone
-  bool gang_over_ = false;         // member: the leader stopped the gang for good
-  bool member_succeeded_ = false;  // leader: some pod's workers all finished
-  Clock::time_point failed_at_;    // when this generation's failure was first seen here
-  Clock::time_point round_started_;  // this rendezvous round began
+  // Generations.
+  std::uint32_t generation_ = 0;       // the generation running (for phase names)
+  std::uint32_t join_generation_ = 0;  // the generation this pod asks to join
+  std::uint64_t epoch_ = 0;            // bumped per generation: stale callbacks check it
+  bool failure_seen_ = false;          // this generation's first failure was seen
+  Clock::time_point failed_at_;        // ... then
+  Clock::time_point round_started_;    // this rendezvous round began
+  // The own-stall clock.
+  bool stall_watch_ = false;
+  Clock::time_point last_tick_;
+  // The GPU preflight, off the loop.
+  std::thread preflight_thread_;
+  std::shared_ptr<std::atomic<bool>> preflight_cancel_;
+  bool preflight_running_ = false;
   int exit_code_ = 0;
   // Metrics (metrics.h).
   bool in_rendezvous_ = false;

@@ -339,6 +339,11 @@ OutputPump::~OutputPump() {
 }
 
 void OutputPump::Start(boost::asio::any_io_executor executor, std::function<void()> on_close) {
+  // Redirected only (no console) and no tail: the worker's pipe goes straight
+  // into the file with splice(2), no copy through the agent.
+  struct stat st{};
+  splice_file_ = file_fd_ >= 0 && out_fd_ < 0 && tail_limit_ == 0 &&
+                 ::fstat(read_fd_, &st) == 0 && S_ISFIFO(st.st_mode);
   thread_ = std::thread([this, executor, on_close = std::move(on_close)]() mutable {
     Run();
     boost::asio::post(executor, std::move(on_close));
@@ -378,7 +383,31 @@ OutputPump::Wait OutputPump::WaitFor(int fd, short events, bool input, int timeo
   }
 }
 
+OutputPump::Read OutputPump::SpliceToFile() {
+  for (;;) {
+    // SPLICE_F_NONBLOCK: the pipe side only; the file side writes as write(2) does.
+    ssize_t n = ::splice(read_fd_, nullptr, file_fd_, nullptr, kSpliceBytes,
+                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) return Read::kData;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return Read::kNothing;
+    if (n == 0) {  // EOF
+      eof_ = true;
+      return Read::kEof;
+    }
+    // EINVAL (a file opened O_APPEND, a file system without splice): read
+    // and write from now on. ENOSPC, EIO, ...: the file stops here.
+    if (errno != EINVAL) {
+      ::close(file_fd_);
+      file_fd_ = -1;
+    }
+    splice_file_ = false;
+    return ReadSome();
+  }
+}
+
 OutputPump::Read OutputPump::ReadSome() {
+  if (splice_file_) return SpliceToFile();
   // With a tail, the read and the tail's update are one step under tail_mu_
   // (the read is non-blocking), so CaughtUp() never sees bytes that have left
   // the pipe but are not in the tail yet.

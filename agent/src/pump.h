@@ -155,8 +155,9 @@ class OutputPump {
   OutputPump& operator=(const OutputPump&) = delete;
 
   // Also writes every byte read, as read (no prefix), to `fd` (owned; a log
-  // file, worker_logs.h), before the console gets it. out_fd < 0: no console.
-  // Call before Start().
+  // file, worker_logs.h), before the console gets it. out_fd < 0: no console;
+  // then, without a tail, the pipe is spliced into the file (splice(2): no
+  // copy through the agent). Call before Start().
   void SetFile(int fd) { file_fd_ = fd; }
   // Starts the thread. Once the stream has reached EOF (every writer closed it)
   // and everything read has been written, or once Stop() made it give up,
@@ -182,6 +183,9 @@ class OutputPump {
   // One non-blocking read of the worker's pipe, fed to the prefixer (and the
   // tail); at EOF or a read error, finishes the stream (eof_).
   Read ReadSome();
+  // ReadSome() when the stream goes to the file alone (splice_file_): moves
+  // what the pipe holds into the file with splice(2); at EOF, ends the stream.
+  Read SpliceToFile();
   // Writes `data` to file_fd_ in full; on an error the file is closed and dropped.
   void WriteFile(std::string_view data);
   // Writes the output read so far (a batch) in this pump's turn. more_input:
@@ -205,6 +209,8 @@ class OutputPump {
   int read_fd_;
   int out_fd_;
   int file_fd_ = -1;  // SetFile()
+  bool splice_file_ = false;  // the pipe is spliced into file_fd_ (Start(), SpliceToFile())
+  static constexpr std::size_t kSpliceBytes = 1024 * 1024;  // at most, per splice(2)
   LinePrefixer lines_;
   std::size_t tail_limit_;
   int wake_fd_ = -1;      // eventfd, readable after Stop()

@@ -621,8 +621,9 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
           im.pumps.push_back(std::make_unique<OutputPump>(fd, out, spec.prefix, tail));
         }
         if (const std::string& file = is_err ? spec.stderr_file : spec.stdout_file; !file.empty()) {
+          // As torchrun opens it ("w"); O_APPEND would rule out splice(2).
           im.pumps.back()->SetFile(
-              ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+              ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
         }
         if (is_err) im.stderr_pumps.push_back(im.pumps.back().get());
       }

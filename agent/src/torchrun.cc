@@ -47,11 +47,35 @@ constexpr const char* kRunPathCode =
 
 }  // namespace
 
+Abbreviation AbbreviationOf(std::string_view prefix, const std::vector<std::string>& names) {
+  // A flag's spellings differ only in '-' against '_' ("--nproc-per-node",
+  // "--nproc_per_node"): one key for both.
+  auto flag = [](std::string_view name) {
+    std::string k(name);
+    std::replace(k.begin(), k.end(), '_', '-');
+    return k;
+  };
+  Abbreviation out;
+  if (!prefix.starts_with("--") || prefix.size() <= 2) return out;
+  std::vector<std::string> keys;
+  for (const auto& n : names) {
+    if (n == prefix) return {};  // exact: not an abbreviation
+    if (!n.starts_with(prefix)) continue;
+    std::string k = flag(n);
+    if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
+    keys.push_back(k);
+    out.candidates.push_back(n);
+  }
+  if (out.candidates.size() == 1) out.full = out.candidates.front();
+  return out;
+}
+
 SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
-                         const std::function<OptionKind(std::string_view)>& kind) {
+                         const std::function<OptionKind(std::string_view)>& kind,
+                         const std::vector<std::string>& abbreviable) {
   SplitArgs out;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    std::string a = args[i];
     if (a == "--") {
       out.dash_dash = true;
       out.trainer.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
@@ -69,6 +93,15 @@ SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
       out.launcher.push_back(a.substr(0, 2));
       out.launcher.push_back(a.substr(2));
       continue;
+    }
+    if (k == OptionKind::kUnknown && name.starts_with("--")) {
+      Abbreviation ab = AbbreviationOf(name, abbreviable);
+      if (ab.candidates.size() > 1) out.could_match = std::move(ab.candidates);
+      if (!ab.full.empty()) {
+        a = ab.full + a.substr(name.size());  // "--nproc=2" -> "--nproc-per-node=2"
+        name = NameOf(a);
+        k = kind(name);
+      }
     }
     if (k == OptionKind::kUnknown) {
       out.unknown = std::string(name);

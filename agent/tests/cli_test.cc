@@ -93,6 +93,12 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       // torchrun's command line: what trainlet cannot honour is refused by name.
       {"", "--epochs 3 train.py", "unknown option '--epochs'"},
       {"", "--nproc-per-nodes 2 train.py", "did you mean --nproc-per-node?"},
+      {"", "--n 2 train.py", "ambiguous option: --n could match --nnodes, --no-python, "
+                             "--node-rank, --nproc-per-node, --numa-binding"},
+      {"", "--rdzv_ x train.py", "ambiguous option: --rdzv_ could match --rdzv_backend, "
+                                 "--rdzv_conf, --rdzv_endpoint, --rdzv_id"},
+      {"", "--grace 3 -- true", "unknown option '--grace' (did you mean --grace-period?)"},
+      {"", "--nproc x train.py", "--nproc-per-node/TRAINLET_NPROC_PER_NODE='x'"},
       {"", "python3 train.py", "'python3' is not a Python script"},
       {"", "./run.sh", "--no-python"},
       {"", "--no-python -m pkg.mod", "cannot be used together"},
@@ -496,6 +502,14 @@ TEST(CliTest, TorchrunFlagsInBothSpellingsAndPetVariables) {
   r = Trainlet("TORCH_NCCL_ASYNC_ERROR_HANDLING=3 NCCL_ASYNC_ERROR_HANDLING=2", show);
   EXPECT_NE(r.out.find("[rank0]: default/"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("/1/3/2"), std::string::npos) << r.out;  // never replaced
+}
+
+// argparse's abbreviations of torchrun's flags, with torchrun's meaning.
+TEST(CliTest, AbbreviatedTorchrunFlags) {
+  Outcome r = Trainlet("", "--nproc 2 --max_rest 0 --ro=trainer --rdzv-i job7 --no-py sh -c "
+                           "'echo $ROLE_NAME/$TORCHELASTIC_RUN_ID/$WORLD_SIZE' --nproc");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: trainer/job7/2"), std::string::npos) << r.out;
 }
 
 // --standalone: a gang of one on free ports, whatever the environment says.

@@ -158,6 +158,59 @@ TEST_F(PumpTest, CopiesToAFileUntilEofThenPostsCloseAndKeepsTheTail) {
   EXPECT_EQ(FileText(), "[rank2]: first\n[rank2]: second line\n[rank2]: unfinished\n");
 }
 
+// A log file (SetFile) gets every byte as written, without prefix, by the
+// time the pump posts its close: redirected alone (spliced from the pipe, or
+// read and written where splice(2) is refused: O_APPEND), or beside the
+// console (teed).
+TEST_F(PumpTest, ALogFileHoldsEveryByteWhenThePumpCloses) {
+  std::string bytes;
+  for (int i = 0; i < 40000; ++i) bytes += "line " + std::to_string(i) + (i % 7 ? "\n" : "");
+  bytes += "no end";
+  const std::filesystem::path log = path_.string() + ".log";
+  for (int flags : {O_TRUNC, O_APPEND}) {
+    for (bool console : {false, true}) {
+      SCOPED_TRACE(std::string(flags == O_APPEND ? "O_APPEND" : "O_TRUNC") +
+                   (console ? ", console" : ", file only"));
+      if (worker_[0] < 0) {
+        ASSERT_EQ(::pipe2(worker_, O_CLOEXEC), 0);
+      }
+      int out = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | flags | O_CLOEXEC, 0600);
+      ASSERT_GE(file, 0);
+      asio::io_context io;
+      bool closed = false;
+      {
+        OutputPump pump(std::exchange(worker_[0], -1), console ? out : -1, "[r]: ");
+        pump.SetFile(file);
+        pump.Start(io.get_executor(), [&] { closed = true; });
+        // From another thread: more than the pipe holds, so the pump reads
+        // while the writer waits.
+        std::thread writer([&] {
+          for (std::size_t at = 0; at < bytes.size(); at += 1000) {
+            std::string_view piece = std::string_view(bytes).substr(at, 1000);
+            ASSERT_EQ(::write(worker_[1], piece.data(), piece.size()),
+                      static_cast<ssize_t>(piece.size()));
+          }
+          CloseWorker();
+        });
+        writer.join();
+        ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 5s));
+        std::ifstream f(log);
+        std::stringstream ss;
+        ss << f.rdbuf();
+        EXPECT_EQ(ss.str(), bytes);  // before the pump is gone: complete at its close
+      }
+      ::close(out);
+      if (console) {
+        const std::string text = FileText();
+        EXPECT_EQ(text.rfind("[r]: line 0line 1\n[r]: line 2\n", 0), 0u) << text.substr(0, 80);
+        EXPECT_NE(text.find("[r]: no end\n"), std::string::npos);
+      }
+    }
+  }
+  std::filesystem::remove(log);
+}
+
 // The container's output is a pipe whose reader stops reading: the pump waits
 // (so the worker feels the backpressure), writes whole lines only, and Stop()
 // ends the wait at once; the thread that owns it never blocks.

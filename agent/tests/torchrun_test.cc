@@ -44,21 +44,60 @@ TEST(SplitAtTrainer, UnknownOptionBeforeTheTrainerStopsTheScan) {
   EXPECT_EQ(t.trainer.size(), 3u);
 }
 
+// argparse's allow_abbrev: a unique prefix is the flag, both spellings of one
+// flag are one flag, several flags are listed, an exact name is no prefix.
+TEST(AbbreviationOf, UniquePrefixesAmbiguousOnesAndExactNames) {
+  const std::vector<std::string> names = {"--nnodes", "--nproc-per-node", "--nproc_per_node",
+                                          "--max-restarts", "--max_restarts", "--role",
+                                          "--role-x"};
+  EXPECT_EQ(AbbreviationOf("--nproc", names).full, "--nproc-per-node");
+  EXPECT_EQ(AbbreviationOf("--nproc_", names).full, "--nproc_per_node");
+  EXPECT_EQ(AbbreviationOf("--max_rest", names).full, "--max_restarts");
+  auto n = AbbreviationOf("--n", names);
+  EXPECT_EQ(n.full, "");
+  EXPECT_EQ(n.candidates, (std::vector<std::string>{"--nnodes", "--nproc-per-node"}));
+  EXPECT_TRUE(AbbreviationOf("--role", names).candidates.empty());  // exact, though --role-x
+  EXPECT_EQ(AbbreviationOf("--role-", names).full, "--role-x");
+  EXPECT_TRUE(AbbreviationOf("--epochs", names).candidates.empty());
+  EXPECT_TRUE(AbbreviationOf("--", names).candidates.empty());
+  EXPECT_TRUE(AbbreviationOf("-n", names).candidates.empty());  // long options only
+}
+
+TEST(SplitAtTrainer, AbbreviationsOfTorchrunFlagsAreWrittenOutInFull) {
+  const std::vector<std::string> names = {"--nnodes", "--nproc-per-node", "--tee", "--tee-x"};
+  auto kind = [](std::string_view name) {
+    return name == "--nproc-per-node" || name == "--tee-x" ? OptionKind::kValue : Kinds(name);
+  };
+  auto s = SplitAtTrainer({"--nproc", "2", "--nn=3", "--tee", "1", "train.py", "--nproc", "9"},
+                          kind, names);
+  EXPECT_EQ(s.launcher, (std::vector<std::string>{"--nproc-per-node", "2", "--nnodes=3",
+                                                  "--tee", "1"}));
+  EXPECT_EQ(s.trainer, (std::vector<std::string>{"train.py", "--nproc", "9"}));  // the trainer's
+  EXPECT_TRUE(s.unknown.empty());
+  auto a = SplitAtTrainer({"--n", "2", "train.py"}, kind, names);
+  EXPECT_EQ(a.unknown, "--n");
+  EXPECT_EQ(a.could_match, (std::vector<std::string>{"--nnodes", "--nproc-per-node"}));
+  // Without names (trainlet's own flags), a prefix is an unknown option.
+  auto o = SplitAtTrainer({"--nproc", "2", "train.py"}, kind);
+  EXPECT_EQ(o.unknown, "--nproc");
+  EXPECT_TRUE(o.could_match.empty());
+}
+
 TEST(TrainerArgv, TorchrunsFourWays) {
   TrainerMode m;
-  SplitArgs script{{}, {"train.py", "--epochs", "3"}, false, ""};
+  SplitArgs script{{}, {"train.py", "--epochs", "3"}, false, "", {}};
   EXPECT_EQ(*TrainerArgv(script, m),
             (std::vector<std::string>{"python3", "-u", "train.py", "--epochs", "3"}));
   m.module = true;
-  SplitArgs mod{{}, {"pkg.mod", "a"}, false, ""};
+  SplitArgs mod{{}, {"pkg.mod", "a"}, false, "", {}};
   EXPECT_EQ(*TrainerArgv(mod, m), (std::vector<std::string>{"python3", "-u", "-m", "pkg.mod", "a"}));
   m.module = false;
   m.no_python = true;
-  SplitArgs prog{{}, {"./run.sh", "a"}, false, ""};
+  SplitArgs prog{{}, {"./run.sh", "a"}, false, "", {}};
   EXPECT_EQ(*TrainerArgv(prog, m), (std::vector<std::string>{"./run.sh", "a"}));
   m.run_path = true;  // wins over --no-python, as in torchrun
   m.python = "/opt/py/bin/python";
-  auto rp = *TrainerArgv(SplitArgs{{}, {"/abs/t.py", "x"}, false, ""}, m);
+  auto rp = *TrainerArgv(SplitArgs{{}, {"/abs/t.py", "x"}, false, "", {}}, m);
   ASSERT_EQ(rp.size(), 6u);
   EXPECT_EQ(rp[0], "/opt/py/bin/python");
   EXPECT_EQ(rp[2], "-c");
@@ -69,14 +108,14 @@ TEST(TrainerArgv, TorchrunsFourWays) {
 
 TEST(TrainerArgv, DashDashRunsAsGivenAndBareProgramsAreRefused) {
   TrainerMode m;
-  EXPECT_EQ(*TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, true, ""}, m),
+  EXPECT_EQ(*TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, true, "", {}}, m),
             (std::vector<std::string>{"python3", "t.py"}));
-  auto bare = TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, false, ""}, m);
+  auto bare = TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, false, "", {}}, m);
   ASSERT_FALSE(bare.ok());
   EXPECT_NE(bare.status().message().find("not a Python script"), std::string::npos);
   EXPECT_NE(bare.status().message().find("--no-python"), std::string::npos);
   m.module = m.no_python = true;
-  auto both = TrainerArgv(SplitArgs{{}, {"x"}, false, ""}, m);
+  auto both = TrainerArgv(SplitArgs{{}, {"x"}, false, "", {}}, m);
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.status().message().find("cannot be used together"), std::string::npos);
   EXPECT_FALSE(TrainerArgv(SplitArgs{}, TrainerMode{}).ok());

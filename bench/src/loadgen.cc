@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
     else if (f == "--job-id") o.launch.job_id = v;
     else if (f == "--attempt") o.launch.attempt = Number(argv[i - 1], v, 0, 1 << 30);
     else if (f == "--first-index") o.first_index = Number(argv[i - 1], v, 1, 1 << 20);
-    else if (f == "--count") { o.count = Number(argv[i - 1], v, 1, 1 << 20); count_given = true; }
+    else if (f == "--count") { o.count = Number(argv[i - 1], v, 0, 1 << 20); count_given = true; }
     else if (f == "--report-after-ms") o.report_after_ms = Number(argv[i - 1], v, -1, 1 << 30);
     else if (f == "--retry-ms") o.retry_ms = Number(argv[i - 1], v, 1, 60'000);
     else if (f == "--timeout-s") o.timeout_s = Number(argv[i - 1], v, 1, 86'400);
@@ -353,6 +353,7 @@ int main(int argc, char** argv) {
     else Usage(("unknown flag " + f).c_str());
   }
   if (!count_given && o.launch.nnodes <= o.first_index) Usage("nothing to simulate");
+  if (count_given && o.count == 0 && o.idle == 0) Usage("--count 0 needs --idle");
   if (!count_given) o.count = o.launch.nnodes - o.first_index;
   if (o.first_index + o.count > o.launch.nnodes) Usage("first-index + count exceeds nnodes");
 

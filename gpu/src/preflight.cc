@@ -373,7 +373,8 @@ PreflightReport RunPreflight(const PreflightOptions& o) {
     if (pfds.empty()) break;
     sigset_t pending;
     sigpending(&pending);
-    if (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT)) {
+    if (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT) ||
+        (o.cancel != nullptr && o.cancel->load())) {
       return fail_all(Status(FailureClass::kTerminated, "stopped during the GPU preflight"));
     }
     if (Clock::now() >= deadline) {

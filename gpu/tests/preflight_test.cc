@@ -3,7 +3,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cerrno>
 #include <fstream>
+#include <thread>
 #include <sstream>
 
 namespace trainlet::gpu {
@@ -86,6 +91,25 @@ TEST_F(PreflightTest, InitThatNeverCompletesIsAbortedAtTheDeadline) {
   EXPECT_NE(r.status.message().find("NCCL init timed out"), std::string::npos);
   EXPECT_NE(Trace().find("ncclCommAbort"), std::string::npos);
   EXPECT_LT(took, std::chrono::seconds(5));
+}
+
+TEST_F(PreflightTest, CancelEndsAHungPreflightAtOnceAndReapsTheChildren) {
+  o_.env["FAKE_NCCL_MODE"] = "init_hang";
+  o_.timeout = std::chrono::milliseconds(60'000);
+  std::atomic<bool> cancel{false};
+  o_.cancel = &cancel;
+  std::thread canceller([&cancel] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel.store(true);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  PreflightReport r = RunPreflight(o_);
+  auto took = std::chrono::steady_clock::now() - t0;
+  canceller.join();
+  EXPECT_EQ(r.status.failure_class(), FailureClass::kTerminated) << r.status.message();
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // no child left: killed and reaped
+  EXPECT_EQ(errno, ECHILD);
 }
 
 TEST_F(PreflightTest, FailureClasses) {

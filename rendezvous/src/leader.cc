@@ -72,6 +72,7 @@ struct Leader::Impl {
   Done done;
   bool finished = false;
   std::size_t pending = 0;                                 // connections mid-handshake
+  std::map<std::string, std::size_t> pending_by_address;  // ... per peer address (eviction)
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
@@ -346,24 +347,12 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
     conn->socket.close(ec);
     return;
   }
-  if (im.pending >= im.options.max_pending_handshakes) {
-    // The oldest pending connection goes, not the new one: whatever holds the
-    // slots (idle sockets, reopened as soon as they are dropped) a member that
-    // sends its hello at once gets in.
-    auto oldest = std::find_if(im.all.begin(), im.all.end(),
-                               [](const auto& c) { return !c->index && !c->closed; });
-    if (oldest != im.all.end()) {
-      std::shared_ptr<Conn> victim = *oldest;
-      Warn(victim, "leader: dropping " + victim->peer + ": no valid hello yet, and " +
-                       std::to_string(im.pending) +
-                       " connections are mid-handshake (the oldest goes)");
-      Drop(victim);
-    }
-  }
+  if (im.pending >= im.options.max_pending_handshakes) EvictPending();
   conn->socket.set_option(tcp::no_delay(true), ec);
   conn->socket.non_blocking(true, ec);  // ReadFrom reads only what is there
   EnableDeadPeerDetection(conn->socket);
   ++im.pending;
+  ++im.pending_by_address[conn->address];
   im.all.push_back(conn);
   conn->timer.expires_after(im.options.handshake_timeout);
   conn->timer.async_wait([self = shared_from_this(), conn](boost::system::error_code ec) {
@@ -564,7 +553,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   conn->index = hello.index;
   conn->generation = hello.generation;
   conn->timer.cancel();
-  --im.pending;
+  NotPending(conn);
   im.members[hello.index] = conn;
   im.log->debug("leader: pod {} joined from {} ({}/{})", hello.index, conn->peer, admitted(),
                 im.options.nnodes);
@@ -594,9 +583,43 @@ void Leader::Drop(const std::shared_ptr<Conn>& conn) {
   if (conn->index) {
     auto it = im.members.find(*conn->index);
     if (it != im.members.end() && it->second == conn) im.members.erase(it);
-  } else if (im.pending > 0) {
-    --im.pending;
+  } else {
+    NotPending(conn);
   }
+}
+
+void Leader::NotPending(const std::shared_ptr<Conn>& conn) {
+  Impl& im = *impl_;
+  if (im.pending > 0) --im.pending;
+  auto it = im.pending_by_address.find(conn->address);
+  if (it != im.pending_by_address.end() && --it->second == 0) im.pending_by_address.erase(it);
+}
+
+void Leader::EvictPending() {
+  // The oldest pending connection of the address holding the most pending
+  // slots goes, not the new one: whatever holds the slots (idle sockets,
+  // reopened as soon as they are dropped), a member that sends its hello at
+  // once gets in, and one from an address of its own (every pod has its own
+  // IP) keeps its slot while it sends its hello, however fast a flood from
+  // other addresses reopens.
+  Impl& im = *impl_;
+  auto most = std::max_element(im.pending_by_address.begin(), im.pending_by_address.end(),
+                               [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (most == im.pending_by_address.end()) return;
+  const std::string& address = most->first;
+  auto oldest = std::find_if(im.all.begin(), im.all.end(), [&](const auto& c) {
+    return !c->index && !c->closed && c->address == address;
+  });
+  if (oldest == im.all.end()) {  // all of them refused, their Reject being written
+    oldest = std::find_if(im.all.begin(), im.all.end(),
+                          [](const auto& c) { return !c->index && !c->closed; });
+  }
+  if (oldest == im.all.end()) return;
+  std::shared_ptr<Conn> victim = *oldest;
+  Warn(victim, "leader: dropping " + victim->peer + ": no valid hello yet, and " +
+                   std::to_string(im.pending) + " connections are mid-handshake (" +
+                   std::to_string(most->second) + " from " + address + "; its oldest goes)");
+  Drop(victim);
 }
 
 void Leader::MaybeAssign() {

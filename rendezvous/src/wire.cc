@@ -143,7 +143,7 @@ void EncodePayload(Writer& w, const Heartbeat& m) {
 
 void EncodePayload(Writer& w, const Report& m) {
   w.U32(m.index);
-  w.U16(m.ok ? 1 : 0);
+  w.U16(static_cast<std::uint16_t>((m.ok ? 1 : 0) | (m.hang ? 2 : 0)));
   w.U16(m.failure_class);
   w.Str(m.reason);
 }
@@ -154,6 +154,7 @@ void EncodePayload(Writer& w, const Stop& m) {
   w.U16(m.diagnostics_signal);
   w.U16(m.restart ? 1 : 0);
   w.U32(m.next_generation);
+  w.U16(m.failure_class);
 }
 
 MessageType TypeOf(const Heartbeat&) { return MessageType::kHeartbeat; }
@@ -225,14 +226,16 @@ bool DecodePayload(Reader& r, Report* m) {
         r.Str(&m->reason, "reason"))) {
     return false;
   }
-  m->ok = ok != 0;
+  m->ok = (ok & 1) != 0;
+  m->hang = (ok & 2) != 0;
   return true;
 }
 
 bool DecodePayload(Reader& r, Stop* m) {
   std::uint16_t flags = 0;
   if (!(r.U32(&m->failed_index) && r.Str(&m->reason, "reason") &&
-        r.U16(&m->diagnostics_signal) && r.U16(&flags) && r.U32(&m->next_generation))) {
+        r.U16(&m->diagnostics_signal) && r.U16(&flags) && r.U32(&m->next_generation) &&
+        r.U16(&m->failure_class))) {
     return false;
   }
   m->restart = (flags & 1) != 0;

@@ -54,10 +54,13 @@ std::vector<Message> Samples() {
                     .step_rate_milli = 4500, .slowest_rank = 17},
           Report{.index = 3, .ok = false, .failure_class = 1, .reason = "rank 7 exited 42"},
           Report{.index = 2, .ok = true, .failure_class = 0, .reason = ""},
+          Report{.index = 4, .ok = false, .failure_class = 3, .reason = "hang: rank 9",
+                 .hang = true},
           Stop{.failed_index = 3, .reason = "pod 3 failed"},
           Stop{.failed_index = 1, .reason = "hang", .diagnostics_signal = 10},
           Stop{.failed_index = 2, .reason = "rank 5 exited 1", .restart = true,
                .next_generation = 4},
+          Stop{.failed_index = 5, .reason = "stopped by SIGTERM", .failure_class = 7},
           Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
           Proof{.proof = std::string("\0\xff\x10", 3)}};
 }

@@ -13,7 +13,9 @@ libcuda/libnccl/libnvml the unit tests build (build/gpu/libfake_*.so):
 import json
 import os
 import re
+import signal
 import subprocess
+import time
 import unittest
 
 from harness import BIN, PodsimTestCase
@@ -122,6 +124,31 @@ class GpuTest(PodsimTestCase):
                                           r"rank 1 \(local rank 0, GPU-00010203-[0-9a-f-]+\): "
                                           r"all-reduce returned")
             self.assertNotEqual(p0.wait(60), 0)
+
+    def test_hung_preflight_runs_off_the_loop(self):
+        # The preflight runs on its own thread: while NCCL init hangs, the agent still
+        # answers its health probes (the kubelet's livenessProbe would kill a pod whose
+        # endpoint hangs) and a SIGTERM ends the pod at once as terminated.
+        from test_gang_features import HEALTH_PORT, probe
+        with self.cluster(pods=1) as c:
+            c.publish_all()
+            argv = self.trainlet("--preflight", "--preflight-timeout", "60",
+                                 "--health-port", str(HEALTH_PORT), nnodes=1, nproc=1,
+                                 cmd=["true"])
+            p = c.start_pod(0, argv, env=self.gpu_env(FAKE_NCCL_MODE="init_hang"))
+            p.wait_for_output(r"rendezvous [0-9.]+ ms", 30, "stderr")
+            time.sleep(1.0)  # the preflight children are in their NCCL init
+            self.assertTrue(p.running(), p.tail())
+            t0 = time.monotonic()
+            self.assertEqual(probe(c, 0, "live"), 0, "no /livez answer during the preflight")
+            took = time.monotonic() - t0
+            p.signal(signal.SIGTERM)
+            t_term = time.monotonic()
+            self.assertExit(p, 10, 143)
+            print(f"\n    probe {took:.2f}s; exit 143 {time.monotonic() - t_term:.2f}s after "
+                  "SIGTERM", end=" ", flush=True)
+            self.assertLess(time.monotonic() - t_term, 5)
+            self.assertNothingLeft(c)
 
     def test_gpu_fault_at_start_is_hardware(self):
         with self.cluster(pods=1) as c:

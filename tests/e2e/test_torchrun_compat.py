@@ -171,6 +171,27 @@ class TorchrunCompatTest(unittest.TestCase):
         second = lambda logs: {k: v for k, v in logs.items() if k.startswith("attempt_1/")}
         self.assertEqual(second(t["logs"]), second(l["logs"]))
 
+    def test_abbreviated_flags(self):
+        # argparse's allow_abbrev: any unambiguous prefix of a long option is that option.
+        args = ["--nproc", "2", "--rdzv_i", "abbr", "--max_rest", "0", "--log_d", "@LOGS",
+                "--redir", "1", "--te", "2", "probe.py", "--nproc", "5"]
+        t, l = self.side_by_side("abbrev", args)
+        self.assertEqual((t["code"], l["code"]), (0, 0), t["out"] + l["out"])
+        self.assertSameWorkers(t, l)
+        self.assertEqual(l["workers"]["rank1.json"]["argv"][1:], ["--nproc", "5"])
+        self.assertEqual(l["workers"]["rank1.json"]["env"]["TORCHELASTIC_RUN_ID"], "abbr")
+        self.assertEqual(sorted(t["logs"]), sorted(l["logs"]))
+        self.assertEqual(t["logs"], l["logs"])
+        # An ambiguous one is refused by both, in argparse's words, naming the candidates
+        # (torch 1.13's underscore spellings; trainlet names torch 2.x's dash ones).
+        t, l = self.side_by_side("ambiguous", ["--n", "2", "--redirects", "1", "--tee", "2",
+                                               "probe.py"])
+        self.assertEqual((t["code"], l["code"]), (2, 78), t["out"] + l["out"])
+        self.assertIn("ambiguous option: --n could match --nnodes, --nproc_per_node", t["out"])
+        self.assertIn("ambiguous option: --n could match --nnodes, --no-python, --node-rank, "
+                      "--nproc-per-node", l["out"])
+        self.assertFalse(l["workers"], l["out"])
+
     def test_local_ranks_filter_torch2_only(self):
         # torch 2.2+: only local rank 1 on the console; files keep both (1.13 has no flag).
         r = self.run_one("trainlet", "filter", ["--nproc-per-node", "2", "--log-dir", "@LOGS",

@@ -1,12 +1,14 @@
 // trainlet/agent/gpu_setup.h — the agent's GPU steps, one call each from pod.cc.
 //
 //   leader, assignment round:  MakeNcclIdMaker() -> LeaderOptions::make_nccl_ids
-//   every pod, after the assignment, before the workers: PrepareGpuWorkers()
+//   every pod, after the assignment: [gpu::RunPreflight(PreflightOptionsFor())], then
+//   PrepareGpuWorkers(), before the workers
 //   after a worker failure, before classifying: GpuFaultEvidence()
 //
-// All run on the agent's event-loop thread. PrepareGpuWorkers blocks while the
-// preflight runs (bounded by --preflight-timeout); GpuFaultEvidence for the
-// NVML check (a few ms, bounded).
+// All run on the agent's event-loop thread, except gpu::RunPreflight itself,
+// which the pod runs on a thread of its own (it blocks up to
+// --preflight-timeout) with PreflightOptionsFor's options; GpuFaultEvidence
+// blocks for the NVML check (a few ms, bounded).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 
 #include "trainlet/agent/pod.h"
 #include "trainlet/exitcodes/status.h"
+#include "trainlet/gpu/preflight.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::agent {
@@ -36,13 +39,20 @@ std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t,
                                                                  const std::string&)>
 MakeNcclIdMaker(const PodOptions& options);
 
+// The options of this pod's GPU preflight (gpu::RunPreflight) for an
+// assignment: its half of the NCCL ids, GPUs, timeout, the pod's name. Pure.
+gpu::PreflightOptions PreflightOptionsFor(const PodOptions& options,
+                                          const rendezvous::wire::Assignment& assignment);
+
 // What the workers get beyond torchrun's environment, after the optional
-// preflight: the trainer's NCCL ids (gpu::WorkerNcclEnv), and, when the user
-// set none, NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME for the interface that
+// preflight (`preflight`: its report, or nullptr when none ran; it took
+// `preflight_ms`): the trainer's NCCL ids (gpu::WorkerNcclEnv), and, when the
+// user set none, NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME for the interface that
 // routes to the leader (gpu::SocketIfnameEnv). Errors: the preflight's
-// (hardware, infra, terminated), naming pod, rank and GPU.
+// (hardware, infra, terminated), naming pod, rank and GPU. Does not block.
 [[nodiscard]] exitcodes::Result<std::map<std::string, std::string>> PrepareGpuWorkers(
-    const PodOptions& options, const rendezvous::wire::Assignment& assignment);
+    const PodOptions& options, const rendezvous::wire::Assignment& assignment,
+    const gpu::PreflightReport* preflight, double preflight_ms = 0);
 
 // NVML's hardware evidence (gpu::HardwareEvidence), or nullopt when the GPUs
 // look healthy, NVML is missing, or gpu.health is off.

@@ -33,15 +33,39 @@ struct SplitArgs {
   std::vector<std::string> trainer;   // the first positional and everything after it
   bool dash_dash = false;             // the trainer came after "--"
   std::string unknown;                // the first unknown option before the trainer, if any
+  // When `unknown` is an ambiguous abbreviation: the flags it could be
+  // (AbbreviationOf), as argparse lists them. Empty otherwise.
+  std::vector<std::string> could_match;
 };
+
+// argparse's abbreviations (allow_abbrev, on by default, which torchrun keeps):
+// a long option written as an unambiguous prefix of one, "--nproc" for
+// "--nproc-per-node", "--max_rest" for "--max_restarts". `names` are the long
+// options that take abbreviations, every spelling of each ("--nproc-per-node",
+// "--nproc_per_node"). The flags `prefix` could be: each flag once, however
+// many of its spellings match (argparse, which counts spellings, calls
+// "--nproc" ambiguous between the two of torch 2.x), by its first spelling in
+// `names`, in their order; `full` is the matching spelling when there is
+// exactly one flag, else "". Only for "--" options; a prefix that is itself
+// one of `names` is no abbreviation (exact names are the caller's to match
+// first: an abbreviation never changes what an exact flag means).
+struct Abbreviation {
+  std::string full;
+  std::vector<std::string> candidates;
+};
+Abbreviation AbbreviationOf(std::string_view prefix, const std::vector<std::string>& names);
 
 // Splits `args` (argv without argv[0]). `kind` tells, for an option's name as
 // written ("--nnodes", "-r"; without "=value"), whether it is a flag, takes a
 // value (the next argument, or "=value", or for a one-letter option the rest of
 // the argument: "-r3"), or is unknown. Scanning stops at an unknown option
-// (SplitArgs::unknown) or at the trainer.
+// (SplitArgs::unknown) or at the trainer. An unknown "--" option that
+// abbreviates exactly one of `abbreviable` (AbbreviationOf) is written out in
+// full in SplitArgs::launcher; one that could be several stops the scan
+// (SplitArgs::unknown and could_match).
 SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
-                         const std::function<OptionKind(std::string_view)>& kind);
+                         const std::function<OptionKind(std::string_view)>& kind,
+                         const std::vector<std::string>& abbreviable = {});
 
 // How the first positional runs (torchrun's -m, --no-python, --run-path).
 struct TrainerMode {

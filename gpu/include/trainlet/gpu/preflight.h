@@ -21,11 +21,12 @@
 // No GPU: "no GPU: preflight skipped" (ok) unless --require-gpus, which makes it
 // hardware (74): on Kubernetes a pod that asked for GPUs and has none sits on a
 // node whose driver or device plugin is broken; another node may do.
-// RunPreflight is called from the agent's thread; it blocks (at most the
-// timeout plus a few seconds) and returns early on a pending SIGTERM/SIGINT,
-// which it leaves pending for the agent's event loop.
+// RunPreflight blocks (at most the timeout plus a few seconds) and returns
+// early on a pending SIGTERM/SIGINT, which it leaves pending, or when
+// `cancel` is set; the agent runs it on a thread of its own, off the event loop.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -49,6 +50,9 @@ struct PreflightOptions {
   bool require_gpus = false;
   std::size_t bytes = 64 << 20;         // all-reduce size, bytes
   std::string pod;                      // pod name, for messages
+  // Set (by another thread) to end the preflight early: the children are
+  // killed and the status is terminated. Checked every 100 ms. Not owned.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // One child's outcome (its JSON line).

@@ -40,9 +40,11 @@ struct LeaderOptions {
   // A connection that has not sent a valid hello within this time is dropped.
   std::chrono::milliseconds handshake_timeout = tunables::kHandshakeTimeout;
   // Connections allowed to be mid-handshake at once. A new connection beyond it
-  // evicts the oldest pending one, so connections that send nothing (however
-  // many, however often reopened) cannot keep a member out: a member's hello
-  // follows its connect within a round trip.
+  // evicts the oldest pending one of the peer address holding the most pending
+  // slots, so connections that send nothing (however many, however often
+  // reopened) cannot keep a member out: a member's hello follows its connect
+  // within a round trip, and a member from an address of its own keeps its slot
+  // until every address holds at most one.
   std::size_t max_pending_handshakes = tunables::kMaxPendingHandshakes;
   // The highest generation a member may ask for (--max-restarts: no real pod
   // ever runs a later one). A hello asking more is refused (field
@@ -165,6 +167,8 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject);
   void Drop(const std::shared_ptr<Conn>& conn);
+  void NotPending(const std::shared_ptr<Conn>& conn);  // it left the handshake (admitted or closed)
+  void EvictPending();  // all pending slots taken: make room (see leader.cc)
   void MaybeAssign();
   void Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
             std::function<void()> then = {});

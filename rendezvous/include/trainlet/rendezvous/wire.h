@@ -123,6 +123,9 @@ struct Report {
   bool ok = false;             // true: every worker finished; false: a failure
   std::uint16_t failure_class = 0;  // exitcodes::FailureClass of the failure
   std::string reason;          // one line
+  // The failure is a hang found on that pod (the leader asks every pod for
+  // stack dumps first). Encoded as bit 1 of the `ok` flag word.
+  bool hang = false;
   bool operator==(const Report&) const = default;
 };
 
@@ -137,6 +140,10 @@ struct Stop {
   // False: the gang is over; every agent exits.
   bool restart = false;
   std::uint32_t next_generation = 0;
+  // exitcodes::FailureClass of that pod's failure (kTerminated: a stop signal,
+  // so a pod being stopped too is preempted, not collateral). Never parsed
+  // from `reason`.
+  std::uint16_t failure_class = 0;
   bool operator==(const Stop&) const = default;
 };
 

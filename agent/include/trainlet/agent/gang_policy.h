@@ -1,0 +1,210 @@
+// trainlet/agent/gang_policy.h — what the gang decides, as a pure state machine:
+// (state, event) -> actions. No sockets, no clocks, no processes: Pod (pod.cc)
+// turns the control channel, the supervisor, signals and timers into events,
+// and carries out the actions. Not thread-safe; owned by the one event loop.
+//
+// The rules (README, "Gang"):
+//  - The leader decides, alone, which failure of a generation came first (its
+//    own pod's, a member's report, a member lost) and tells every member in one
+//    Stop: restart in place (--max-restarts), or stop for good.
+//  - The culprit (the pod named first) exits with its own class; every other
+//    pod exits peer_failed, even one whose own worker failed later: exactly one
+//    counted exit per gang failure. A member whose own worker failed therefore
+//    waits (bounded) for the leader's verdict before it concludes.
+//  - A pod whose own event loop stalled past the heartbeat timeout (SIGSTOP, a
+//    frozen node) is the culprit of what its peers saw (class infra): it stops
+//    its workers and never blames a healthy peer for the silence.
+//  - A stop signal (SIGTERM, SIGINT) received before the pod knew of any
+//    failure ends it as terminated (143), whatever its workers do afterwards.
+//    After a stop signal the pod never restarts, also when the signal arrives
+//    while its workers stop for a restart.
+//  - A restart happens only for worker, infra, oom and peer_failed, while
+//    generation < max_restarts, and never once some pod's workers all succeeded.
+//  - Each generation's state is one value (Generation); a restart replaces it
+//    whole. Events the wiring delivers for an old generation must be dropped by
+//    the wiring (it knows which objects belong to which generation).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "trainlet/exitcodes/status.h"
+#include "trainlet/rendezvous/wire.h"
+
+namespace trainlet::agent {
+
+namespace gang {
+using exitcodes::FailureClass;
+
+struct Assigned {  // the gang formed; this pod's workers have been started
+  std::uint32_t generation = 0;
+};
+struct AgentFailed {  // before the workers ran: rendezvous, preflight, spawn
+  exitcodes::Status status;
+};
+struct Report {  // leader: a member's report arrived
+  std::uint32_t index = 0;
+  rendezvous::wire::Report report;
+};
+struct Lost {  // leader: member `index` was lost; member: the leader was lost
+  std::uint32_t index = 0;
+  std::string why{};
+};
+struct Stop {  // member: the leader's Stop arrived
+  rendezvous::wire::Stop stop;
+};
+struct LocalFailure {  // this pod's worker failed first, or a hang was found here
+  FailureClass failure_class = FailureClass::kWorker;
+  std::string reason{};
+  bool hang = false;
+};
+struct WorkersDone {  // every worker of this pod has exited (and was reaped)
+  bool success = false;  // all exited 0 and nobody stopped them
+};
+struct StopSignal {  // SIGTERM / SIGINT to this pod
+  int signo = 15;
+};
+struct OwnStall {  // this pod's own event loop did not run for longer than the heartbeat timeout
+  std::string why{};
+};
+struct ReportSent {};  // member: the success report was written to the leader
+enum class TimerKind { kVerdict };  // member: the leader's verdict did not come in time
+struct Timer {
+  TimerKind kind = TimerKind::kVerdict;
+};
+}  // namespace gang
+
+using GangEvent =
+    std::variant<gang::Assigned, gang::AgentFailed, gang::Report, gang::Lost, gang::Stop,
+                 gang::LocalFailure, gang::WorkersDone, gang::StopSignal, gang::OwnStall,
+                 gang::ReportSent, gang::Timer>;
+
+// How the pod ends; the wiring turns it into exitcodes::Evidence.
+struct Conclusion {
+  enum class Kind {
+    kOk,          // every worker of the gang finished
+    kOwn,         // this pod's own worker failure (or hang): classify its evidence
+    kPeerFailed,  // another pod failed first, or the leader was lost
+    kTerminated,  // a stop signal came first
+    kStall,       // this pod's own loop stalled: infra, the culprit
+    kAgent,       // `status`: trainlet's own failure before the workers ran
+  };
+  Kind kind = Kind::kOk;
+  exitcodes::FailureClass failure_class = exitcodes::FailureClass::kOk;  // as the policy knows it
+  std::string reason{};     // the peer failure, the stall, the agent failure
+  int stop_signal = 0;      // kTerminated
+  bool operator==(const Conclusion&) const = default;
+};
+
+struct GangActions {
+  std::optional<rendezvous::wire::Stop> broadcast;  // leader: send to every member
+  std::optional<rendezvous::wire::Report> report;   // member: send to the leader
+  // Stop this pod's workers (idempotent); the value is a signal to send them
+  // first (a hang somewhere: stack dumps), 0 for none.
+  std::optional<int> stop_workers;
+  bool arm_verdict_timer = false;  // member: bound the wait for the leader's Stop
+  bool restart = false;            // join the rendezvous again for the next generation
+  std::optional<Conclusion> conclude;  // exit now
+  std::string log{};               // one line worth logging, or ""
+  bool log_info = false;           // ... at info (expected progress), not as a warning
+  bool operator==(const GangActions&) const = default;
+};
+
+struct GangConfig {
+  std::uint32_t index = 0;   // this pod's completion index (0: the leader)
+  std::uint32_t nnodes = 1;
+  std::uint32_t max_restarts = 0;
+  int hang_signal = 10;  // diagnostics signal the Stop asks for after a hang
+};
+
+// True for the classes an in-place restart may follow.
+bool RestartableClass(exitcodes::FailureClass c);
+
+// One generation's state: a restart replaces it whole (`gen_ = {}`).
+struct Generation {
+  bool running = false;                  // workers started
+  bool done = false;                     // every worker exited
+  bool success = false;                  // ... all with success
+  bool restarting = false;               // this generation ends in a restart
+  std::optional<gang::LocalFailure> own; // this pod's own failure (first, not collateral)
+  bool own_stall = false;
+  std::optional<std::string> peer;       // another pod failed first / the leader is lost
+  bool peer_terminated = false;          // ... because it got a stop signal
+  bool terminated_first = false;         // a stop signal came before any failure was known
+  // Leader.
+  std::optional<std::uint32_t> first;    // the pod whose failure was decided first
+  std::set<std::uint32_t> settled;       // members that reported or were lost
+  bool member_succeeded = false;
+  // Member.
+  bool verdict = false;                  // the leader's final Stop arrived
+  bool leader_lost = false;
+  bool report_pending = false;           // success report being written
+};
+
+// What both roles share: the state that survives restarts, and the helpers.
+class GangPolicyBase {
+ public:
+  explicit GangPolicyBase(GangConfig config) : config_(config) {}
+  bool concluded() const { return concluded_; }
+  std::uint32_t generation() const { return generation_; }
+  std::optional<int> stop_signal() const { return stop_signal_; }
+  const Generation& gen() const { return gen_; }
+
+ protected:
+  bool CanRestart(exitcodes::FailureClass c) const;
+  GangActions Conclude(GangActions a, Conclusion c);
+  GangActions ConcludeNow(GangActions a = {});  // from the generation's state
+  GangActions Restart(GangActions a = {});
+  GangActions OnCommon(const GangEvent& e, bool* handled);
+
+  GangConfig config_;
+  std::uint32_t generation_ = 0;
+  std::optional<int> stop_signal_;  // first stop signal: no restart after it
+  bool concluded_ = false;
+  bool restarted_ = false;  // joining again after a restart
+  Generation gen_;
+};
+
+class LeaderPolicy : public GangPolicyBase {
+ public:
+  using GangPolicyBase::GangPolicyBase;
+  GangActions On(const GangEvent& e);
+
+ private:
+  GangActions PodFailed(std::uint32_t index, exitcodes::FailureClass c, const std::string& reason,
+                        bool hang);
+  GangActions MaybeConclude(GangActions a = {});
+  bool GangSucceeded() const;
+  bool AllSettled() const { return gen_.settled.size() + 1 >= config_.nnodes; }
+};
+
+class MemberPolicy : public GangPolicyBase {
+ public:
+  using GangPolicyBase::GangPolicyBase;
+  GangActions On(const GangEvent& e);
+
+ private:
+  GangActions OnStop(const rendezvous::wire::Stop& s);
+  GangActions OnLost(const gang::Lost& l);
+  GangActions OnWorkersDone(const gang::WorkersDone& d);
+  GangActions OwnFailure(gang::LocalFailure f);
+  GangActions AfterOwnFailureDone();
+};
+
+// The pod's policy: the leader's role for index 0, the member's otherwise.
+class GangPolicy {
+ public:
+  explicit GangPolicy(GangConfig config);
+  GangActions On(const GangEvent& e);
+  const GangPolicyBase& role() const;
+  bool is_leader() const { return std::holds_alternative<LeaderPolicy>(role_); }
+
+ private:
+  std::variant<LeaderPolicy, MemberPolicy> role_;
+};
+
+}  // namespace trainlet::agent

@@ -1,0 +1,446 @@
+// One test per rule of GangPolicy (gang_policy.h), for the leader's and the
+// member's roles.
+#include "trainlet/agent/gang_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+namespace trainlet::agent {
+namespace {
+
+using exitcodes::FailureClass;
+using Kind = Conclusion::Kind;
+namespace wire = rendezvous::wire;
+
+constexpr int kHang = SIGUSR1;
+
+GangPolicy Make(std::uint32_t index, std::uint32_t nnodes = 3, std::uint32_t max_restarts = 0) {
+  GangPolicy p({.index = index, .nnodes = nnodes, .max_restarts = max_restarts,
+                .hang_signal = kHang});
+  p.On(gang::Assigned{0});
+  return p;
+}
+
+gang::Report Failed(std::uint32_t index, FailureClass c, std::string reason = "rank failed",
+                    bool hang = false) {
+  return {index, wire::Report{.index = index,
+                              .ok = false,
+                              .failure_class = static_cast<std::uint16_t>(c),
+                              .reason = std::move(reason),
+                              .hang = hang}};
+}
+gang::Report Ok(std::uint32_t index) {
+  return {index, wire::Report{.index = index, .ok = true, .reason = ""}};
+}
+
+wire::Stop FinalStop(std::uint32_t failed, FailureClass c = FailureClass::kWorker,
+                     std::uint16_t diag = 0) {
+  return {.failed_index = failed,
+          .reason = "pod " + std::to_string(failed) + ": rank failed",
+          .diagnostics_signal = diag,
+          .failure_class = static_cast<std::uint16_t>(c)};
+}
+wire::Stop RestartStop(std::uint32_t failed, std::uint32_t next = 1) {
+  wire::Stop s = FinalStop(failed);
+  s.restart = true;
+  s.next_generation = next;
+  return s;
+}
+
+gang::LocalFailure Worker(FailureClass c = FailureClass::kWorker) {
+  return {c, "local rank 0 (rank 0) failed: exited 3", false};
+}
+
+Kind KindOf(const GangActions& a) { return a.conclude ? a.conclude->kind : Kind::kOk; }
+
+// ---- The leader ----
+
+TEST(LeaderPolicyTest, MemberFailureStopsEveryPodAndTheLeaderIsCollateral) {
+  GangPolicy p = Make(0);
+  GangActions a = p.On(Failed(2, FailureClass::kWorker));
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_EQ(a.broadcast->failed_index, 2u);
+  EXPECT_FALSE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kWorker));
+  EXPECT_EQ(a.stop_workers, 0);
+  EXPECT_FALSE(a.conclude);
+  a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kPeerFailed);
+  EXPECT_NE(a.conclude->reason.find("pod 2 failed first"), std::string::npos);
+}
+
+TEST(LeaderPolicyTest, OwnWorkerFailureIsTheLeadersOwn) {
+  GangPolicy p = Make(0);
+  GangActions a = p.On(Worker(FailureClass::kBug));
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_EQ(a.broadcast->failed_index, 0u);
+  EXPECT_FALSE(a.broadcast->restart);
+  a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kOwn);
+  EXPECT_EQ(a.conclude->failure_class, FailureClass::kBug);
+}
+
+TEST(LeaderPolicyTest, FirstFailureWinsLaterReportsAndLossesChangeNothing) {
+  GangPolicy p = Make(0, 4);
+  EXPECT_TRUE(p.On(Failed(1, FailureClass::kWorker)).broadcast);
+  EXPECT_EQ(p.On(Failed(2, FailureClass::kBug)), GangActions{});
+  EXPECT_EQ(p.On(gang::Lost{3, "closed"}), GangActions{});
+  EXPECT_EQ(p.On(Worker()), GangActions{});  // own worker, after: collateral
+  GangActions a = p.On(gang::WorkersDone{false});
+  EXPECT_EQ(KindOf(a), Kind::kPeerFailed);
+}
+
+TEST(LeaderPolicyTest, RestartableFailureRestartsInPlaceAndResetsTheGeneration) {
+  GangPolicy p = Make(0, 3, 2);
+  GangActions a = p.On(Failed(1, FailureClass::kWorker));
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_TRUE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->next_generation, 1u);
+  EXPECT_EQ(a.stop_workers, 0);
+  a = p.On(gang::WorkersDone{false});
+  EXPECT_TRUE(a.restart);
+  EXPECT_FALSE(a.conclude);
+  EXPECT_FALSE(p.role().gen().first);
+  EXPECT_FALSE(p.role().gen().running);
+  p.On(gang::Assigned{1});
+  EXPECT_EQ(p.role().generation(), 1u);
+  // Generation 1 restarts once more, generation 2 no longer.
+  EXPECT_TRUE(p.On(Failed(2, FailureClass::kOom)).broadcast->restart);
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+  p.On(gang::Assigned{2});
+  a = p.On(Failed(2, FailureClass::kWorker));
+  EXPECT_FALSE(a.broadcast->restart);
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kPeerFailed);
+}
+
+TEST(LeaderPolicyTest, NoRestartForBugConfigHardwareOrTerminated) {
+  for (FailureClass c : {FailureClass::kBug, FailureClass::kConfig, FailureClass::kHardware,
+                         FailureClass::kTerminated}) {
+    GangPolicy p = Make(0, 3, 5);
+    GangActions a = p.On(Failed(1, c));
+    ASSERT_TRUE(a.broadcast);
+    EXPECT_FALSE(a.broadcast->restart) << exitcodes::ClassName(c);
+    EXPECT_FALSE(p.On(gang::WorkersDone{false}).restart);
+  }
+}
+
+TEST(LeaderPolicyTest, SigtermBeforeAnyFailureIsTerminatedAndTellsTheGang) {
+  GangPolicy p = Make(0, 3, 2);
+  GangActions a = p.On(gang::StopSignal{SIGTERM});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_FALSE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kTerminated));
+  EXPECT_NE(a.broadcast->reason.find("stopped by SIGTERM"), std::string::npos);
+  // A member failing afterwards changes nothing.
+  EXPECT_EQ(p.On(Failed(1, FailureClass::kWorker)), GangActions{});
+  a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kTerminated);
+  EXPECT_EQ(a.conclude->stop_signal, SIGTERM);
+}
+
+TEST(LeaderPolicyTest, SigtermWhileStoppingForARestartEndsThePod) {
+  GangPolicy p = Make(0, 3, 2);
+  EXPECT_TRUE(p.On(Failed(1, FailureClass::kWorker)).broadcast->restart);
+  EXPECT_EQ(p.On(gang::StopSignal{SIGTERM}), GangActions{});
+  GangActions a = p.On(gang::WorkersDone{false});
+  EXPECT_FALSE(a.restart);
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kTerminated);
+}
+
+TEST(LeaderPolicyTest, SigtermWhileJoiningTheNextGeneration) {
+  GangPolicy p = Make(0, 3, 2);
+  p.On(Failed(1, FailureClass::kWorker));
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+  GangActions a = p.On(gang::StopSignal{SIGTERM});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kTerminated);
+  EXPECT_NE(a.conclude->reason.find("while the gang restarted"), std::string::npos);
+}
+
+TEST(LeaderPolicyTest, SigtermAfterOwnSuccessTellsTheMembersStillRunning) {
+  GangPolicy p = Make(0, 3, 2);
+  p.On(gang::WorkersDone{true});  // own success: waits for the members
+  GangActions a = p.On(gang::StopSignal{SIGTERM});
+  EXPECT_EQ(KindOf(a), Kind::kTerminated);
+  // The members still running are told (no restart), so none waits for a verdict.
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_FALSE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kTerminated));
+}
+
+TEST(LeaderPolicyTest, SuccessWaitsForEveryMember) {
+  GangPolicy p = Make(0, 3);
+  GangActions a = p.On(gang::WorkersDone{true});
+  EXPECT_FALSE(a.conclude);
+  EXPECT_NE(a.log.find("waiting for the other pods"), std::string::npos);
+  EXPECT_FALSE(p.On(Ok(1)).conclude);
+  a = p.On(Ok(2));
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kOk);
+}
+
+TEST(LeaderPolicyTest, MemberFailureAfterTheLeaderFinishedFailsTheLeaderToo) {
+  GangPolicy p = Make(0, 3, 2);
+  p.On(gang::WorkersDone{true});
+  GangActions a = p.On(Failed(2, FailureClass::kWorker));
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_FALSE(a.broadcast->restart);  // some pod succeeded: never a restart
+  EXPECT_EQ(KindOf(a), Kind::kPeerFailed);
+}
+
+TEST(LeaderPolicyTest, StopAfterTheGangSucceededIsNoFailure) {
+  GangPolicy p = Make(0, 3);
+  p.On(Ok(1));
+  GangActions a = p.On(Failed(2, FailureClass::kTerminated, "stopped by SIGTERM"));
+  EXPECT_FALSE(a.broadcast);
+  a = p.On(gang::WorkersDone{true});
+  EXPECT_EQ(KindOf(a), Kind::kOk);
+}
+
+TEST(LeaderPolicyTest, LostMemberIsInfraAndRestartsWhenAllowed) {
+  GangPolicy p = Make(0, 3);
+  GangActions a = p.On(gang::Lost{1, "no heartbeat for 3000 ms"});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kInfra));
+  EXPECT_NE(a.broadcast->reason.find("pod 1 was lost"), std::string::npos);
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kPeerFailed);
+
+  GangPolicy r = Make(0, 3, 1);
+  EXPECT_TRUE(r.On(gang::Lost{2, "closed"}).broadcast->restart);
+}
+
+TEST(LeaderPolicyTest, LossAfterTheMembersReportIsIgnored) {
+  GangPolicy p = Make(0, 3);
+  p.On(Ok(1));
+  EXPECT_EQ(p.On(gang::Lost{1, "closed"}), GangActions{});
+}
+
+TEST(LeaderPolicyTest, OwnStallMakesTheLeaderTheCulprit) {
+  GangPolicy p = Make(0, 3);
+  GangActions a = p.On(gang::OwnStall{"event loop stalled for 7.0 s"});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_EQ(a.broadcast->failed_index, 0u);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kInfra));
+  EXPECT_EQ(a.stop_workers, 0);
+  // The members it could not hear while frozen are not blamed.
+  EXPECT_EQ(p.On(gang::Lost{1, "no heartbeat"}), GangActions{});
+  EXPECT_EQ(p.On(gang::Lost{2, "closed"}), GangActions{});
+  a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kStall);
+  EXPECT_EQ(a.conclude->failure_class, FailureClass::kInfra);
+}
+
+TEST(LeaderPolicyTest, StallAfterAFailureWasDecidedChangesNothing) {
+  GangPolicy p = Make(0, 3);
+  p.On(Failed(1, FailureClass::kWorker));
+  EXPECT_EQ(p.On(gang::OwnStall{"stalled"}), GangActions{});
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kPeerFailed);
+}
+
+TEST(LeaderPolicyTest, HangAsksEveryPodForStackDumps) {
+  GangPolicy p = Make(0, 3);
+  GangActions a = p.On(gang::LocalFailure{FailureClass::kInfra, "hang: local rank 0", true});
+  EXPECT_EQ(a.broadcast->diagnostics_signal, kHang);
+  EXPECT_EQ(a.stop_workers, kHang);
+  // A member's hang comes as a field of its report, not as words in the reason.
+  GangPolicy q = Make(0, 3);
+  a = q.On(Failed(2, FailureClass::kInfra, "no progress", /*hang=*/true));
+  EXPECT_EQ(a.broadcast->diagnostics_signal, kHang);
+  EXPECT_EQ(a.stop_workers, kHang);
+  GangPolicy r = Make(0, 3);
+  a = r.On(Failed(2, FailureClass::kInfra, "hang: words only"));
+  EXPECT_EQ(a.broadcast->diagnostics_signal, 0);
+}
+
+TEST(LeaderPolicyTest, AgentFailureConcludesWithItsStatus) {
+  GangPolicy p({.index = 0, .nnodes = 2});
+  GangActions a = p.On(gang::AgentFailed{exitcodes::Status::Infra("rendezvous timed out")});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kAgent);
+  EXPECT_EQ(a.conclude->failure_class, FailureClass::kInfra);
+  EXPECT_EQ(p.On(gang::WorkersDone{true}), GangActions{});  // concluded: nothing more
+}
+
+// ---- A member ----
+
+TEST(MemberPolicyTest, OwnFailureIsReportedAndWaitsForTheVerdict) {
+  GangPolicy p = Make(2);
+  GangActions a = p.On(Worker());
+  ASSERT_TRUE(a.report);
+  EXPECT_FALSE(a.report->ok);
+  EXPECT_EQ(a.report->failure_class, static_cast<std::uint16_t>(FailureClass::kWorker));
+  a = p.On(gang::WorkersDone{false});
+  EXPECT_TRUE(a.arm_verdict_timer);
+  EXPECT_FALSE(a.conclude);
+  a = p.On(gang::Stop{FinalStop(2)});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kOwn);
+}
+
+TEST(MemberPolicyTest, OwnFailureNotFirstIsCollateral) {
+  // Exactly one counted exit: the leader named another pod first.
+  GangPolicy p = Make(2);
+  p.On(Worker(FailureClass::kBug));
+  p.On(gang::WorkersDone{false});
+  GangActions a = p.On(gang::Stop{FinalStop(1)});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kPeerFailed);
+}
+
+TEST(MemberPolicyTest, VerdictTimerConcludesWithTheOwnFailure) {
+  GangPolicy p = Make(2);
+  p.On(Worker());
+  p.On(gang::WorkersDone{false});
+  EXPECT_EQ(KindOf(p.On(gang::Timer{})), Kind::kOwn);
+}
+
+TEST(MemberPolicyTest, PeerStopStopsTheWorkersWithTheDiagnosticsSignal) {
+  GangPolicy p = Make(1);
+  GangActions a = p.On(gang::Stop{FinalStop(2, FailureClass::kInfra, kHang)});
+  EXPECT_EQ(a.stop_workers, kHang);
+  a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kPeerFailed);
+  EXPECT_NE(a.conclude->reason.find("pod 2 failed first"), std::string::npos);
+}
+
+TEST(MemberPolicyTest, PreemptedGangEveryPodThatGotSigtermIsTerminated) {
+  GangPolicy p = Make(1);
+  p.On(gang::Stop{FinalStop(2, FailureClass::kTerminated)});
+  p.On(gang::StopSignal{SIGTERM});
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kTerminated);
+  // Without its own SIGTERM it is collateral.
+  GangPolicy q = Make(1);
+  q.On(gang::Stop{FinalStop(2, FailureClass::kTerminated)});
+  EXPECT_EQ(KindOf(q.On(gang::WorkersDone{false})), Kind::kPeerFailed);
+}
+
+TEST(MemberPolicyTest, RestartStopStopsTheWorkersThenRejoins) {
+  GangPolicy p = Make(1, 3, 1);
+  GangActions a = p.On(gang::Stop{RestartStop(2)});
+  EXPECT_EQ(a.stop_workers, 0);
+  a = p.On(gang::WorkersDone{false});
+  EXPECT_TRUE(a.restart);
+  EXPECT_FALSE(p.role().gen().restarting);  // a fresh generation
+}
+
+TEST(MemberPolicyTest, LostLeaderWithoutRestartsIsPeerFailed) {
+  GangPolicy p = Make(1);
+  GangActions a = p.On(gang::Lost{0, "no heartbeat from the leader for 3000 ms"});
+  EXPECT_EQ(a.stop_workers, 0);
+  a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kPeerFailed);
+  EXPECT_NE(a.conclude->reason.find("lost the leader"), std::string::npos);
+}
+
+TEST(MemberPolicyTest, LostLeaderWithRestartsRejoins) {
+  GangPolicy p = Make(1, 3, 1);
+  EXPECT_EQ(p.On(gang::Lost{0, "closed"}).stop_workers, 0);
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+}
+
+TEST(MemberPolicyTest, LostLeaderAfterOwnFailureDecidesByTheOwnClass) {
+  GangPolicy p = Make(1, 3, 1);
+  p.On(Worker());
+  p.On(gang::WorkersDone{false});
+  EXPECT_TRUE(p.On(gang::Lost{0, "closed"}).restart);
+  GangPolicy q = Make(1, 3, 1);
+  q.On(Worker(FailureClass::kBug));
+  q.On(gang::Lost{0, "closed"});
+  EXPECT_EQ(KindOf(q.On(gang::WorkersDone{false})), Kind::kOwn);
+}
+
+TEST(MemberPolicyTest, LossAfterTheVerdictIsNoFailure) {
+  GangPolicy p = Make(1);
+  p.On(Worker());
+  p.On(gang::Stop{FinalStop(1)});
+  EXPECT_EQ(p.On(gang::Lost{0, "closed"}), GangActions{});
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kOwn);
+}
+
+TEST(MemberPolicyTest, SuccessIsReportedThenConcluded) {
+  GangPolicy p = Make(1);
+  GangActions a = p.On(gang::WorkersDone{true});
+  ASSERT_TRUE(a.report);
+  EXPECT_TRUE(a.report->ok);
+  EXPECT_FALSE(a.conclude);
+  EXPECT_EQ(p.On(gang::Lost{0, "closed"}), GangActions{});
+  EXPECT_EQ(KindOf(p.On(gang::ReportSent{})), Kind::kOk);
+}
+
+TEST(MemberPolicyTest, RestartBeforeTheSuccessReportWasWrittenWins) {
+  GangPolicy p = Make(1, 3, 1);
+  p.On(gang::WorkersDone{true});
+  EXPECT_TRUE(p.On(gang::Stop{RestartStop(2)}).restart);
+  EXPECT_EQ(p.On(gang::ReportSent{}), GangActions{});  // of the old generation: nothing
+}
+
+TEST(MemberPolicyTest, SigtermFirstIsReportedAndTerminated) {
+  GangPolicy p = Make(1, 3, 2);
+  GangActions a = p.On(gang::StopSignal{SIGTERM});
+  ASSERT_TRUE(a.report);
+  EXPECT_EQ(a.report->failure_class, static_cast<std::uint16_t>(FailureClass::kTerminated));
+  // Even a verdict naming another pod does not make it collateral.
+  p.On(gang::Stop{FinalStop(2)});
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kTerminated);
+}
+
+TEST(MemberPolicyTest, SigtermWhileStoppingForARestartEndsThePod) {
+  GangPolicy p = Make(1, 3, 2);
+  p.On(gang::Stop{RestartStop(2)});
+  EXPECT_EQ(p.On(gang::StopSignal{SIGTERM}), GangActions{});
+  GangActions a = p.On(gang::WorkersDone{false});
+  EXPECT_FALSE(a.restart);
+  EXPECT_EQ(KindOf(a), Kind::kTerminated);
+}
+
+TEST(MemberPolicyTest, SigtermWhileAwaitingTheVerdictLeavesAtOnce) {
+  GangPolicy p = Make(1);
+  p.On(Worker());
+  p.On(gang::WorkersDone{false});
+  EXPECT_EQ(KindOf(p.On(gang::StopSignal{SIGTERM})), Kind::kTerminated);
+}
+
+TEST(MemberPolicyTest, OwnStallMakesTheMemberTheCulprit) {
+  GangPolicy p = Make(2);
+  GangActions a = p.On(gang::OwnStall{"event loop stalled for 6.2 s"});
+  ASSERT_TRUE(a.report);
+  EXPECT_EQ(a.report->failure_class, static_cast<std::uint16_t>(FailureClass::kInfra));
+  EXPECT_EQ(a.stop_workers, 0);
+  // The leader dropped it meanwhile: not a peer's failure.
+  EXPECT_EQ(p.On(gang::Lost{0, "closed"}), GangActions{});
+  a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kStall);
+  EXPECT_EQ(a.conclude->failure_class, FailureClass::kInfra);
+}
+
+TEST(MemberPolicyTest, OwnStallWithRestartsRejoins) {
+  GangPolicy p = Make(2, 3, 1);
+  p.On(gang::OwnStall{"stalled"});
+  p.On(gang::Lost{0, "closed"});
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+}
+
+TEST(MemberPolicyTest, LocalFailureAfterAPeerStopIsCollateral) {
+  GangPolicy p = Make(1);
+  p.On(gang::Stop{FinalStop(2)});
+  EXPECT_EQ(p.On(Worker()), GangActions{});
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kPeerFailed);
+}
+
+TEST(MemberPolicyTest, EventsBeforeTheWorkersStartChangeNothing) {
+  GangPolicy p({.index = 1, .nnodes = 3});
+  EXPECT_EQ(p.On(gang::OwnStall{"slow start"}), GangActions{});
+  EXPECT_EQ(KindOf(p.On(gang::StopSignal{SIGINT})), Kind::kTerminated);
+}
+
+}  // namespace
+}  // namespace trainlet::agent

@@ -1,0 +1,484 @@
+// Property test of GangPolicy: 2-5 simulated pods (the policy of each, with
+// FIFO links between the leader and every member, workers, timers) driven
+// through random interleavings of their events and faults (worker failures of
+// every class, SIGTERM to one pod or to all, an agent SIGKILL, a frozen pod),
+// deterministic per seed. Checked after every run:
+//   - every run ends (each pod exits, bounded steps);
+//   - a gang that ends in a failure has exactly one pod with a counted exit
+//     (not ok, peer_failed or terminated), unless a stop signal was involved
+//     (then at most one); policy conclusions are never counted twice;
+//   - bug (42) and config (78) only on the pod whose own worker failed so;
+//   - 143 for every pod that got SIGTERM before any fault of its generation or
+//     while its gang restarted;
+//   - no restart after a stop signal, nor for bug, config, hardware, terminated;
+//   - the generation never exceeds --max-restarts.
+#include "trainlet/agent/gang_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <deque>
+#include <functional>
+#include <random>
+
+namespace trainlet::agent {
+namespace {
+
+using exitcodes::FailureClass;
+using Kind = Conclusion::Kind;
+namespace wire = rendezvous::wire;
+
+struct Close {};
+using Msg = std::variant<wire::Stop, wire::Report, Close>;
+
+enum class Workers { kNone, kRunning, kStopping, kExited };
+enum class Plan { kSucceed, kFail, kLive };
+
+struct Pod {
+  std::unique_ptr<GangPolicy> policy;
+  bool alive = true;       // the agent process exists
+  bool exited = false;     // concluded or killed
+  int code = -1;           // exit class of the conclusion (or 137 for a kill)
+  std::optional<Conclusion> conclusion;
+  bool joining = true;
+  std::uint32_t join_generation = 0;
+  Workers workers = Workers::kNone;
+  Plan plan = Plan::kLive;
+  FailureClass fail_class = FailureClass::kWorker;
+  bool frozen = false;
+  bool detected = false;   // a peer noticed the freeze
+  bool verdict_timer = false;
+  bool report_sending = false;
+  std::deque<GangEvent> resumed;  // what the wiring delivers first after a freeze
+  // Facts for the invariants.
+  bool got_sigterm = false;
+  bool expect_terminated = false;
+  std::optional<FailureClass> own_fired;  // class of its own worker failure this generation
+  std::set<FailureClass> own_classes;     // every class its own workers failed with
+  bool may_restart = false;               // a restart is allowed by what it was told
+  bool heard = false;                     // knows of a failure in this generation
+};
+
+struct Sim {
+  explicit Sim(std::uint64_t seed) : rng(seed) {}
+  std::mt19937_64 rng;
+  int n = 0;
+  std::uint32_t max_restarts = 0;
+  std::vector<Pod> pods;
+  std::map<std::pair<int, int>, std::deque<Msg>> links;  // (from, to)
+  std::uint32_t generation = 0;
+  int faults_in_gen = 0;
+  bool culprit_in_gen = false;
+  int culprit_faults_left = 1;  // at most one kill or freeze per run
+  int replacements_left = 8;
+  bool any_sigterm = false;
+  int steps = 0;
+  std::vector<std::string> violations;
+  std::string trace;
+
+  int Rand(int k) { return static_cast<int>(rng() % static_cast<std::uint64_t>(k)); }
+  bool Coin(int percent) { return Rand(100) < percent; }
+
+  void Violation(const std::string& what) { violations.push_back(what); }
+
+  void NewPod(int i) {
+    Pod p;
+    p.policy = std::make_unique<GangPolicy>(
+        GangConfig{.index = static_cast<std::uint32_t>(i),
+                   .nnodes = static_cast<std::uint32_t>(n),
+                   .max_restarts = max_restarts,
+                   .hang_signal = SIGUSR1});
+    pods[i] = std::move(p);
+  }
+
+  void PlanWorkers(Pod& p) {
+    int r = Rand(10);
+    p.plan = r < 3 ? Plan::kSucceed : r < 6 ? Plan::kFail : Plan::kLive;
+    static const FailureClass classes[] = {FailureClass::kWorker, FailureClass::kWorker,
+                                           FailureClass::kBug,    FailureClass::kInfra,
+                                           FailureClass::kOom,    FailureClass::kHardware,
+                                           FailureClass::kConfig};
+    p.fail_class = classes[Rand(7)];
+    if (Coin(30)) p.plan = Plan::kSucceed;
+  }
+
+  void Init(int pods_n, std::uint32_t restarts) {
+    n = pods_n;
+    max_restarts = restarts;
+    pods.resize(n);
+    for (int i = 0; i < n; ++i) NewPod(i);
+  }
+
+  // Feeds one event to pod i and carries out the actions, as pod.cc does.
+  void Feed(int i, const GangEvent& e) {
+    Pod& p = pods[i];
+    if (!p.alive || p.exited) return;
+    GangActions a = p.policy->On(e);
+    Apply(i, a);
+  }
+
+  void Send(int from, int to, Msg m) {
+    if (!pods[from].alive) return;
+    links[{from, to}].push_back(std::move(m));
+  }
+
+  void Apply(int i, const GangActions& a) {
+    Pod& p = pods[i];
+    if (a.broadcast) {
+      if (i != 0) Violation("a member broadcast");
+      if (a.broadcast->restart &&
+          (!RestartableClass(static_cast<FailureClass>(a.broadcast->failure_class)) ||
+           p.got_sigterm)) {
+        Violation("leader restarts after class " + std::to_string(a.broadcast->failure_class) +
+                  (p.got_sigterm ? " / after SIGTERM" : ""));
+      }
+      if (a.broadcast->restart) p.may_restart = true;
+      for (int m = 1; m < n; ++m) Send(0, m, *a.broadcast);
+    }
+    if (a.report) {
+      Send(i, 0, *a.report);
+      if (a.report->ok) p.report_sending = true;
+    }
+    if (a.stop_workers && p.workers == Workers::kRunning) p.workers = Workers::kStopping;
+    if (a.arm_verdict_timer) p.verdict_timer = true;
+    if (a.restart) {
+      trace += " restart" + std::to_string(i) + ";";
+      if (p.got_sigterm) Violation("pod " + std::to_string(i) + " restarts after SIGTERM");
+      if (!p.may_restart) Violation("pod " + std::to_string(i) + " restarts unasked");
+      for (FailureClass c : p.own_classes) {
+        if (!RestartableClass(c) && i != 0 && !p.may_restart) Violation("restart after own bug");
+      }
+      p.joining = true;
+      p.join_generation = p.policy->role().generation() + 1;
+      p.workers = Workers::kNone;
+      p.verdict_timer = false;
+      p.report_sending = false;
+      p.own_fired.reset();
+      p.may_restart = false;
+      // The old connections go: the wiring closes them.
+      CloseLinks(i);
+    }
+    if (a.conclude) {
+      p.conclusion = a.conclude;
+      p.exited = true;
+      p.code = static_cast<int>(a.conclude->failure_class);
+      if (a.conclude->kind == Kind::kTerminated) p.code = static_cast<int>(FailureClass::kTerminated);
+      trace += " exit" + std::to_string(i) + "=" + std::string(ClassName(Class(p))) + ";";
+      // Workers are killed with the agent's exit (grace elapsed, PID 1 gone).
+      p.workers = Workers::kExited;
+      CloseLinks(i);
+    }
+  }
+
+  static FailureClass Class(const Pod& p) {
+    if (!p.conclusion) return FailureClass::kInfra;  // killed (137): counted
+    return p.conclusion->kind == Kind::kTerminated ? FailureClass::kTerminated
+                                                   : p.conclusion->failure_class;
+  }
+  static bool Counted(FailureClass c) {
+    return c != FailureClass::kOk && c != FailureClass::kPeerFailed &&
+           c != FailureClass::kTerminated;
+  }
+
+  void CloseLinks(int i) {
+    if (i == 0) {
+      for (int m = 1; m < n; ++m) links[{0, m}].push_back(Close{});
+    } else {
+      links[{i, 0}].push_back(Close{});
+    }
+  }
+
+  void Deliver(int from, int to) {
+    auto& q = links[{from, to}];
+    Msg m = std::move(q.front());
+    q.pop_front();
+    Pod& r = pods[to];
+    if (!r.alive || r.exited || r.joining) return;  // no channel to deliver on
+    if (!std::holds_alternative<wire::Report>(m) || !std::get<wire::Report>(m).ok) r.heard = true;
+    if (std::holds_alternative<Close>(m)) {
+      // The receiver sees the connection end; the leader's Close for a member
+      // that later rejoins belongs to the old generation: dropped by the wiring.
+      trace += " lost" + std::to_string(from) + "->" + std::to_string(to) + ";";
+      if (to != 0) r.may_restart = true;  // a member that lost the leader may rejoin
+      Feed(to, gang::Lost{static_cast<std::uint32_t>(to == 0 ? from : 0), "closed"});
+      return;
+    }
+    if (const auto* s = std::get_if<wire::Stop>(&m)) {
+      trace += " stop" + std::to_string(s->failed_index) + (s->restart ? "R" : "") + "->" +
+               std::to_string(to) + ";";
+      if (s->restart) r.may_restart = true;
+      Feed(to, gang::Stop{*s});
+    } else if (const auto* rep = std::get_if<wire::Report>(&m)) {
+      Feed(to, gang::Report{rep->index, *rep});
+    }
+  }
+
+  bool GangAlive() const {
+    for (const Pod& p : pods) {
+      if (p.alive && !p.exited) return true;
+    }
+    return false;
+  }
+
+  // Everyone alive is joining: the rendezvous forms (dead slots are replaced
+  // first, as the Job controller does; when it cannot, the join times out).
+  bool TryRendezvous() {
+    bool any_joining = false;
+    for (const Pod& p : pods) {
+      if (p.alive && !p.exited) {
+        if (!p.joining) return false;
+        any_joining = true;
+      }
+    }
+    if (!any_joining) return false;
+    for (const Pod& p : pods) {
+      // A pod that succeeded is not replaced: the Job controller stops the rest.
+      if (p.conclusion && p.conclusion->kind == Kind::kOk) return false;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (pods[i].alive && !pods[i].exited) continue;
+      if (replacements_left-- <= 0) return false;  // the Job is deleted: SIGTERM (Stuck)
+      NewPod(i);
+      trace += " replace" + std::to_string(i) + ";";
+    }
+    std::uint32_t g = 0;
+    for (const Pod& p : pods) g = std::max(g, p.join_generation);
+    if (g > max_restarts) Violation("generation " + std::to_string(g) + " > max restarts");
+    generation = g;
+    faults_in_gen = 0;
+    culprit_in_gen = false;
+    links.clear();
+    trace += " gen" + std::to_string(g) + ";";
+    for (int i = 0; i < n; ++i) {
+      Pod& p = pods[i];
+      p.joining = false;
+      p.workers = Workers::kRunning;
+      p.own_fired.reset();
+      p.heard = false;
+      PlanWorkers(p);
+      Feed(i, gang::Assigned{g});
+    }
+    return true;
+  }
+
+  // One random enabled step; false when nothing is left to do.
+  bool Step() {
+    std::vector<std::function<void()>> moves;
+    for (auto& [key, q] : links) {
+      if (!q.empty() && !pods[key.second].frozen) {
+        auto k = key;
+        moves.push_back([this, k] { Deliver(k.first, k.second); });
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      Pod& p = pods[i];
+      if (!p.alive || p.exited) continue;
+      if (p.frozen) {
+        // Peers notice the silence; the pod resumes later.
+        bool sent_all = true;  // the kernel delivers what it sent before the silence shows
+        for (auto& [key, q] : links) sent_all = sent_all && (key.first != i || q.empty());
+        if (!p.detected && sent_all) moves.push_back([this, i] { DetectFreeze(i); });
+        if (pods[i].detected || Coin(20)) moves.push_back([this, i] { Resume(i); });
+        continue;
+      }
+      // One root cause per generation besides worker failures: after a kill or
+      // a freeze no worker fails on its own (two culprits would both count).
+      if (p.workers == Workers::kRunning && p.plan != Plan::kLive &&
+          (p.plan == Plan::kSucceed || !culprit_in_gen)) {
+        moves.push_back([this, i] { WorkerOutcome(i); });
+      }
+      if (p.workers == Workers::kStopping) {
+        moves.push_back([this, i] {
+          pods[i].workers = Workers::kExited;
+          Feed(i, gang::WorkersDone{false});
+        });
+      }
+      if (p.report_sending) {
+        moves.push_back([this, i] {
+          pods[i].report_sending = false;
+          Feed(i, gang::ReportSent{});
+        });
+      }
+      if (!p.got_sigterm && Coin(5)) moves.push_back([this, i] { Sigterm(i); });
+      if (culprit_faults_left > 0 && faults_in_gen == 0 && !p.joining && !p.heard && Coin(5)) {
+        moves.push_back([this, i] { CulpritFault(i); });
+      }
+    }
+    if (moves.empty()) return Stuck();
+    moves[Rand(static_cast<int>(moves.size()))]();
+    return true;
+  }
+
+  // Nothing else can happen: timers fire (verdict), or the rendezvous forms.
+  bool Stuck() {
+    if (TryRendezvous()) return true;
+    for (int i = 0; i < n; ++i) {
+      if (pods[i].verdict_timer && !pods[i].exited && pods[i].alive) {
+        pods[i].verdict_timer = false;
+        Feed(i, gang::Timer{});
+        return true;
+      }
+    }
+    // Live workers with no stop coming: the Job's activeDeadline; end the run
+    // with SIGTERM everywhere (a stop, not a failure).
+    for (int i = 0; i < n; ++i) {
+      if (pods[i].alive && !pods[i].exited) {
+        Sigterm(i);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  void WorkerOutcome(int i) {
+    Pod& p = pods[i];
+    if (p.plan == Plan::kSucceed) {
+      p.workers = Workers::kExited;
+      Feed(i, gang::WorkersDone{true});
+      return;
+    }
+    ++faults_in_gen;
+    p.own_fired = p.fail_class;
+    p.heard = true;
+    p.own_classes.insert(p.fail_class);
+    p.workers = Workers::kStopping;  // the supervisor stops the others
+    trace += " fail" + std::to_string(i) + "=" + std::string(ClassName(p.fail_class)) + ";";
+    Feed(i, gang::LocalFailure{p.fail_class, "worker failed", false});
+  }
+
+  void Sigterm(int i) {
+    Pod& p = pods[i];
+    any_sigterm = true;
+    p.got_sigterm = true;
+    trace += " term" + std::to_string(i) + ";";
+    const Generation& g = p.policy->role().gen();
+    if (!p.heard || g.restarting || p.joining) p.expect_terminated = true;
+    if (p.frozen) {
+      p.resumed.push_back(gang::StopSignal{SIGTERM});
+      return;
+    }
+    // The supervisor stops the workers for the signal itself.
+    if (p.workers == Workers::kRunning) p.workers = Workers::kStopping;
+    Feed(i, gang::StopSignal{SIGTERM});
+  }
+
+  void CulpritFault(int i) {
+    --culprit_faults_left;
+    ++faults_in_gen;
+    culprit_in_gen = true;
+    Pod& p = pods[i];
+    if (Coin(50)) {
+      trace += " kill" + std::to_string(i) + ";";
+      p.alive = false;
+      p.exited = true;
+      p.code = 137;
+      // The kernel closes its sockets.
+      if (i == 0) {
+        for (int m = 1; m < n; ++m) links[{0, m}].push_back(Close{});
+      } else {
+        links[{i, 0}].push_back(Close{});
+      }
+      return;
+    }
+    trace += " freeze" + std::to_string(i) + ";";
+    p.heard = true;
+    p.frozen = true;
+  }
+
+  void DetectFreeze(int i) {
+    Pod& p = pods[i];
+    p.detected = true;
+    trace += " detect" + std::to_string(i) + ";";
+    // The peers' heartbeat timeout: they drop the connection to the silent pod.
+    if (i == 0) {
+      for (int m = 1; m < n; ++m) {
+        if (!pods[m].exited && !pods[m].joining && !pods[m].frozen) {
+          pods[m].may_restart = true;
+          pods[m].heard = true;
+          Feed(m, gang::Lost{0, "no heartbeat"});
+          links[{m, 0}].push_back(Close{});
+        }
+      }
+    } else if (!pods[0].exited && !pods[0].joining) {
+      pods[0].heard = true;
+      Feed(0, gang::Lost{static_cast<std::uint32_t>(i), "no heartbeat"});
+      links[{0, i}].push_back(Close{});
+    }
+  }
+
+  void Resume(int i) {
+    Pod& p = pods[i];
+    p.frozen = false;
+    trace += " resume" + std::to_string(i) + ";";
+    // The wiring checks its own loop's lag before any other event.
+    if (p.detected && !p.joining) Feed(i, gang::OwnStall{"event loop stalled"});
+    auto later = std::move(p.resumed);
+    p.resumed.clear();
+    for (auto& e : later) {
+      if (std::holds_alternative<gang::StopSignal>(e) && p.workers == Workers::kRunning) {
+        p.workers = Workers::kStopping;
+      }
+      Feed(i, e);
+    }
+  }
+
+  void Run() {
+    while (steps < 20000 && GangAlive()) {
+      ++steps;
+      if (!Step()) break;
+      // A gang with dead slots and joiners: replacement or timeout on the next stuck step.
+    }
+    if (GangAlive()) Violation("run did not end");
+    Check();
+  }
+
+  void Check() {
+    int counted = 0, killed = 0;
+    bool peer_failed = false;
+    for (int i = 0; i < n; ++i) {
+      const Pod& p = pods[i];
+      FailureClass c = Class(p);
+      if (!p.conclusion) {
+        ++killed;
+        continue;
+      }
+      if (Counted(c)) ++counted;
+      if (c == FailureClass::kPeerFailed) peer_failed = true;
+      if ((c == FailureClass::kBug || c == FailureClass::kConfig) &&
+          p.conclusion->kind == Kind::kOwn && !p.own_classes.contains(c)) {
+        Violation("pod " + std::to_string(i) + " exits " + std::string(ClassName(c)) +
+                  " without such a failure of its own");
+      }
+      if (p.expect_terminated && c != FailureClass::kTerminated) {
+        Violation("pod " + std::to_string(i) + " got SIGTERM first but exits " +
+                  std::string(ClassName(c)));
+      }
+    }
+    // Only the final generation's pods are in `pods` (earlier ones restarted
+    // or were replaced); a kill's 137 counts for the culprit.
+    int culprits = counted + killed;
+    if (counted > 1) Violation("more than one counted exit: " + std::to_string(counted));
+    if (peer_failed && !any_sigterm && (killed == 0 ? culprits != 1 : culprits < 1)) {
+      Violation("a failed gang with " + std::to_string(culprits) + " counted exits");
+    }
+  }
+};
+
+TEST(GangPropertyTest, RandomInterleavingsKeepTheContract) {
+  int failures = 0;
+  for (std::uint64_t seed = 1; seed <= 20000; ++seed) {
+    Sim sim(seed);
+    std::mt19937_64 cfg(seed * 7919);
+    sim.Init(2 + static_cast<int>(cfg() % 4), static_cast<std::uint32_t>(cfg() % 3));
+    sim.Run();
+    if (!sim.violations.empty()) {
+      ADD_FAILURE() << "seed " << seed << " (" << sim.n << " pods, max restarts "
+                    << sim.max_restarts << "): " << sim.violations.front() << "\n  trace:"
+                    << sim.trace;
+      if (++failures >= 5) break;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trainlet::agent

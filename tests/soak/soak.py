@@ -1,0 +1,591 @@
+#!/usr/bin/python3
+"""Chaos soak: gangs of simulated pods driven through random faults, checked against the
+exit-code contract. See tests/soak/README.md for the fault table and the rules checked.
+
+    /usr/bin/python3 tests/soak/soak.py --trainlet build/agent/trainlet --seed 1 --faults 500
+    /usr/bin/python3 tests/soak/soak.py --trainlet build/agent/trainlet --seed 7 --faults 10 --ci
+
+Needs root (tests/e2e/podsim.py: network, PID, UTS and mount namespaces, dnsmasq).
+Deterministic by seed: the seed fixes every run's gang size, --max-restarts, worker count,
+fault kinds, victims and delays (not the kernel's timing). Exit status: 0 when no contract
+violation was found, 1 otherwise (each one is printed with its run's seed and a command that
+replays that run alone), 2 on a harness error.
+"""
+
+import argparse
+import collections
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+sys.dont_write_bytecode = True
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "e2e"))
+import podsim  # noqa: E402
+
+# ---- tunables of the harness (seconds unless said) -------------------------------------
+GRACE = 2              # --grace-period of every pod
+RDZV_TIMEOUT = 20      # --rdzv-timeout: bounds any rendezvous the soak leaves waiting
+FORM_TIMEOUT = 40      # the gang's workers all started (a loaded machine, 8 pods)
+PHASE_TIMEOUT = 45     # a fault to its outcome (restart formed, or every pod exited)
+SLOW_STOP = 1.5        # the TERM trap of a worker marked "slow" (a checkpoint being written)
+FREEZE = (5.0, 10.0)   # SIGSTOP of an agent for this long, then SIGCONT
+LINK_CUT = 6.0         # a cut link comes back after this long (past the 3 s heartbeat timeout)
+SETTLE = (0.3, 1.5)    # the gang runs this long before a fault
+REPLACE_DELAY = 0.3    # the Job controller's replacement of a pod that exited mid-restart
+LEFTOVER_WAIT = 1.0    # after a pod's exit, its PID namespace must be empty within this
+
+# The worker: `sh -c WORKER trainer CTL MARKS INC`. It appends "<event> <wall time> <generation>
+# <local rank> <incarnation>" to MARKS (ready, fail, done, TERM) and polls CTL/g<gen>.l<local rank>
+# for what to do: "exitN" exits N, "kill" SIGKILLs itself. CTL/g<gen>.slow makes its TERM trap
+# take SLOW_STOP s. Started by trainlet, so RANK/LOCAL_RANK/TORCHELASTIC_RESTART_COUNT are set.
+WORKER = r"""
+ctl=$1 marks=$2 inc=$3
+gen=${TORCHELASTIC_RESTART_COUNT:-x}
+mark() { echo "$1 $(date +%s.%N) $gen $LOCAL_RANK $inc" >> "$marks"; }
+term() { mark TERM; [ -e "$ctl/g$gen.slow" ] && sleep __SLOW__; exit 143; }
+trap term TERM
+mark ready
+f=$ctl/g$gen.l$LOCAL_RANK
+while :; do
+  if [ -e "$f" ]; then
+    read -r what < "$f"
+    case $what in
+      kill) mark fail; kill -KILL $$ ;;
+      exit0) mark done; exit 0 ;;
+      exit*) mark fail; exit "${what#exit}" ;;
+    esac
+  fi
+  sleep 0.1
+done
+""".replace("__SLOW__", str(SLOW_STOP))
+
+
+# ---- the fault table ---------------------------------------------------------------------
+# retriable: an in-place restart follows while restarts remain (README, "In-place restarts").
+# code: what the culprit pod exits with when the gang stops for good; None = no counted exit
+#   (documented for a link cut: both sides only see silence, every pod exits 76).
+# in_place: with a restart, the culprit pod itself stays up and rejoins; otherwise it may exit
+#   (with a code in `restart_exits`) and is replaced, as the Job controller replaces a pod.
+Fault = collections.namedtuple("Fault", "name weight retriable code cls in_place restart_exits")
+FAULTS = [
+    Fault("worker_sigkill", 3, True, 137, "worker", True, ()),
+    Fault("worker_exit_1", 3, True, 1, "worker", True, ()),
+    Fault("worker_exit_137", 2, True, 137, "worker", True, ()),
+    Fault("worker_exit_42", 2, False, 42, "bug", True, ()),
+    Fault("agent_sigkill", 3, True, 137, None, False, (137,)),
+    Fault("agent_sigterm", 3, False, 143, "terminated", True, ()),
+    Fault("agent_freeze", 1, True, 75, "infra", False, (75,)),
+    Fault("link_cut", 1, True, None, None, False, (75, 76)),
+    Fault("sigterm_mid_restart", 2, True, 143, "terminated", False, (143,)),
+]
+BY_NAME = {f.name: f for f in FAULTS}
+PEER_FAILED = 76
+SKIPPED = 77  # ctest's SKIP_RETURN_CODE
+
+
+class Violation(Exception):
+    pass
+
+
+class Run:
+    """One gang: N pods, one cluster, a few faults in a row. Records results into `stats`."""
+
+    def __init__(self, args, seed, stats, log, first=None):
+        self.args, self.seed, self.stats, self.log = args, seed, stats, log
+        self.rng = random.Random(seed)
+        self.npods = self.rng.randint(4, 8)
+        self.nproc = self.rng.choice([1, 1, 2])
+        self.max_restarts = self.rng.choice([0, 0, 1, 2])
+        self.nfaults = 1 if self.max_restarts == 0 else self.rng.randint(1, self.max_restarts + 1)
+        self.first = first  # the first fault's kind (--cover), else drawn
+        if first == "sigterm_mid_restart":
+            self.max_restarts = max(self.max_restarts, 1)
+        self.gen = 0
+        self.inc = collections.Counter()   # pod index -> incarnation (replacements)
+        self.exits = {}                    # (index, incarnation) -> (code, wall time)
+        self.sigtermed = set()             # (index, incarnation) that got SIGTERM
+        self.violations = []
+        self.leftovers = 0
+        self.unstopped = 0
+        # Workers the soak itself killed (a worker SIGKILL; every worker of a SIGKILLed
+        # agent): (index, generation, local rank or None for all, incarnation).
+        self.exempt = set()
+
+    # -- pods ------------------------------------------------------------------------------
+    def ctl(self, i):
+        return os.path.join(self.c.workdir, f"ctl{i}")
+
+    def marks_path(self, i):
+        return os.path.join(self.c.workdir, f"pod{i}.marks")
+
+    def start_pod(self, i):
+        self.inc[i] += 1
+        os.makedirs(self.ctl(i), exist_ok=True)
+        argv = [self.args.trainlet, "--nnodes", str(self.npods),
+                "--nproc-per-node", str(self.nproc), "--grace-period", str(GRACE),
+                "--rdzv-timeout", str(RDZV_TIMEOUT), "--max-restarts", str(self.max_restarts),
+                "--termination-log", os.path.join(self.c.workdir, f"tlog{i}.{self.inc[i]}"),
+                "--", "sh", "-c", WORKER, "trainer", self.ctl(i), self.marks_path(i),
+                str(self.inc[i])]
+        self.c.start_pod(i, argv)
+
+    def marks(self, i):
+        """[(event, time, generation, local rank, incarnation)] of pod i's workers."""
+        out = []
+        try:
+            with open(self.marks_path(i)) as f:
+                for line in f:
+                    p = line.split()
+                    if len(p) == 5:
+                        out.append((p[0], float(p[1]), p[2], p[3], int(p[4])))
+        except FileNotFoundError:
+            pass
+        return out
+
+    def ready(self, i, gen, inc=None):
+        """Local ranks of pod i (incarnation `inc`, default any) whose worker started in gen."""
+        return {lr for ev, _, g, lr, n in self.marks(i)
+                if ev == "ready" and g == str(gen) and (inc is None or n == inc)}
+
+    def all_ready(self, gen):
+        return all(len(self.ready(i, gen, self.inc[i])) == self.nproc for i in range(self.npods))
+
+    def poll_exits(self):
+        """Records pods that exited since the last call; returns [(index, incarnation, code)]."""
+        new = []
+        for i, pod in self.c.pods.items():
+            key = (i, self.inc[i])
+            if key not in self.exits and not pod.running():
+                code = pod.wait(5)
+                self.exits[key] = (code, time.time())
+                new.append((i, self.inc[i], code))
+                self.c.event(f"soak: pod {i}.{self.inc[i]} exited {code}")
+        return new
+
+    def check_leftovers(self, i):
+        deadline = time.monotonic() + LEFTOVER_WAIT
+        left = self.c.processes_in_pod(i)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = self.c.processes_in_pod(i)
+        if left:
+            self.leftovers += len(left)
+            self.violate(f"pod {i}: {len(left)} processes left after its exit: "
+                         + "; ".join(p.cmdline or p.comm for p in left))
+
+    def violate(self, msg):
+        self.violations.append(msg)
+        self.log(f"  VIOLATION seed {self.seed}: {msg}")
+
+    def wait_until(self, predicate, timeout, what, on_tick=None):
+        deadline = time.monotonic() + timeout
+        while True:
+            if on_tick:
+                on_tick()
+            if predicate():
+                return
+            if time.monotonic() > deadline:
+                raise Violation(f"{what}: not within {timeout} s")
+            time.sleep(0.05)
+
+    # -- one run ---------------------------------------------------------------------------
+    def execute(self):
+        workdir = tempfile.mkdtemp(prefix=f"soak-{self.seed}-", dir=self.args.workdir)
+        self.c = podsim.Cluster(pods=self.npods, workdir=workdir, keep=True)
+        kinds = []
+        try:
+            self.c.start()
+            self.c.publish_all()
+            for i in range(self.npods):
+                self.start_pod(i)
+            self.wait_until(lambda: self.all_ready(0), FORM_TIMEOUT, "gang formation",
+                            self.fail_on_exit)
+            ended = False
+            for n in range(self.nfaults):
+                fault = BY_NAME[self.first] if self.first and n == 0 else self.draw()
+                kinds.append(fault.name)
+                ended = self.fault(fault)
+                if ended or self.violations:
+                    break
+            if not ended and not self.violations:
+                self.finish()
+            if not self.violations:
+                self.check_workers_stopped()
+        except Violation as v:
+            self.violate(str(v))
+        finally:
+            for link in range(self.npods):
+                podsim._run("ip", "-n", self.c.net_ns, "link", "set", f"vp{link}", "up",
+                            check=False)
+            self.c.teardown()
+        if self.violations:
+            self.log(f"  run seed {self.seed} ({self.describe()}) kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return kinds
+
+    def check_workers_stopped(self):
+        """Once every pod has exited: each worker that started ended on its own (fail,
+        done) or by trainlet's SIGTERM (its trap marked TERM), not by a SIGKILL at the end
+        of the grace period or by the kernel when its PID 1 went away."""
+        for i in range(self.npods):
+            ended = set()
+            started = []
+            for ev, _, g, lr, n in self.marks(i):
+                if ev == "ready":
+                    started.append((g, lr, n))
+                else:
+                    ended.add((g, lr, n))
+            for g, lr, n in started:
+                if (g, lr, n) in ended or (i, g, lr, n) in self.exempt or (i, g, None, n) in self.exempt:
+                    continue
+                self.unstopped += 1
+                self.violate(f"pod {i}.{n}: the worker of local rank {lr} in generation {g} "
+                             "never got SIGTERM (nor ended on its own)")
+
+    def describe(self):
+        return (f"{self.npods} pods x {self.nproc}, --max-restarts {self.max_restarts}, "
+                f"generation {self.gen}")
+
+    def fail_on_exit(self):
+        for i, n, code in self.poll_exits():
+            raise Violation(f"pod {i}.{n} exited {code} while the gang should run")
+
+    def draw(self):
+        restarts_left = self.max_restarts - self.gen
+        table = [f for f in FAULTS if f.name != "sigterm_mid_restart" or restarts_left >= 1]
+        return self.rng.choices(table, weights=[f.weight for f in table])[0]
+
+    def worker_pid(self, i, local_rank):
+        """The host pid of pod i's worker `local_rank` in the current generation."""
+        for p in self.c.pods[i].processes_with_env(LOCAL_RANK=str(local_rank),
+                                                  TORCHELASTIC_RESTART_COUNT=str(self.gen)):
+            if p.comm == "sh" and p.state != "Z":
+                return p.pid
+        return None
+
+    def control(self, i, gen, local_rank, what):
+        path = os.path.join(self.ctl(i), f"g{gen}.l{local_rank}")
+        with open(path + ".tmp", "w") as f:
+            f.write(what + "\n")
+        os.rename(path + ".tmp", path)
+
+    def fault(self, fault):
+        """Applies `fault` to a random pod of the running gang and checks the outcome.
+        Returns True when the gang has stopped for good."""
+        rng = self.rng
+        victim = rng.randrange(self.npods)
+        local_rank = rng.randrange(self.nproc)
+        time.sleep(rng.uniform(*SETTLE))
+        self.fail_on_exit()
+        restart = fault.retriable and self.gen < self.max_restarts
+        pod = self.c.pods[victim]
+        key = (victim, self.inc[victim])
+        freeze = rng.uniform(*FREEZE)
+        other = (victim + rng.randrange(1, self.npods)) % self.npods  # sigterm_mid_restart
+        self.c.event(f"soak: fault {fault.name} on pod {victim} (local rank {local_rank}), "
+                     f"generation {self.gen}, {'restart' if restart else 'final'} expected")
+        t0 = time.time()
+        timers = []  # (wall time, action)
+        if fault.name == "worker_sigkill":
+            pid = self.worker_pid(victim, local_rank)
+            if pid is None:
+                raise Violation(f"pod {victim}: no worker of local rank {local_rank} found")
+            self.exempt.add((victim, str(self.gen), str(local_rank), key[1]))
+            os.kill(pid, signal.SIGKILL)
+        elif fault.name.startswith("worker_exit_"):
+            self.control(victim, self.gen, local_rank, "exit" + fault.name.rsplit("_", 1)[1])
+        elif fault.name == "agent_sigkill":
+            self.exempt.add((victim, str(self.gen), None, key[1]))
+            pod.signal(signal.SIGKILL)
+        elif fault.name == "agent_sigterm":
+            self.sigtermed.add(key)
+            pod.signal(signal.SIGTERM)
+        elif fault.name == "agent_freeze":
+            pod.signal(signal.SIGSTOP)
+            timers.append((t0 + freeze, lambda: pod.signal(signal.SIGCONT)))
+        elif fault.name == "link_cut":
+            self.c.cut_link(victim)
+            timers.append((t0 + LINK_CUT, lambda: self.c.restore_link(victim)))
+        elif fault.name == "sigterm_mid_restart":
+            # Pod `other`'s worker fails (exit 1): a restart. The victim's workers take
+            # SLOW_STOP s to stop; it gets SIGTERM while they do.
+            with open(os.path.join(self.ctl(victim), f"g{self.gen}.slow"), "w"):
+                pass
+            self.control(other, self.gen, rng.randrange(self.nproc), "exit1")
+            gen = str(self.gen)
+            self.wait_until(lambda: any(ev == "TERM" and g == gen and n == self.inc[victim]
+                                        for ev, _, g, _, n in self.marks(victim)),
+                            PHASE_TIMEOUT, f"the restart's stop reaching pod {victim}")
+            t0 = time.time()
+            self.sigtermed.add(key)
+            pod.signal(signal.SIGTERM)
+        return self.outcome(fault, victim, key, restart, t0, timers)
+
+    def outcome(self, fault, victim, key, restart, t0, timers):
+        pending = list(timers)
+
+        def tick():
+            now = time.time()
+            for t, action in list(pending):
+                if now >= t:
+                    pending.remove((t, action))
+                    try:
+                        action()
+                    except (podsim.PodsimError, OSError) as e:
+                        self.log(f"  (timer action failed: {e})")
+
+        def flush_timers():
+            for t, action in list(pending):
+                pending.remove((t, action))
+                try:
+                    action()
+                except (podsim.PodsimError, OSError):
+                    pass
+
+        if restart:
+            return self.expect_restart(fault, victim, key, t0, tick, flush_timers)
+        return self.expect_final(fault, victim, key, t0, tick, flush_timers)
+
+    def expect_restart(self, fault, victim, key, t0, tick, flush_timers):
+        nxt = self.gen + 1
+        replaced = {}
+
+        def step():
+            tick()
+            for i, n, code in self.poll_exits():
+                self.check_leftovers(i)
+                if i == victim and n == key[1] and not fault.in_place:
+                    if code not in fault.restart_exits:
+                        raise Violation(f"{fault.name}: pod {i} exited {code} before the "
+                                        f"restart, want one of {fault.restart_exits}")
+                    self.record_code(fault.name, "culprit", code)
+                    replaced[i] = time.time() + REPLACE_DELAY
+                else:
+                    raise Violation(f"{fault.name} on pod {victim}: pod {i} exited {code} "
+                                    f"instead of restarting (generation {self.gen} -> {nxt})")
+            for i, t in list(replaced.items()):
+                if time.time() >= t:
+                    del replaced[i]
+                    self.c.event(f"soak: replacing pod {i} (the Job controller)")
+                    self.start_pod(i)
+
+        try:
+            self.wait_until(lambda: self.all_ready(nxt) and not replaced, PHASE_TIMEOUT,
+                            f"{fault.name} on pod {victim}: generation {nxt} on every pod",
+                            step)
+        finally:
+            flush_timers()
+        if fault.name == "sigterm_mid_restart" and self.ready(victim, nxt, key[1]):
+            self.violate(f"{fault.name}: pod {victim} got SIGTERM while stopping for the "
+                         f"restart and started workers in generation {nxt}")
+        if key[0] == victim and fault.in_place and key[1] != self.inc[victim]:
+            self.violate(f"{fault.name}: pod {victim} was replaced")
+        if fault.name == "sigterm_mid_restart" and key not in self.exits:
+            self.violate(f"{fault.name}: pod {victim} did not exit after its SIGTERM")
+        self.gen = nxt
+        for i in range(self.npods):
+            if i != victim or key not in self.exits:
+                self.record_code(fault.name, "restarted", "in place")
+        self.stats.times[(fault.name, "restart")].append(time.time() - t0)
+        self.record_term_times(fault.name, "restart", victim, t0, self.gen - 1)
+        # Generations beyond --max-restarts never start.
+        if self.gen > self.max_restarts:
+            self.violate(f"generation {self.gen} started with --max-restarts {self.max_restarts}")
+        self.stats.faults[fault.name] += 1
+        return False
+
+    def expect_final(self, fault, victim, key, t0, tick, flush_timers):
+        def step():
+            tick()
+            for i, _, _ in self.poll_exits():
+                self.check_leftovers(i)
+            for i in range(self.npods):
+                if self.ready(i, self.gen + 1, self.inc[i]):
+                    raise Violation(f"{fault.name} on pod {victim}: pod {i} started generation "
+                                    f"{self.gen + 1} (--max-restarts {self.max_restarts})")
+
+        try:
+            self.wait_until(lambda: all(not p.running() for p in self.c.pods.values()),
+                            PHASE_TIMEOUT, f"{fault.name} on pod {victim}: every pod's exit", step)
+        finally:
+            flush_timers()
+        step()
+        codes = {i: self.exits[(i, self.inc[i])][0] for i in range(self.npods)}
+        last = max(self.exits[(i, self.inc[i])][1] for i in range(self.npods))
+        self.stats.times[(fault.name, "final")].append(last - t0)
+        self.stats.faults[fault.name] += 1
+        want = {i: PEER_FAILED for i in range(self.npods)}
+        if fault.code is not None:
+            want[victim] = fault.code
+        for i in range(self.npods):
+            self.record_code(fault.name, "culprit" if i == victim else "others", codes[i])
+        if codes != want:
+            self.violate(f"{fault.name} on pod {victim} ({self.describe()}): exit codes {codes}, "
+                         f"want {want}")
+        for i in range(self.npods):
+            cls = fault.cls if i == victim else "peer_failed"
+            if codes[i] == want[i] and cls is not None:
+                got = self.summary_class(i)
+                if got != cls:
+                    self.violate(f"{fault.name}: pod {i} exited {codes[i]} with class {got!r} in "
+                                 f"its termination message, want {cls!r}")
+        self.record_term_times(fault.name, "final", victim, t0)
+        counted = [i for i, code in codes.items() if code not in (0, PEER_FAILED)]
+        if fault.code is not None and len(counted) != 1:
+            self.violate(f"{fault.name}: {len(counted)} pods with a counted exit: {counted}")
+        for (i, n) in self.sigtermed:
+            if n == self.inc[i] and self.ready(i, self.gen + 1, n):
+                self.violate(f"pod {i} started a generation after its SIGTERM")
+        return True
+
+    def finish(self):
+        """Every worker of the current generation exits 0: every pod must exit 0."""
+        for i in range(self.npods):
+            for lr in range(self.nproc):
+                self.control(i, self.gen, lr, "exit0")
+        t0 = time.time()
+
+        def step():
+            for i, _, _ in self.poll_exits():
+                self.check_leftovers(i)
+
+        self.wait_until(lambda: all(not p.running() for p in self.c.pods.values()),
+                        PHASE_TIMEOUT, "every pod's exit after the workers succeeded", step)
+        step()
+        codes = {i: self.exits[(i, self.inc[i])][0] for i in range(self.npods)}
+        self.stats.times[("success", "final")].append(
+            max(self.exits[(i, self.inc[i])][1] for i in range(self.npods)) - t0)
+        for code in codes.values():
+            self.record_code("success", "all", code)
+        if any(codes.values()):
+            self.violate(f"after {self.gen} restarts every worker exited 0: exit codes {codes}")
+
+    def summary_class(self, i):
+        """The `class` of pod i's termination message (its current incarnation), or None."""
+        try:
+            with open(os.path.join(self.c.workdir, f"tlog{i}.{self.inc[i]}")) as f:
+                return json.loads(f.read()).get("class")
+        except (OSError, ValueError):
+            return None
+
+    def record_term_times(self, kind, outcome, victim, t0, gen=None):
+        """Seconds from the fault to the last SIGTERM that reached a worker of another pod."""
+        gen = str(self.gen if gen is None else gen)
+        last = [t for i in range(self.npods) if i != victim
+                for ev, t, g, _, _ in self.marks(i) if ev == "TERM" and g == gen]
+        if last and kind != "sigterm_mid_restart":  # there the SIGTERM comes after the stop
+            self.stats.times[(kind, outcome + "-term")].append(max(last) - t0)
+
+    def record_code(self, kind, who, code):
+        self.stats.codes[kind][f"{who}:{code}"] += 1
+
+
+class Stats:
+    def __init__(self):
+        self.faults = collections.Counter()
+        self.codes = collections.defaultdict(collections.Counter)
+        self.times = collections.defaultdict(list)
+        self.violations = collections.Counter()
+        self.leftovers = collections.Counter()
+        self.unstopped = collections.Counter()
+        self.failed_runs = []
+
+    def table(self):
+        kinds = [f.name for f in FAULTS] + ["success"]
+        rows = ["| fault kind | faults | exit codes (pods) | other pods' workers SIGTERMed: "
+                "median / max s | to the last exit: median / max s | to the next generation "
+                "running: median / max s | leftover processes / unstopped workers | "
+                "violations |", "|---|---|---|---|---|---|---|---|"]
+
+        def fmt(ts):
+            return f"{statistics.median(ts):.2f} / {max(ts):.2f}" if ts else "-"
+
+        for k in kinds:
+            codes = ", ".join(f"{key} x{n}" for key, n in sorted(self.codes[k].items()))
+            n = self.faults[k] if k != "success" else len(self.times[("success", "final")])
+            term = self.times[(k, "final-term")] + self.times[(k, "restart-term")]
+            rows.append(f"| {k} | {n} | {codes or '-'} | {fmt(term)} | "
+                        f"{fmt(self.times[(k, 'final')])} | "
+                        f"{fmt(self.times[(k, 'restart')])} | {self.leftovers[k]} / "
+                        f"{self.unstopped[k]} | {self.violations[k]} |")
+        return "\n".join(rows)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--trainlet", required=True)
+    p.add_argument("--seed", type=int, default=1, help="the soak's seed (run r uses seed*100003+r)")
+    p.add_argument("--faults", type=int, default=500, help="stop once this many faults ran")
+    p.add_argument("--run", type=int, help="replay only this run seed")
+    p.add_argument("--first", choices=sorted(BY_NAME), help="with --run: its first fault's kind")
+    p.add_argument("--workdir", default=None, help="where kept runs go (default /tmp)")
+    p.add_argument("--cover", action="store_true",
+                   help="run r's first fault is kind r of the table (every kind in a short run)")
+    p.add_argument("--ci", action="store_true", help="short: print only failing runs")
+    args = p.parse_args()
+    args.trainlet = os.path.abspath(args.trainlet)
+    missing = podsim.requirements_missing()
+    if missing:
+        print(f"soak: skipped: {missing}")
+        return SKIPPED
+    if not os.access(args.trainlet, os.X_OK):
+        p.error(f"--trainlet {args.trainlet}: not executable")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    podsim.cleanup_stale()
+    stats = Stats()
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    print(f"soak: seed {args.seed}, {args.faults} faults, trainlet {args.trainlet}", flush=True)
+    t_start = time.monotonic()
+    total, r = 0, 0
+    seeds = [args.run] if args.run is not None else None
+    while (seeds and r < len(seeds)) or (not seeds and total < args.faults):
+        run_seed = seeds[r] if seeds else args.seed * 100003 + r
+        r += 1
+        first = FAULTS[(r - 1) % len(FAULTS)].name if args.cover and not seeds else args.first
+        run = Run(args, run_seed, stats, log, first)
+        t = time.monotonic()
+        try:
+            kinds = run.execute()
+        except KeyboardInterrupt:
+            print("soak: interrupted", flush=True)
+            break
+        except Exception:
+            traceback.print_exc()
+            return 2
+        total += len(kinds)
+        for k in kinds:
+            stats.violations[k] += 0
+        if run.violations:
+            stats.violations[kinds[-1] if kinds else "formation"] += len(run.violations)
+            stats.failed_runs.append((run_seed, first, kinds, run.violations))
+        last = kinds[-1] if kinds else "formation"
+        stats.leftovers[last] += run.leftovers
+        stats.unstopped[last] += run.unstopped
+        if not args.ci or run.violations:
+            log(f"run {r} seed {run_seed}: {run.describe()}: {' -> '.join(kinds) or '-'}: "
+                f"{'ok' if not run.violations else f'{len(run.violations)} violations'} "
+                f"({time.monotonic() - t:.1f} s; {total} faults so far)")
+    took = time.monotonic() - t_start
+    print(f"\nsoak: seed {args.seed}: {total} faults in {r} runs, {took / 60:.1f} min, "
+          f"{sum(stats.violations.values())} contract violations")
+    print(stats.table())
+    for seed, first, kinds, vs in stats.failed_runs:
+        print(f"\nrun seed {seed} ({' -> '.join(kinds)}):")
+        for v in vs:
+            print(f"  {v}")
+        print(f"  replay: /usr/bin/python3 tests/soak/soak.py --trainlet {args.trainlet} "
+              f"--run {seed}" + (f" --first {first}" if first else ""))
+    return 1 if stats.failed_runs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
