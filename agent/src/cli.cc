@@ -166,43 +166,55 @@ void AddTrainerFlags(CLI::App& app, Flags& f) {
           "python3 on PATH)");
 }
 
+// torchrun's flags that take a value (torch/distributed/run.py), one row each:
+// name, where its value goes, help, short name.
+struct TorchrunFlag {
+  const char* name;
+  std::string Flags::*target;
+  const char* help;
+  const char* short_name = "";
+};
+
 void AddTorchrunFlags(CLI::App& app, Flags& f) {
   AddTorchrunSwitch(app, f, "standalone", &f.standalone,
                     "a gang of this pod alone, on free loopback ports");
-  AddTorchrunFlag(app, f, "rdzv-backend", &f.rdzv_backend,
-                  "static, c10d, etcd, etcd-v2: all served by trainlet's own rendezvous");
-  AddTorchrunFlag(app, f, "rdzv-endpoint", &f.rdzv_endpoint,
-                  "HOST[:PORT]: the leader's address and rendezvous port (default port 29400)");
-  AddTorchrunFlag(app, f, "rdzv-id", &f.rdzv_id, "the job id (as --job-id)");
-  AddTorchrunFlag(app, f, "rdzv-conf", &f.rdzv_conf,
-                  "KEY=VALUE,...: join_timeout or timeout (as --rdzv-timeout), read_timeout "
-                  "(seconds a connecting pod has for its hello); other keys are refused");
-  AddTorchrunFlag(app, f, "role", &f.role, "ROLE_NAME of the workers (default 'default')");
-  AddTorchrunFlag(app, f, "monitor-interval", &f.monitor_interval,
-                  "accepted: trainlet reaps workers on SIGCHLD, it does not poll");
-  AddTorchrunFlag(app, f, "start-method", &f.start_method,
-                  "spawn|fork|forkserver, accepted: every worker is a fresh process");
-  AddTorchrunFlag(app, f, "event-log-handler", &f.event_log_handler, "only 'null'");
-  AddTorchrunFlag(app, f, "log-dir", &f.log_dir,
-                  "keep each worker's output in <dir>/<run-id>_<suffix>/attempt_<restart>/"
-                  "<local-rank>/{stdout,stderr}.log (with --redirects / --tee)");
-  AddTorchrunFlag(app, f, "redirects", &f.redirects,
-                  "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local "
-                  "rank as 0:1,1:2",
-                  "r");
-  AddTorchrunFlag(app, f, "tee", &f.tee, "streams to files and the console (as --redirects)",
-                  "t");
-  AddTorchrunFlag(app, f, "local-ranks-filter", &f.local_ranks_filter,
-                  "0,1,...: only these local ranks' output reaches the console (files keep all)");
-  AddTorchrunFlag(app, f, "local-addr", &f.local_addr,
-                  "on the leader (index 0): the address every trainer gets as MASTER_ADDR");
-  AddTorchrunFlag(app, f, "signals-to-handle", &f.signals_to_handle,
-                  "signals forwarded to the workers: trainlet always forwards SIGTERM, SIGINT, "
-                  "SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2; others are refused");
-  AddTorchrunFlag(app, f, "shutdown-timeout", &f.shutdown_timeout,
-                  "as --grace-period; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
-  AddTorchrunFlag(app, f, "logs-specs", &f.logs_specs, "refused: no Python plugins");
-  AddTorchrunFlag(app, f, "numa-binding", &f.numa_binding, "refused: no NUMA binding");
+  static const TorchrunFlag kFlags[] = {
+      {"rdzv-backend", &Flags::rdzv_backend,
+       "static, c10d, etcd, etcd-v2: all served by trainlet's own rendezvous"},
+      {"rdzv-endpoint", &Flags::rdzv_endpoint,
+       "HOST[:PORT]: the leader's address and rendezvous port (default port 29400)"},
+      {"rdzv-id", &Flags::rdzv_id, "the job id (as --job-id)"},
+      {"rdzv-conf", &Flags::rdzv_conf,
+       "KEY=VALUE,...: join_timeout or timeout (as --rdzv-timeout), read_timeout "
+       "(seconds a connecting pod has for its hello); other keys are refused"},
+      {"role", &Flags::role, "ROLE_NAME of the workers (default 'default')"},
+      {"monitor-interval", &Flags::monitor_interval,
+       "accepted: trainlet reaps workers on SIGCHLD, it does not poll"},
+      {"start-method", &Flags::start_method,
+       "spawn|fork|forkserver, accepted: every worker is a fresh process"},
+      {"event-log-handler", &Flags::event_log_handler, "only 'null'"},
+      {"log-dir", &Flags::log_dir,
+       "keep each worker's output in <dir>/<run-id>_<suffix>/attempt_<restart>/"
+       "<local-rank>/{stdout,stderr}.log (with --redirects / --tee)"},
+      {"redirects", &Flags::redirects,
+       "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local "
+       "rank as 0:1,1:2", "r"},
+      {"tee", &Flags::tee, "streams to files and the console (as --redirects)", "t"},
+      {"local-ranks-filter", &Flags::local_ranks_filter,
+       "0,1,...: only these local ranks' output reaches the console (files keep all)"},
+      {"local-addr", &Flags::local_addr,
+       "on the leader (index 0): the address every trainer gets as MASTER_ADDR"},
+      {"signals-to-handle", &Flags::signals_to_handle,
+       "signals forwarded to the workers: trainlet always forwards SIGTERM, SIGINT, "
+       "SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2; others are refused"},
+      {"shutdown-timeout", &Flags::shutdown_timeout,
+       "as --grace-period; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
+      {"logs-specs", &Flags::logs_specs, "refused: no Python plugins"},
+      {"numa-binding", &Flags::numa_binding, "refused: no NUMA binding"},
+  };
+  for (const TorchrunFlag& t : kFlags) {
+    AddTorchrunFlag(app, f, t.name, &(f.*t.target), t.help, t.short_name);
+  }
 }
 
 void AddAgentFlags(CLI::App& app, Flags& f, bool local) {

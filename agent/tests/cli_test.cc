@@ -510,6 +510,10 @@ TEST(CliTest, AbbreviatedTorchrunFlags) {
                            "'echo $ROLE_NAME/$TORCHELASTIC_RUN_ID/$WORLD_SIZE' --nproc");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("[rank1]: trainer/job7/2"), std::string::npos) << r.out;
+  // `local` takes them for the torchrun flags it has.
+  r = Trainlet("", "local --nn 2 --nproc 1 --no-py sh -c 'echo $RANK/$WORLD_SIZE'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: 1/2"), std::string::npos) << r.out;
 }
 
 // --standalone: a gang of one on free ports, whatever the environment says.

@@ -607,9 +607,12 @@ void Leader::EvictPending() {
                                [](const auto& a, const auto& b) { return a.second < b.second; });
   if (most == im.pending_by_address.end()) return;
   const std::string& address = most->first;
-  auto oldest = std::find_if(im.all.begin(), im.all.end(), [&](const auto& c) {
-    return !c->index && !c->closed && c->address == address;
-  });
+  // Of that address, one whose hello came and who is answering the token's
+  // challenge (a round trip) goes only when none that sent nothing is left.
+  auto from = [&](const auto& c) { return !c->index && !c->closed && c->address == address; };
+  auto oldest = std::find_if(im.all.begin(), im.all.end(),
+                             [&](const auto& c) { return from(c) && !c->pending_hello; });
+  if (oldest == im.all.end()) oldest = std::find_if(im.all.begin(), im.all.end(), from);
   if (oldest == im.all.end()) {  // all of them refused, their Reject being written
     oldest = std::find_if(im.all.begin(), im.all.end(),
                           [](const auto& c) { return !c->index && !c->closed; });

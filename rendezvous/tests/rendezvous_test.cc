@@ -46,13 +46,13 @@ wire::Hello HelloFor(std::uint32_t index, std::uint32_t nnodes, std::uint32_t np
 }
 
 class RendezvousTest : public ::testing::Test {
- protected:
+ public:  // for the shared scenarios below
   std::shared_ptr<Leader> MakeLeader(std::uint32_t nnodes, std::uint16_t port = 0,
                                      std::string token = "", LeaderOptions o = {}) {
     o.token = std::move(token);
     o.nnodes = nnodes;
     o.run_id = "trainer-0";
-    o.handshake_timeout = 500ms;
+    if (o.handshake_timeout == LeaderOptions{}.handshake_timeout) o.handshake_timeout = 500ms;
     auto l = Leader::Listen(io_.get_executor(), port, o);
     EXPECT_TRUE(l.ok()) << l.status().ToString();
     return std::move(l).value();
@@ -570,27 +570,21 @@ TEST_F(RendezvousTest, StopInTheSameReadAsTheAssignmentIsNotHeldBack) {
   member->Close();
 }
 
-// Connections that send nothing, reopened as soon as the leader drops them,
-// used to fill the pending-handshake slots: accepting paused and members sat in
-// the listen backlog until a slot timed out (17-37 s with 2,000 of them). The
-// oldest pending connection now makes room, so a member gets in at once.
-TEST_F(RendezvousTest, IdleConnectionsCannotLockOutAMember) {
+// A member joins a leader whose pending-handshake slots are held by 64 idle
+// sockets, each reopened when the leader closes it; `token` empty or shared.
+// Returns how long the join took.
+Clock::duration JoinBesideIdleConnections(RendezvousTest& t, const std::string& token) {
   LeaderOptions lo;
-  lo.nnodes = 2;
-  lo.run_id = "trainer-0";
   lo.handshake_timeout = 10s;  // as long as the old default: only eviction can help
-  lo.max_pending_handshakes = 8;
-  auto l = Leader::Listen(io_.get_executor(), 0, lo);
-  ASSERT_TRUE(l.ok());
-  auto leader = std::move(l).value();
+  lo.max_pending_handshakes = 2;
+  auto leader = t.MakeLeader(2, 0, token, lo);
   Outcome own, got;
   leader->Start(HelloFor(0, 2), [&](auto r) { own = r; });
   const asio::ip::tcp::endpoint ep(asio::ip::address_v4::loopback(), leader->port());
-  // 64 idle sockets, each reopened when the leader closes it.
-  std::vector<std::unique_ptr<asio::ip::tcp::socket>> idle;
-  std::vector<std::array<char, 16>> bufs(64);
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> idle(64);
+  std::vector<std::array<char, 16>> bufs(idle.size());
   std::function<void(std::size_t)> open_idle = [&](std::size_t k) {
-    idle[k] = std::make_unique<asio::ip::tcp::socket>(io_);
+    idle[k] = std::make_unique<asio::ip::tcp::socket>(t.io_);
     idle[k]->async_connect(ep, [&, k](boost::system::error_code ec) {
       if (ec || own) return;
       idle[k]->async_read_some(asio::buffer(bufs[k]), [&, k](boost::system::error_code, std::size_t) {
@@ -598,20 +592,33 @@ TEST_F(RendezvousTest, IdleConnectionsCannotLockOutAMember) {
       });
     });
   };
-  idle.resize(64);
   for (std::size_t k = 0; k < idle.size(); ++k) open_idle(k);
-  RunUntil([] { return false; }, 300ms);  // let them fill every slot
+  t.RunUntil([] { return false; }, 300ms);  // let them fill every slot
   auto t0 = Clock::now();
-  auto member = MakeMember(HelloFor(1, 2), leader->port());
+  auto member = t.MakeMember(HelloFor(1, 2), leader->port(), 10s, token);
   member->Start([&](auto r) { got = r; });
-  RunUntil([&] { return own && got; }, 8s);
-  ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no result");
-  ASSERT_TRUE(own && own->ok());
-  EXPECT_LT(Clock::now() - t0, 2s);
+  t.RunUntil([&] { return own && got; }, 8s);
+  EXPECT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no result");
+  EXPECT_TRUE(own && own->ok());
   for (auto& s : idle) {
     boost::system::error_code ec;
     if (s) s->close(ec);
   }
+  return Clock::now() - t0;
+}
+
+// Connections that send nothing, reopened as soon as the leader drops them,
+// used to fill the pending-handshake slots: accepting paused and members sat in
+// the listen backlog until a slot timed out (17-37 s with 2,000 of them). The
+// oldest pending connection now makes room, so a member gets in at once.
+TEST_F(RendezvousTest, IdleConnectionsCannotLockOutAMember) {
+  EXPECT_LT(JoinBesideIdleConnections(*this, ""), 2s);
+}
+
+// With a token a member's handshake takes a round trip (challenge, proof):
+// idle sockets arriving meanwhile must not push it out, only one another.
+TEST_F(RendezvousTest, IdleConnectionsCannotLockOutAnAuthenticatingMember) {
+  EXPECT_LT(JoinBesideIdleConnections(*this, "s3cret-token-value"), 2s);
 }
 
 // The same flood, reopening as fast as the leader drops, evicted a member whose

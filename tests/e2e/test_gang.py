@@ -169,6 +169,29 @@ class GangHelpers:
                           f"pod {i}'s worker never got SIGTERM\n" + c.pods[i].tail())
         self.assertNothingLeft(c)
 
+class GenerationMarks(GangHelpers):
+    """Marks of workers that also write their generation: "event time generation"."""
+
+    def gen_marks(self, c, i):
+        """[(event, wall time, generation)] from pod i's workers, in order."""
+        out = []
+        try:
+            with open(self.marks_path(c, i)) as f:
+                for line in f:
+                    ev, t, gen = line.split()
+                    out.append((ev, float(t), gen))
+        except FileNotFoundError:
+            pass
+        return out
+
+    def marks(self, c, i):
+        """{event: [wall time, ...]} over every generation (GangHelpers' format)."""
+        out = {}
+        for ev, t, _ in self.gen_marks(c, i):
+            out.setdefault(ev, []).append(t)
+        return out
+
+
 class GangTest(GangHelpers, PodsimTestCase):
     needs_trainlet = True
 

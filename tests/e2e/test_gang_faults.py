@@ -21,7 +21,7 @@ import time
 import unittest
 
 from harness import BIN, PodsimTestCase
-from test_gang import GangHelpers
+from test_gang import GenerationMarks
 
 GRACE = 5
 SLOW_STOP = 2.0    # s the "slow" worker's TERM trap takes
@@ -53,7 +53,7 @@ nap 6000; mark nosignal; exit 1
 """.replace("__SLOW__", str(SLOW_STOP))
 
 
-class GangFaultsTest(GangHelpers, PodsimTestCase):
+class GangFaultsTest(GenerationMarks, PodsimTestCase):
     needs_trainlet = True
 
     @classmethod
@@ -61,23 +61,6 @@ class GangFaultsTest(GangHelpers, PodsimTestCase):
         super().setUpClass()
         if BIN and os.path.basename(BIN) == "standin_trainlet.py":
             raise unittest.SkipTest("the stand-in has no gang control channel")
-
-    def gen_marks(self, c, i):
-        out = []
-        try:
-            with open(self.marks_path(c, i)) as f:
-                for line in f:
-                    ev, t, gen = line.split()
-                    out.append((ev, float(t), gen))
-        except FileNotFoundError:
-            pass
-        return out
-
-    def marks(self, c, i):
-        out = {}
-        for ev, t, _ in self.gen_marks(c, i):
-            out.setdefault(ev, []).append(t)
-        return out
 
     def start(self, c, modes, npods, max_restarts=0):
         c.publish_all()

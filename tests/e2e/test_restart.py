@@ -26,7 +26,7 @@ import time
 import unittest
 
 from harness import BIN, PYTHON, TRAIN_PY, PodsimTestCase, torch_missing
-from test_gang import GangHelpers
+from test_gang import GenerationMarks
 
 PODS = 4
 GRACE = 2
@@ -53,7 +53,7 @@ esac
 """
 
 
-class RestartTest(GangHelpers, PodsimTestCase):
+class RestartTest(GenerationMarks, PodsimTestCase):
     needs_trainlet = True
 
     @classmethod
@@ -61,25 +61,6 @@ class RestartTest(GangHelpers, PodsimTestCase):
         super().setUpClass()
         if BIN and os.path.basename(BIN) == "standin_trainlet.py":
             raise unittest.SkipTest("the stand-in has no in-place restarts")
-
-    def gen_marks(self, c, i):
-        """[(event, wall time, generation)] from pod i's workers, in order."""
-        out = []
-        try:
-            with open(self.marks_path(c, i)) as f:
-                for line in f:
-                    ev, t, gen = line.split()
-                    out.append((ev, float(t), gen))
-        except FileNotFoundError:
-            pass
-        return out
-
-    def marks(self, c, i):
-        """{event: [wall time, ...]} over every generation (GangHelpers' format)."""
-        out = {}
-        for ev, t, _ in self.gen_marks(c, i):
-            out.setdefault(ev, []).append(t)
-        return out
 
     def argv(self, c, i, plan, max_restarts, extra=()):
         worker = ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), *map(str, plan)]

@@ -187,7 +187,7 @@ class TorchrunCompatTest(unittest.TestCase):
         t, l = self.side_by_side("ambiguous", ["--n", "2", "--redirects", "1", "--tee", "2",
                                                "probe.py"])
         self.assertEqual((t["code"], l["code"]), (2, 78), t["out"] + l["out"])
-        self.assertIn("ambiguous option: --n could match --nnodes, --nproc_per_node", t["out"])
+        self.assertIn("ambiguous option: --n could match --nnodes, --n", t["out"])
         self.assertIn("ambiguous option: --n could match --nnodes, --no-python, --node-rank, "
                       "--nproc-per-node", l["out"])
         self.assertFalse(l["workers"], l["out"])
