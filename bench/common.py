@@ -63,6 +63,12 @@ def memory(pid):
     return rss, hwm, pss
 
 
+def rss_anon(pid):
+    """RssAnon of `pid` in KiB (proc(5)): the private heap and stack, without the file pages
+    (executable, libc) that VmRSS also counts and that every process mapping them shares."""
+    return int(re.search(r"RssAnon:\s+(\d+)", open(f"/proc/{pid}/status").read()).group(1))
+
+
 def stats(xs):
     xs = sorted(xs)
     return {"median": statistics.median(xs), "min": xs[0], "max": xs[-1], "n": len(xs)}

@@ -51,7 +51,9 @@ def once(binary, loadgen, n, real):
         return {"pods": n, "real_agents": real,
                 "leader_rss_kib": lead[0], "leader_pss_kib": lead[2],
                 "member_rss_kib": statistics.median(m[0] for m in members),
-                "member_pss_kib": statistics.median(m[2] for m in members)}
+                "member_pss_kib": statistics.median(m[2] for m in members),
+                "leader_anon_kib": common.rss_anon(leader.pid),
+                "member_anon_kib": statistics.median(common.rss_anon(p.pid) for p in procs[1:])}
     finally:
         common.kill_all(procs, 15)
         common.reap(procs, 15)

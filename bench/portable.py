@@ -5,9 +5,13 @@
       --loadgen build/bench/trainlet-loadgen [--runs 50] [--memory-runs 5]
 
 launch: exec of the launcher -> exec of `date +%s%N` (bench/launch.py's measure), and
-`--version` (process start alone), both builds interleaved run by run.
-memory: VmRSS/PSS of the leader and a member once heartbeats flow (bench/memory.py's
-measure), by default 2 pods (both real agents) and 64 pods (8 real agents + loadgen
+`--version` (process start alone), both builds interleaved run by run. Beside the wall
+times, each process's CPU time (user + system) and minor page faults from wait4(2)'s
+rusage (the launcher with the trainer it reaped): on a shared, loaded machine these barely
+move with the load, where wall times do.
+memory: VmRSS/PSS/RssAnon of the leader and a member once heartbeats flow (bench/memory.py's
+measure; RssAnon leaves out the shared file pages of the executable and libc), by default
+2 pods (both real agents) and 64 pods (8 real agents + loadgen
 connections), the builds alternating. Prints medians and portable/native ratios; JSON with --json.
 """
 import argparse
@@ -24,21 +28,44 @@ import launch  # noqa: E402
 import memory  # noqa: E402
 
 
+def usage_once(cmd):
+    """(stdout, wall ms from exec to exit, CPU ms, minor faults) of one run of cmd."""
+    t0 = time.time_ns()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=common.ENV)
+    out = p.stdout.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = (time.time_ns() - t0) / 1e6
+    p.returncode = os.waitstatus_to_exitcode(status)
+    p.stdout.close()
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd} exited {p.returncode}")
+    return out, wall, (ru.ru_utime + ru.ru_stime) * 1e3, ru.ru_minflt
+
+
 def bench_launch(builds, runs):
     trainer = ["date", "+%s%N"]
-    lt = {k: [] for k in builds}
-    vt = {k: [] for k in builds}
+    rows = ("launch_ms", "launch_cpu_ms", "launch_minflt", "version_ms", "version_cpu_ms",
+            "version_minflt")
+    r = {row: {k: [] for k in builds} for row in rows}
     for _ in range(3):
         for b in builds.values():
             launch.once([b, "--log-level", "warn", "--"] + trainer)
     for _ in range(runs):
         for k, b in builds.items():
-            lt[k].append(launch.once([b, "--log-level", "warn", "--"] + trainer))
-            t0 = time.monotonic_ns()
-            subprocess.run([b, "--version"], stdout=subprocess.DEVNULL, check=True)
-            vt[k].append((time.monotonic_ns() - t0) / 1e6)
-    return {"launch_ms": {k: common.stats(v) for k, v in lt.items()},
-            "version_ms": {k: common.stats(v) for k, v in vt.items()}}
+            t0 = time.time_ns()
+            out, _, cpu, flt = usage_once([b, "--log-level", "warn", "--"] + trainer)
+            r["launch_ms"][k].append((int(common.STAMP.search(out).group(1)) - t0) / 1e6)
+            r["launch_cpu_ms"][k].append(cpu)
+            r["launch_minflt"][k].append(flt)
+            _, wall, cpu, flt = usage_once([b, "--version"])
+            r["version_ms"][k].append(wall)
+            r["version_cpu_ms"][k].append(cpu)
+            r["version_minflt"][k].append(flt)
+    return {row: {k: common.stats(v) for k, v in r[row].items()} for row in rows}
+
+
+MEMORY_FIELDS = ("leader_rss_kib", "member_rss_kib", "leader_pss_kib", "member_pss_kib",
+                 "leader_anon_kib", "member_anon_kib")
 
 
 def bench_memory(builds, loadgen, runs, sizes):
@@ -49,8 +76,7 @@ def bench_memory(builds, loadgen, runs, sizes):
             for k, b in builds.items():
                 rows[k].append(memory.once(b, loadgen, n, real))
         out[f"{n}_pods"] = {
-            k: {f: statistics.median(r[f] for r in v)
-                for f in ("leader_rss_kib", "leader_pss_kib", "member_rss_kib", "member_pss_kib")}
+            k: {f: statistics.median(r[f] for r in v) for f in MEMORY_FIELDS}
             for k, v in rows.items()}
     return out
 
@@ -75,12 +101,13 @@ def main():
         print(json.dumps(res, indent=1))
         return
     print(f"launch ({a.runs} runs, interleaved): median ms, portable/native")
-    for row in ("launch_ms", "version_ms"):
+    for row in ("launch_ms", "launch_cpu_ms", "launch_minflt", "version_ms", "version_cpu_ms",
+                "version_minflt"):
         n, p = res[row]["native"]["median"], res[row]["portable"]["median"]
-        print(f"  {row:11s} native {n:7.2f}  portable {p:7.2f}  ratio {p / n:.3f}")
+        print(f"  {row:14s} native {n:7.2f}  portable {p:7.2f}  ratio {p / n:.3f}")
     print(f"memory ({a.memory_runs} runs each, alternating): median KiB, portable/native")
     for size, v in res["memory"].items():
-        for f in ("leader_rss_kib", "member_rss_kib", "leader_pss_kib", "member_pss_kib"):
+        for f in MEMORY_FIELDS:
             n, p = v["native"][f], v["portable"][f]
             print(f"  {size:8s} {f:15s} native {n:8.0f}  portable {p:8.0f}  ratio {p / n:.3f}")
     print("binary bytes: " + ", ".join(f"{k} {v}" for k, v in res["binary_bytes"].items()))

@@ -17,6 +17,7 @@ import collections
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -431,13 +432,20 @@ class Run:
         if codes != want:
             self.violate(f"{fault.name} on pod {victim} ({self.describe()}): exit codes {codes}, "
                          f"want {want}")
+        # Every other pod's termination message names the culprit (members name the
+        # leader as "the leader" when they lost it).
+        names = re.compile(rf"\bpod {victim}\b" + (r"|(?i:leader)" if victim == 0 else ""))
         for i in range(self.npods):
             cls = fault.cls if i == victim else "peer_failed"
-            if codes[i] == want[i] and cls is not None:
-                got = self.summary_class(i)
-                if got != cls:
-                    self.violate(f"{fault.name}: pod {i} exited {codes[i]} with class {got!r} in "
-                                 f"its termination message, want {cls!r}")
+            if codes[i] != want[i] or cls is None:
+                continue
+            summary = self.summary(i)
+            if summary.get("class") != cls:
+                self.violate(f"{fault.name}: pod {i} exited {codes[i]} with class "
+                             f"{summary.get('class')!r} in its termination message, want {cls!r}")
+            if i != victim and not names.search(summary.get("reason", "")):
+                self.violate(f"{fault.name}: pod {i}'s reason does not name pod {victim}: "
+                             f"{summary.get('reason')!r}")
         self.record_term_times(fault.name, "final", victim, t0)
         counted = [i for i, code in codes.items() if code not in (0, PEER_FAILED)]
         if fault.code is not None and len(counted) != 1:
@@ -469,13 +477,13 @@ class Run:
         if any(codes.values()):
             self.violate(f"after {self.gen} restarts every worker exited 0: exit codes {codes}")
 
-    def summary_class(self, i):
-        """The `class` of pod i's termination message (its current incarnation), or None."""
+    def summary(self, i):
+        """Pod i's termination message (its current incarnation) as a dict, {} if none."""
         try:
             with open(os.path.join(self.c.workdir, f"tlog{i}.{self.inc[i]}")) as f:
-                return json.loads(f.read()).get("class")
+                return json.loads(f.read())
         except (OSError, ValueError):
-            return None
+            return {}
 
     def record_term_times(self, kind, outcome, victim, t0, gen=None):
         """Seconds from the fault to the last SIGTERM that reached a worker of another pod."""
