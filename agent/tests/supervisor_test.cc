@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -159,6 +160,40 @@ class SupervisorTest : public ::testing::Test {
 
 bool NoChildrenLeft() {
   return ::waitpid(-1, nullptr, WNOHANG) < 0 && errno == ECHILD;
+}
+
+// The listing a stop signals: children, and grandchildren unless
+// children_only; a zombie child (exited, not yet reaped) is not listed.
+TEST(ListDescendants, ChildrenGrandchildrenAndNoZombies) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::fork() == 0) {  // the grandchild
+      ::pause();
+      ::_exit(0);
+    }
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  const pid_t zombie = ::fork();
+  if (zombie == 0) ::_exit(0);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, zombie, &info, WEXITED | WNOWAIT), 0);  // a zombie now
+  const auto children = ListDescendants(::getpid(), /*children_only=*/true);
+  const auto all = ListDescendants(::getpid());
+  EXPECT_NE(std::find(children.begin(), children.end(), child), children.end());
+  EXPECT_EQ(std::find(children.begin(), children.end(), zombie), children.end());
+  EXPECT_EQ(all.size(), children.size() + 1) << "the grandchild";
+  EXPECT_EQ(std::find(all.begin(), all.end(), zombie), all.end());
+  for (pid_t p : all) ::kill(p, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::waitpid(zombie, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 TEST_F(SupervisorTest, AllSucceedAndOutputIsPrefixedLineByLine) {

@@ -130,8 +130,11 @@ class Supervisor {
 // returns true when the caller has no children left (ECHILD).
 bool ReapOrphans();
 
-// Every live descendant of `root` (children, grandchildren, ...), from /proc;
-// only its direct children when `children_only`.
+// Every live descendant of `root` (children, grandchildren, ...), from
+// /proc/<pid>/task/<tid>/children (proc(5)) where the kernel has it, else from a
+// scan of every process in /proc; only its direct children when
+// `children_only`. Zombies are left out. A snapshot: processes forked or
+// exiting meanwhile may be missed. Blocking reads of /proc, no deadline.
 std::vector<pid_t> ListDescendants(pid_t root, bool children_only = false);
 
 // Every live process of this pod but the caller: as PID 1 of a PID namespace
