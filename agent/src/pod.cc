@@ -190,15 +190,24 @@ class Pod {
     });
   }
 
+  // The peers give a pod up after kStallLimit without a frame from it, counted
+  // from its last heartbeat, which may precede the stall by up to a heartbeat
+  // interval: so the silence since that heartbeat decides, as they judge it,
+  // not the loop's gap alone (a stall of 2.5 s after a heartbeat sent 0.8 s
+  // before it was given up by the peers, yet shorter than the limit).
   void CheckStall() {
     if (!stall_watch_) return;
-    const auto gap = Clock::now() - last_tick_;
-    if (gap <= tun::kStallLimit) return;
+    const auto now = Clock::now();
+    const auto gap = now - last_tick_;
+    const auto silence = std::max<Clock::duration>(
+        gap, leader_ ? leader_->heartbeat_silence()
+                     : member_ ? member_->heartbeat_silence() : Clock::duration{});
+    if (silence <= tun::kStallLimit) return;
     stall_watch_ = false;  // once per generation
     std::string why = fmt::format(
-        "this pod's event loop did not run for {:.1f} s (the process was stopped or starved; "
-        "its peers give up after {:.1f} s)",
-        std::chrono::duration<double>(gap).count(),
+        "this pod's event loop did not run for {:.1f} s, {:.1f} s without a heartbeat sent "
+        "(the process was stopped or starved; its peers give up after {:.1f} s)",
+        std::chrono::duration<double>(gap).count(), std::chrono::duration<double>(silence).count(),
         std::chrono::duration<double>(tun::kStallLimit).count());
     spdlog::error("{}", why);
     Apply(policy_.On(gang::OwnStall{why}));

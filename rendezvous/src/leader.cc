@@ -84,6 +84,7 @@ struct Leader::Impl {
   int misses = 3;
   std::unique_ptr<asio::steady_timer> heartbeat_timer;
   std::chrono::steady_clock::time_point last_heartbeat_tx;
+  std::chrono::steady_clock::duration longest_tx_gap{};  // heartbeat_silence()
   // Channel events that arrived before StartChannel (the leader's own pod learns
   // of the assignment a moment after the members do).
   std::vector<std::function<void()>> early_events;
@@ -748,7 +749,12 @@ void Leader::Heartbeat() {
   auto now = std::chrono::steady_clock::now();
   auto members = im.members;  // on_lost may drop entries
   const bool send = now - im.last_heartbeat_tx >= im.heartbeat;
-  if (send) im.last_heartbeat_tx = now;
+  if (send) {
+    if (im.last_heartbeat_tx != std::chrono::steady_clock::time_point{}) {
+      im.longest_tx_gap = std::max(im.longest_tx_gap, now - im.last_heartbeat_tx);
+    }
+    im.last_heartbeat_tx = now;
+  }
   for (auto& [index, conn] : members) {
     if (conn->closed) continue;
     if (!conn->settled && now - conn->last_rx > im.heartbeat * im.misses) {
@@ -872,6 +878,12 @@ std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
     if (!conn->closed) out[index] = {conn->rtt_seconds, conn->step_rate_milli, conn->slowest_rank};
   }
   return out;
+}
+
+std::chrono::steady_clock::duration Leader::heartbeat_silence() const {
+  const Impl& im = *impl_;
+  if (!im.channel || !im.heartbeat_timer) return {};
+  return std::max(im.longest_tx_gap, std::chrono::steady_clock::now() - im.last_heartbeat_tx);
 }
 
 bool Leader::AllMembersSettled() const {

@@ -71,6 +71,7 @@ struct Member::Impl {
   int misses = 3;
   Clock::time_point last_rx;
   Clock::time_point last_tx;
+  Clock::duration longest_tx_gap{};  // heartbeat_silence()
   std::uint64_t peer_sent_us = 0;  // the leader's last heartbeat, to echo
   Clock::time_point peer_rx;
   std::uint32_t step_rate_milli = 0;
@@ -536,6 +537,9 @@ void Member::ChannelHeartbeat() {
     return;
   }
   if (Clock::now() - im.last_tx >= im.heartbeat) {
+    if (im.last_tx != Clock::time_point{}) {
+      im.longest_tx_gap = std::max(im.longest_tx_gap, Clock::now() - im.last_tx);
+    }
     im.last_tx = Clock::now();
     wire::Heartbeat hb;
     hb.sent_us = static_cast<std::uint64_t>(
@@ -555,6 +559,12 @@ void Member::ChannelHeartbeat() {
   im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec) self->ChannelHeartbeat();
   });
+}
+
+std::chrono::steady_clock::duration Member::heartbeat_silence() const {
+  const Impl& im = *impl_;
+  if (!im.channel || im.last_tx == Clock::time_point{}) return {};
+  return std::max(im.longest_tx_gap, Clock::now() - im.last_tx);
 }
 
 void Member::SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank) {

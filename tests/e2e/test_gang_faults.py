@@ -8,6 +8,9 @@
     resumes it exits infra (75) itself, saying its own event loop stalled;
   * the leader frozen the same way: the members exit 76 (lost the leader); the resumed
     leader exits 75 and blames no member;
+  * a pod frozen for a little less than the timeout (2.75 s): whether its peers give it up
+    depends on when its last heartbeat went out; whenever they do, it is the culprit (75)
+    and they exit 76; otherwise the gang runs on (before, it exited 76 too: no culprit);
   * two members' workers fail at the same instant: exactly one of them exits with its
     own code (the one the leader heard first), every other pod 76.
 
@@ -27,6 +30,7 @@ GRACE = 5
 SLOW_STOP = 2.0    # s the "slow" worker's TERM trap takes
 FREEZE = 6.0       # s a pod is stopped: past the 3 s heartbeat timeout
 STOP_BOUND = 6.5   # s from a freeze to the other pods' exits: 3 missed heartbeats + slack
+SHORT_FREEZE = 2.75  # s: the loop's gap stays under the 3 s limit, the silence often not
 
 # usage: sh -c WORKER trainer MARKS MODE TENTHS CODE [AT]
 #   fail: nap TENTHS, exit CODE;  failat: sleep until wall time AT (ms), exit CODE;
@@ -151,6 +155,38 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
                              "the resumed pod blamed a member before seeing its own stall")
             self.assertIn("TERM", self.marks(c, victim), "its own worker got no SIGTERM")
             self.assertNothingLeft(c)
+
+    def short_freeze(self, victim, npods=3, trials=4):
+        """Up to `trials` gangs, until one in which the peers gave the victim up."""
+        for trial in range(trials):
+            with self.cluster(pods=npods) as c:
+                self.start(c, {i: ("live", 0, 0) for i in range(npods)}, npods)
+                time.sleep(1.5)  # heartbeats have gone both ways
+                c.pods[victim].signal(signal.SIGSTOP)
+                time.sleep(SHORT_FREEZE)
+                c.pods[victim].signal(signal.SIGCONT)
+                time.sleep(2.0)  # past the peers' check and the victim's own
+                if all(c.pods[i].running() for i in range(npods)):
+                    print(f"\n    trial {trial}: not given up; the gang runs on", end=" ", flush=True)
+                    for i in range(npods):
+                        c.pods[i].signal(signal.SIGTERM)
+                    codes = c.wait_all(GRACE + 10)
+                    self.assertEqual(set(codes.values()), {143}, codes)
+                    continue
+                codes = c.wait_all(STOP_BOUND + GRACE)
+                print(f"\n    trial {trial}: given up; exits {codes}", end=" ", flush=True)
+                want = {i: 75 if i == victim else 76 for i in range(npods)}
+                self.assertEqual(codes, want, c.pods[victim].tail())
+                self.assertClass(c, victim, "infra", 75, r"without a heartbeat sent")
+                self.assertNothingLeft(c)
+                return
+        self.skipTest(f"the peers never gave the victim up in {trials} trials (timing)")
+
+    def test_member_frozen_shorter_than_the_limit_is_the_culprit_when_given_up(self):
+        self.short_freeze(victim=2)
+
+    def test_leader_frozen_shorter_than_the_limit_is_the_culprit_when_given_up(self):
+        self.short_freeze(victim=0)
 
     def test_frozen_member_is_the_culprit(self):
         self.freeze(victim=2)

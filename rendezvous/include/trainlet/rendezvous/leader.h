@@ -132,6 +132,12 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void BroadcastStop(const wire::Stop& stop);
   // True once every member has reported success or is gone.
   bool AllMembersSettled() const;
+  // The longest this side of the control channel went without sending its
+  // heartbeats, so far (between two rounds, or since the last one until now);
+  // zero before StartChannel and after Close. The members give this leader up
+  // after `heartbeat * misses` without a frame from it: the pod compares this
+  // with that bound to know whether its own stall made it the culprit.
+  std::chrono::steady_clock::duration heartbeat_silence() const;
 
   // Closes the listener and every connection; `done` is not called after this.
   void Close();

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -86,6 +87,12 @@ class Member : public std::enable_shared_from_this<Member> {
   // The step rate its heartbeats report from now on (wire::Heartbeat::
   // step_rate_milli, 0: unknown; slowest_rank).
   void SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank);
+
+  // The longest this member went without sending a heartbeat on the control
+  // channel, so far (between two, or since the last one until now); zero while
+  // no channel runs (before StartChannel, after it ended or Close). The leader
+  // gives this member up after `heartbeat * misses` without a frame from it.
+  std::chrono::steady_clock::duration heartbeat_silence() const;
 
   // Stops everything; `done` is not called afterwards. The connection is closed.
   void Close();
