@@ -68,6 +68,9 @@ class PodsimTestCase(unittest.TestCase):
     """Base for tests that need a simulated cluster (root, namespaces, dnsmasq)."""
 
     needs_trainlet = False
+    # Why the class is skipped under tests/e2e/standin_trainlet.py (what it lacks); None:
+    # the stand-in runs it too.
+    standin_skip = None
 
     @classmethod
     def setUpClass(cls):
@@ -76,6 +79,8 @@ class PodsimTestCase(unittest.TestCase):
             raise unittest.SkipTest(reason)
         if cls.needs_trainlet and not (BIN and os.access(BIN, os.X_OK)):
             raise unittest.SkipTest(f"no trainlet binary (TRAINLET_E2E_BIN={BIN!r})")
+        if cls.standin_skip and BIN and os.path.basename(BIN) == "standin_trainlet.py":
+            raise unittest.SkipTest(cls.standin_skip)
 
     @contextlib.contextmanager
     def cluster(self, pods, svc="trainer", **kwargs):

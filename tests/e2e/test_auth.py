@@ -28,7 +28,7 @@ import time
 import unittest
 
 import test_gang_features
-from harness import BIN, PodsimTestCase
+from harness import PodsimTestCase
 from test_gang_features import gang_worker
 
 QUICK = 3.0        # s: a refused stray exits within this of its start
@@ -53,11 +53,7 @@ class AuthTest(PodsimTestCase):
     job_of = test_gang_features.GangFeatureTest.job_of
     start_leader = test_gang_features.GangFeatureTest.start_leader
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        if BIN and os.path.basename(BIN) == "standin_trainlet.py":
-            raise unittest.SkipTest("the stand-in has no rendezvous authentication")
+    standin_skip = "the stand-in has no rendezvous authentication"
 
     # -- helpers -------------------------------------------------------------------------
     def token_file(self, c, name, content):

@@ -18,12 +18,11 @@ Workers are `sh` scripts as in test_gang.py ("<event> <wall time> <generation>" 
 in mode "slow" the TERM trap takes SLOW_STOP s (a checkpoint being written).
 """
 
-import os
 import signal
 import time
 import unittest
 
-from harness import BIN, PodsimTestCase
+from harness import PodsimTestCase
 from test_gang import GenerationMarks
 
 GRACE = 5
@@ -60,11 +59,7 @@ nap 6000; mark nosignal; exit 1
 class GangFaultsTest(GenerationMarks, PodsimTestCase):
     needs_trainlet = True
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        if BIN and os.path.basename(BIN) == "standin_trainlet.py":
-            raise unittest.SkipTest("the stand-in has no gang control channel")
+    standin_skip = "the stand-in has no gang control channel"
 
     def start(self, c, modes, npods, max_restarts=0):
         c.publish_all()

@@ -95,11 +95,7 @@ def probe(cluster, i, what):
 class GangFeatureTest(test_gang.GangHelpers, PodsimTestCase):
     needs_trainlet = True
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        if BIN and os.path.basename(BIN) == "standin_trainlet.py":
-            raise unittest.SkipTest("the stand-in has no gang features")
+    standin_skip = "the stand-in has no gang features"
 
     # -- helpers -------------------------------------------------------------------------
     def start(self, c, i, worker, *flags, nnodes=PODS, rdzv_timeout=30):

@@ -25,7 +25,7 @@ import signal
 import time
 import unittest
 
-from harness import BIN, PYTHON, TRAIN_PY, PodsimTestCase, torch_missing
+from harness import PYTHON, TRAIN_PY, PodsimTestCase, torch_missing
 from test_gang import GenerationMarks
 
 PODS = 4
@@ -56,11 +56,7 @@ esac
 class RestartTest(GenerationMarks, PodsimTestCase):
     needs_trainlet = True
 
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        if BIN and os.path.basename(BIN) == "standin_trainlet.py":
-            raise unittest.SkipTest("the stand-in has no in-place restarts")
+    standin_skip = "the stand-in has no in-place restarts"
 
     def argv(self, c, i, plan, max_restarts, extra=()):
         worker = ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), *map(str, plan)]
