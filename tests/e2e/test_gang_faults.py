@@ -8,7 +8,7 @@
     resumes it exits infra (75) itself, saying its own event loop stalled;
   * the leader frozen the same way: the members exit 76 (lost the leader); the resumed
     leader exits 75 and blames no member;
-  * a pod frozen for a little less than the timeout (2.75 s): whether its peers give it up
+  * a pod frozen for a little less than the timeout (2.15 s of 2.4 s): whether its peers give it up
     depends on when its last heartbeat went out; whenever they do, it is the culprit (75)
     and they exit 76; otherwise the gang runs on (before, it exited 76 too: no culprit);
   * two members' workers fail at the same instant: exactly one of them exits with its
@@ -29,7 +29,7 @@ GRACE = 5
 SLOW_STOP = 2.0    # s the "slow" worker's TERM trap takes
 FREEZE = 6.0       # s a pod is stopped: past the 3 s heartbeat timeout
 STOP_BOUND = 6.5   # s from a freeze to the other pods' exits: 3 missed heartbeats + slack
-SHORT_FREEZE = 2.75  # s: the loop's gap stays under the 3 s limit, the silence often not
+SHORT_FREEZE = 2.15  # s: the loop's gap stays under the 2.4 s limit (3 x 0.8 s), the silence often not
 
 # usage: sh -c WORKER trainer MARKS MODE TENTHS CODE [AT]
 #   fail: nap TENTHS, exit CODE;  failat: sleep until wall time AT (ms), exit CODE;
