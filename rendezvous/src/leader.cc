@@ -130,12 +130,12 @@ std::string FirstDifference(const wire::LaunchConfig& leader, const wire::Launch
 
 namespace {
 
-// Opens, binds and listens `acceptor` on `port` (see Leader::Listen); on any
-// error the acceptor is left closed.
-boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t port,
-                                        int backlog) {
+// Opens `acceptor` dual stack (one socket serves IPv4 as v4-mapped and IPv6
+// peers; IPv4 alone where IPv6 is off), with SO_REUSEADDR as a trainer's
+// listener (PyTorch's TCPStore) has it, and binds it to `port` on every
+// interface.
+boost::system::error_code OpenAndBind(tcp::acceptor& acceptor, std::uint16_t port) {
   boost::system::error_code ec;
-  // Dual stack first: one socket serves IPv4 (as v4-mapped) and IPv6 peers.
   tcp::endpoint ep(asio::ip::address_v6::any(), port);
   acceptor.open(tcp::v6(), ec);
   if (!ec) acceptor.set_option(asio::ip::v6_only(false), ec);
@@ -147,6 +147,14 @@ boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t p
   }
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(ep, ec);
+  return ec;
+}
+
+// Opens, binds and listens `acceptor` on `port` (see Leader::Listen); on any
+// error the acceptor is left closed.
+boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t port,
+                                        int backlog) {
+  boost::system::error_code ec = OpenAndBind(acceptor, port);
   if (!ec) acceptor.listen(backlog, ec);
   if (ec) {
     boost::system::error_code ignored;
@@ -163,22 +171,10 @@ int BacklogFor(std::uint32_t nnodes) {
 }
 
 // Whether `port` can be bound on every interface now (bound, then closed at
-// once), as a trainer's listener (PyTorch's TCPStore: SO_REUSEADDR) would.
+// once), as a trainer's listener would.
 boost::system::error_code ProbeBind(const asio::any_io_executor& executor, std::uint16_t port) {
   tcp::acceptor probe(executor);
-  boost::system::error_code ec;
-  tcp::endpoint ep(asio::ip::address_v6::any(), port);
-  probe.open(tcp::v6(), ec);
-  if (!ec) probe.set_option(asio::ip::v6_only(false), ec);
-  if (ec) {
-    boost::system::error_code ignored;
-    probe.close(ignored);
-    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
-    probe.open(tcp::v4(), ec);
-  }
-  if (!ec) probe.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) probe.bind(ep, ec);
-  return ec;
+  return OpenAndBind(probe, port);
 }
 
 }  // namespace

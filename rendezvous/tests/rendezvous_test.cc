@@ -77,6 +77,18 @@ class RendezvousTest : public ::testing::Test {
     return std::move(m).value();
   }
 
+  // Starts `leader` with its own `hello` and expects its rendezvous to fail
+  // within 5 s as infra, the message containing `text`.
+  void ExpectLeaderFailsAsInfraNaming(const std::shared_ptr<Leader>& leader, wire::Hello hello,
+                                      const std::string& text) {
+    std::optional<Result<wire::Assignment>> own;
+    leader->Start(std::move(hello), [&](auto r) { own = r; });
+    RunUntil([&] { return own.has_value(); }, 5s);
+    ASSERT_TRUE(own && !own->ok());
+    EXPECT_EQ(own->status().failure_class(), FailureClass::kInfra);
+    EXPECT_NE(own->status().message().find(text), std::string::npos) << own->status().message();
+  }
+
   // Runs the loop until `pred` holds or `limit` passes.
   void RunUntil(std::function<bool()> pred, std::chrono::milliseconds limit = 10s) {
     auto end = Clock::now() + limit;
@@ -744,14 +756,8 @@ TEST_F(RendezvousTest, RendezvousPortBusyPastTheDeadlineIsInfraNamingThePort) {
   LeaderOptions lo;
   lo.bind_deadline = Clock::now() + 600ms;
   auto leader = MakeLeader(2, port, "", lo);
-  Outcome own;
-  leader->Start(HelloFor(0, 2), [&](auto r) { own = r; });
-  RunUntil([&] { return own.has_value(); }, 5s);
-  ASSERT_TRUE(own && !own->ok());
-  EXPECT_EQ(own->status().failure_class(), FailureClass::kInfra);
-  EXPECT_NE(own->status().message().find("rendezvous port " + std::to_string(port)),
-            std::string::npos)
-      << own->status().message();
+  ExpectLeaderFailsAsInfraNaming(leader, HelloFor(0, 2),
+                                 "rendezvous port " + std::to_string(port));
 }
 
 // MASTER_PORT taken on the leader's pod: rank 0's store could not listen, and
@@ -765,14 +771,7 @@ TEST_F(RendezvousTest, BusyMasterPortIsInfraNamingIt) {
   lo.check_master_port = true;
   lo.bind_deadline = Clock::now() + 500ms;
   auto leader = MakeLeader(1, 0, "", lo);
-  Outcome own;
-  leader->Start(HelloFor(0, 1), [&](auto r) { own = r; });
-  RunUntil([&] { return own.has_value(); }, 5s);
-  ASSERT_TRUE(own && !own->ok());
-  EXPECT_EQ(own->status().failure_class(), FailureClass::kInfra);
-  EXPECT_NE(own->status().message().find("MASTER_PORT " + std::to_string(master)),
-            std::string::npos)
-      << own->status().message();
+  ExpectLeaderFailsAsInfraNaming(leader, HelloFor(0, 1), "MASTER_PORT " + std::to_string(master));
 }
 
 // A leader address that accepts TCP but never answers (a frozen process: the
