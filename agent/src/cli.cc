@@ -97,6 +97,8 @@ struct Flags {
   // identity.cc reads PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK and
   // PET_MASTER_ADDR itself.
   std::map<std::string, std::string> pet;
+  // The options written on the command line (not from TRAINLET_*).
+  std::set<const CLI::Option*> on_line;
 };
 
 // torchrun spells each of its flags with dashes and with underscores.
@@ -129,6 +131,8 @@ CLI::Option* AddFlag(CLI::App& app, Flags& f, const std::string& name, T* target
   CLI::Option* o =
       app.add_option(IsTorchrunFlag(name) ? Names(name) : "--" + name, *target, help)
           ->envname(EnvName("TRAINLET_", name));
+  // argparse: the last of a repeated flag wins (torchrun's flags only).
+  if (IsTorchrunFlag(name)) o->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   f.opts[name] = o;
   return o;
 }
@@ -139,7 +143,8 @@ CLI::Option* AddTorchrunFlag(CLI::App& app, Flags& f, const std::string& name,
                              std::string* target, const std::string& help,
                              const std::string& short_name = "") {
   CLI::Option* o = app.add_option(Names(name, short_name), *target, help + " (torchrun's)")
-                       ->envname(EnvName("TRAINLET_", name));
+                       ->envname(EnvName("TRAINLET_", name))
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   f.opts[name] = o;
   f.pet[name] = EnvName("PET_", name);
   return o;
@@ -149,7 +154,8 @@ CLI::Option* AddTorchrunFlag(CLI::App& app, Flags& f, const std::string& name,
 void AddTorchrunSwitch(CLI::App& app, Flags& f, const std::string& name, bool* target,
                        const std::string& help, const std::string& short_name = "") {
   f.opts[name] = app.add_flag(Names(name, short_name), *target, help + " (torchrun's)")
-                     ->envname(EnvName("TRAINLET_", name));
+                     ->envname(EnvName("TRAINLET_", name))
+                     ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   f.pet[name] = EnvName("PET_", name);
 }
 
@@ -221,9 +227,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "nnodes", &f.nnodes,
           "number of pods in the gang (the Job's completions); also PET_NNODES");
   AddFlag(app, f, "nproc-per-node", &f.nproc_per_node,
-          "workers per pod, or auto|gpu: one per visible GPU (auto: 1 without a GPU); each "
-          "worker picks its GPU by LOCAL_RANK, as under torchrun; also PET_NPROC_PER_NODE "
-          "(default 1)");
+          "workers per pod: N; gpu: one per visible GPU (none visible: exit 78); cpu: one per "
+          "online CPU (os.cpu_count()); auto: gpu where a GPU is visible, else cpu (torchrun's "
+          "values); each worker picks its GPU by LOCAL_RANK, as under torchrun; also "
+          "PET_NPROC_PER_NODE (default 1)");
   f.opts["preflight"] =
       app.add_flag("--preflight", f.preflight,
                    "before the trainer, check NCCL across every GPU of the gang (init, a checked "
@@ -342,13 +349,34 @@ std::optional<std::string> Given(const Flags& f, const std::string& name,
   return std::nullopt;
 }
 
-// The name to put in a message about a flag's value: where it came from.
+// torchrun's variable for one of its flags ("" for trainlet's own flags).
+std::string PetName(const Flags& f, const std::string& name) {
+  if (f.pet.contains(name)) return f.pet.at(name);
+  return IsTorchrunFlag(name) ? EnvName("PET_", name) : "";
+}
+
+// Where a flag's value came from: the flag, TRAINLET_<FLAG>, or PET_<FLAG>
+// (nullopt: none of them, the default).
+std::optional<Origin> OriginOf(const Flags& f, const std::string& name,
+                               const std::map<std::string, std::string>& env) {
+  const CLI::Option* o = f.opts.at(name);
+  if (f.on_line.contains(o)) return Origin::kFlag;
+  if (o->count() > 0) return Origin::kTrainletEnv;
+  if (const std::string pet = PetName(f, name); !pet.empty() && env.contains(pet)) {
+    return Origin::kPetEnv;
+  }
+  return std::nullopt;
+}
+
+// The name to put in a message about a flag's value: the one the user gave
+// ("--max-restarts", "TRAINLET_MAX_RESTARTS", "PET_MAX_RESTARTS").
 std::string Source(const Flags& f, const std::string& name,
                    const std::map<std::string, std::string>& env) {
-  if (f.opts.at(name)->count() == 0 && f.pet.contains(name) && env.contains(f.pet.at(name))) {
-    return f.pet.at(name);
+  switch (OriginOf(f, name, env).value_or(Origin::kFlag)) {
+    case Origin::kTrainletEnv: return EnvName("TRAINLET_", name);
+    case Origin::kPetEnv: return PetName(f, name);
+    default: return "--" + name;
   }
-  return "--" + name;
 }
 
 // A torchrun switch: the flag, TRAINLET_<FLAG>, else PET_<FLAG> as torchrun
@@ -391,6 +419,12 @@ exitcodes::Result<int> ParseSignal(const std::string& what, const std::string& v
 exitcodes::Result<std::chrono::milliseconds> ParseSecondsOrZero(const std::string& what,
                                                                 const std::string& v);
 
+// "-1", "-0.5": a number, but below zero (said as such in messages).
+bool IsNegative(const std::string& v) {
+  return v.size() > 1 && v[0] == '-' && v.find_first_not_of("0123456789.", 1) == std::string::npos &&
+         v.find_first_of("0123456789") != std::string::npos;
+}
+
 exitcodes::Result<std::chrono::milliseconds> ParseSeconds(const std::string& what,
                                                           const std::string& v) {
   // Plain decimal seconds ("25", "0.5"): no signs, exponents, hex or spaces.
@@ -398,8 +432,9 @@ exitcodes::Result<std::chrono::milliseconds> ParseSeconds(const std::string& wha
                std::count(v.begin(), v.end(), '.') <= 1 && v.front() != '.' && v.back() != '.';
   double s = plain ? std::strtod(v.c_str(), nullptr) : -1;
   if (!plain || s < 0.001 || s > 1e7) {
-    return exitcodes::Status::Config(what + "='" + v +
-                                     "' is not a number of seconds between 0.001 and 10000000");
+    return exitcodes::Status::Config(what + "='" + v + "' is " +
+                                     (IsNegative(v) ? "negative: not" : "not") +
+                                     " a number of seconds between 0.001 and 10000000");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000)));
 }
@@ -447,6 +482,7 @@ int ConfigError(const std::string& message, const exitcodes::ExitCodeTable& code
 exitcodes::Result<double> ParseRate(const std::string& what, const std::string& v) {
   bool plain = !v.empty() && v.find_first_not_of("0123456789.") == std::string::npos &&
                std::count(v.begin(), v.end(), '.') <= 1 && v.front() != '.' && v.back() != '.';
+  if (!plain && IsNegative(v)) return exitcodes::Status::Config(what + "='" + v + "' is negative");
   if (!plain) return exitcodes::Status::Config(what + "='" + v + "' is not a number like 12.5");
   return std::strtod(v.c_str(), nullptr);
 }
@@ -595,6 +631,57 @@ std::vector<std::string> OptionNames(const CLI::App& app) {
   return names;
 }
 
+// trainlet's subcommands (`trainlet local ...`): only as the first argument.
+const std::vector<std::string> kSubcommands = {"local", "exit-codes", "probe", "policy"};
+
+// The environment switches on a trainer mode (-m, --no-python, --run-path):
+// then, as under torchrun, the first argument is the trainer's.
+bool TrainerModeFromEnv(const std::map<std::string, std::string>& env) {
+  for (const char* prefix : {"PET_", "TRAINLET_"}) {
+    for (const char* name : {"MODULE", "NO_PYTHON", "RUN_PATH"}) {
+      auto it = env.find(std::string(prefix) + name);
+      if (it == env.end()) continue;
+      static const std::set<std::string> kOff = {"", "0", "false", "off", "no"};
+      if (!kOff.contains(it->second)) return true;
+    }
+  }
+  return false;
+}
+
+// Records which options the command line gave (Flags::on_line: they win over
+// TRAINLET_*), and refuses one of trainlet's own flags given twice. torchrun's
+// flags take the last value, as argparse does; --exit-code and --marker are
+// repeatable.
+exitcodes::Status NoteOptionsOnLine(CLI::App& app, const SplitArgs& split, Flags* f) {
+  std::map<const CLI::Option*, std::string> own;  // the option -> its name in Flags
+  for (const auto& [name, o] : f->opts) own[o] = name;
+  std::map<const CLI::Option*, int> seen;
+  for (const std::string& written : split.options) {
+    const CLI::Option* o = app.get_option_no_throw(written);
+    if (o == nullptr || !own.contains(o)) continue;
+    f->on_line.insert(o);
+    const std::string& name = own.at(o);
+    const bool repeatable = f->pet.contains(name) || IsTorchrunFlag(name) ||
+                            o->get_items_expected_max() > 1;
+    if (++seen[o] == 2 && !repeatable) {
+      return exitcodes::Status::Config(
+          "--" + name + " is given more than once: trainlet's own flags take one value "
+          "(torchrun's flags take the last one, as argparse does)");
+    }
+  }
+  return exitcodes::Status::Ok();
+}
+
+// Says which values a chosen one overrode (never silently).
+void LogOverridden(const std::vector<Candidate>& candidates, const std::optional<Candidate>& chosen) {
+  for (const Candidate& c : candidates) {
+    if (chosen && c.value != chosen->value) {
+      spdlog::info("{}='{}' is overridden by {}='{}' (a flag wins over TRAINLET_*, which wins "
+                   "over PET_*)", c.source, c.value, chosen->source, chosen->value);
+    }
+  }
+}
+
 std::string SelfExe() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -618,6 +705,11 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   app.set_version_flag("--version", std::string("trainlet ") + kVersion + " (commit " + kCommit + ")");
   app.footer(
       "Every flag is also TRAINLET_<FLAG> in the environment (e.g. TRAINLET_NNODES).\n"
+      "Options end at the first positional argument (or at --): the trainer's command line.\n"
+      "A subcommand (local, exit-codes, probe, policy) is one only as the very first argument,\n"
+      "and not while PET_MODULE/PET_NO_PYTHON/PET_RUN_PATH (or TRAINLET_*) is on: `trainlet -m\n"
+      "policy` runs the module policy. torchrun's flags may be repeated (the last wins, as in\n"
+      "argparse); trainlet's own flags, except --exit-code and --marker, are given once.\n"
       "Examples:\n"
       "  trainlet --nnodes 4 --nproc-per-node 8 -- python3 train.py\n"
       "  trainlet local --nnodes 2 --nproc-per-node 2 -- python3 train.py\n"
@@ -627,22 +719,28 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
 
   CLI::App* local = app.add_subcommand(
       "local", "run a whole gang on this machine: N agents over loopback, same code paths");
-  // The trainer's command line starts at the first positional argument (or
-  // after --): nothing from there on is the launcher's (README "Coming from
-  // torchrun"). A subcommand is a first positional that names one.
   std::vector<std::string> args(argv + 1, argv + argc);
-  SplitArgs split = SplitAtTrainer(args, KindsOf(app), AbbreviableNames(flags));
-  const std::string first = split.trainer.empty() || split.dash_dash ? "" : split.trainer[0];
-  const bool local_requested = first == "local";
-  const bool other_subcommand =
-      first == "exit-codes" || first == "probe" || first == "policy" || first == "preflight";
-  SplitArgs local_split;
+  const auto env = Environment();
+  // Internal: the agent's short-lived GPU preflight child (gpu/preflight.h),
+  // which the agent starts as `trainlet preflight` with TRAINLET_PREFLIGHT_RANK.
+  if (!args.empty() && args[0] == "preflight" && env.contains("TRAINLET_PREFLIGHT_RANK")) {
+    return gpu::PreflightChildMain();
+  }
+  // A subcommand is its name as the very first argument (torchrun.h
+  // SubcommandOf); otherwise the trainer's command line starts at the first
+  // positional argument (or after --): nothing from there on is the launcher's
+  // (README "Coming from torchrun").
+  const std::string sub = SubcommandOf(args, kSubcommands, TrainerModeFromEnv(env));
+  const bool local_requested = sub == "local";
+  const bool other_subcommand = !sub.empty() && !local_requested;
+  SplitArgs split, local_split;
+  if (sub.empty()) split = SplitAtTrainer(args, KindsOf(app), AbbreviableNames(flags));
   if (local_requested) {
     // Its flags are the agent's again, declared only when `local` is asked
     // for: CLI11 spends as long declaring ~50 options as the rest of an
     // agent's start-up (bench/HISTORY.md: launch overhead).
     AddAgentFlags(*local, local_flags, true);
-    local_split = SplitAtTrainer({split.trainer.begin() + 1, split.trainer.end()}, KindsOf(*local),
+    local_split = SplitAtTrainer({args.begin() + 1, args.end()}, KindsOf(*local),
                                  AbbreviableNames(local_flags));
   }
   {
@@ -674,6 +772,12 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                        (near.empty() ? "" : " (did you mean " + near + "?)") +
                        "; the trainer's own options go after its script or after --");
   }
+  if (!other_subcommand) {
+    Flags& sf = local_requested ? local_flags : flags;
+    if (auto s = NoteOptionsOnLine(local_requested ? *local : app, scanned, &sf); !s.ok()) {
+      return ConfigError(s.message());
+    }
+  }
   std::vector<std::string> cli_args = {argv[0]};
   if (other_subcommand) {
     cli_args.insert(cli_args.end(), args.begin(), args.end());
@@ -687,8 +791,6 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   std::vector<char*> cli_argv;
   for (auto& a : cli_args) cli_argv.push_back(a.data());
   CLI::App* exit_codes = app.add_subcommand("exit-codes", "print the exit-code contract");
-  // Internal: the agent's short-lived GPU preflight child (gpu/preflight.h).
-  CLI::App* preflight_child = app.add_subcommand("preflight", "")->group("");
   std::string probe_what, probe_port = "0";
   CLI::App* probe = app.add_subcommand(
       "probe", "exec probe: exit 0 when the local agent is ready / live, or print its "
@@ -726,7 +828,6 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     return ConfigError(e.what());
   }
 
-  if (preflight_child->parsed()) return gpu::PreflightChildMain();
   if (exit_codes->parsed()) {
     PrintExitCodes();
     return 0;
@@ -742,7 +843,6 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     std::fputs(exitcodes::GeneratePolicy(*codes, policy_options).c_str(), stdout);
     return 0;
   }
-  const auto env = Environment();
   const bool is_local = local->parsed();
   Flags& f = is_local ? local_flags : flags;
   ConfigureLogging(f.log_format == "json" ? LogFormat::kJson : LogFormat::kText, f.log_level);
@@ -786,8 +886,18 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   } else if (env.contains("PYTHON_EXEC")) {
     mode.python = env.at("PYTHON_EXEC");
   }
-  auto command = TrainerArgv(is_local ? local_split : split, mode);
-  if (!command.ok()) return config_error(command.status().message());
+  const SplitArgs& trainer = is_local ? local_split : split;
+  auto command = TrainerArgv(trainer, mode);
+  if (!command.ok()) {
+    std::string m = command.status().message();
+    const std::string first = trainer.trainer.empty() ? "" : trainer.trainer.front();
+    if (std::find(kSubcommands.begin(), kSubcommands.end(), first) != kSubcommands.end()) {
+      m += "; `" + first + "` is a subcommand only as the first argument (trainlet " + first +
+           " ...)" + (TrainerModeFromEnv(env) ? " and without PET_MODULE/PET_NO_PYTHON/PET_RUN_PATH"
+                                                : "");
+    }
+    return config_error(m);
+  }
   f.command = *command;
   // A flag means what it says on its own, or is refused.
   for (auto [flag, needs, on] :
@@ -802,7 +912,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   }
   // The grace period: --grace-period, else torchrun's --shutdown-timeout /
   // PET_SHUTDOWN_TIMEOUT, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT (torch >= 2.11).
-  std::string grace_what = "--grace-period", grace_value = f.grace_period;
+  std::string grace_what = Source(f, "grace-period", env), grace_value = f.grace_period;
   if (f.opts.at("grace-period")->count() == 0 && !is_local) {
     if (auto v = Given(f, "shutdown-timeout", env, &f.shutdown_timeout)) {
       grace_what = Source(f, "shutdown-timeout", env), grace_value = *v;
@@ -813,17 +923,18 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   }
   auto grace = ParseSeconds(grace_what, grace_value);
   if (!grace.ok()) return config_error(grace.status().message());
-  auto rdzv_timeout = ParseSeconds("--rdzv-timeout", f.rdzv_timeout);
+  auto rdzv_timeout = ParseSeconds(Source(f, "rdzv-timeout", env), f.rdzv_timeout);
   if (!rdzv_timeout.ok()) return config_error(rdzv_timeout.status().message());
 
-  auto hang_timeout = ParseSecondsOrZero("--hang-timeout", f.hang_timeout);
+  auto hang_timeout = ParseSecondsOrZero(Source(f, "hang-timeout", env), f.hang_timeout);
   if (!hang_timeout.ok()) return config_error(hang_timeout.status().message());
-  auto hang_start_timeout = ParseSecondsOrZero("--hang-start-timeout", f.hang_start_timeout);
+  auto hang_start_timeout =
+      ParseSecondsOrZero(Source(f, "hang-start-timeout", env), f.hang_start_timeout);
   if (!hang_start_timeout.ok()) return config_error(hang_start_timeout.status().message());
-  auto hang_signal = ParseSignal("--hang-signal", f.hang_signal);
+  auto hang_signal = ParseSignal(Source(f, "hang-signal", env), f.hang_signal);
   if (!hang_signal.ok()) return config_error(hang_signal.status().message());
   auto max_restarts = ParseCount(
-      "--max-restarts",
+      Source(f, "max-restarts", env),
       Given(f, "max-restarts", env, &f.max_restarts, "PET_MAX_RESTARTS").value_or(f.max_restarts),
       1'000'000);
   if (!max_restarts.ok()) return config_error(max_restarts.status().message());
@@ -848,10 +959,10 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                   "GPU health checks {}, NCCL ids {}",
                   gpu_options.health ? "on" : "off", gpu_options.nccl_ids ? "on" : "off");
   }
-  auto preflight_timeout = ParseSeconds("--preflight-timeout", f.preflight_timeout);
+  auto preflight_timeout = ParseSeconds(Source(f, "preflight-timeout", env), f.preflight_timeout);
   if (!preflight_timeout.ok()) return config_error(preflight_timeout.status().message());
   gpu_options.preflight_timeout = *preflight_timeout;
-  auto min_busbw = ParseRate("--preflight-min-busbw", f.preflight_min_busbw);
+  auto min_busbw = ParseRate(Source(f, "preflight-min-busbw", env), f.preflight_min_busbw);
   if (!min_busbw.ok()) return config_error(min_busbw.status().message());
   gpu_options.preflight_min_busbw_gbps = *min_busbw;
   // --nproc-per-node auto|gpu: one worker per GPU the driver shows this pod
@@ -885,7 +996,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                           f.termination_log, index_hint);
     }
     if (nproc_value && gpu::NeedsDiscovery(*nproc_value)) {
-      auto n = gpu::ResolveWorkersPerPod("--nproc-per-node", *nproc_value, d);
+      auto n = gpu::ResolveWorkersPerPod(is_local ? "--nproc-per-node" : Source(f, "nproc-per-node", env),
+                                         *nproc_value, d);
       if (!n.ok()) return config_error(n.status().message());
       resolved_nproc = *n;
       if (is_local) f.nproc_per_node = *n;
@@ -952,11 +1064,14 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   if (auto st = ReadTorchrunFlags(f, env, &tr); !st.ok()) return config_error(st.message());
   IdentityInputs in;
   in.node_rank = Given(f, "node-rank", env, &f.node_rank);
+  in.node_rank_source = Source(f, "node-rank", env);
   in.nnodes = Given(f, "nnodes", env, &f.nnodes);
+  in.nnodes_source = Source(f, "nnodes", env);
   in.nproc_per_node = Given(f, "nproc-per-node", env, &f.nproc_per_node);
+  in.nproc_per_node_source = Source(f, "nproc-per-node", env);
   if (resolved_nproc) in.nproc_per_node = resolved_nproc;
-  in.master_addr = Given(f, "master-addr", env, &f.master_addr);
   in.job_id = Given(f, "job-id", env, &f.job_id);
+  in.job_id_source = Source(f, "job-id", env);
   in.attempt = Given(f, "attempt", env, &f.attempt);
   in.gang = Given(f, "gang", env, &f.gang);
   in.podinfo_dir = Given(f, "podinfo-dir", env, &f.podinfo_dir);
@@ -967,16 +1082,36 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   in.hostname = u.nodename;
   in.etc_hosts = ReadFile("/etc/hosts").value_or("");
   in.read_file = ReadFile;
-  if (tr.endpoint && !in.master_addr) in.master_addr = tr.endpoint->host;
-  if (tr.job_id && !in.job_id) in.job_id = tr.job_id;
+  if (tr.job_id && !in.job_id) in.job_id = tr.job_id, in.job_id_source = Source(f, "rdzv-id", env);
   if (tr.standalone) {
     // torchrun --standalone: this pod is the whole gang.
     if (in.nnodes && *in.nnodes != "1" && *in.nnodes != "1:1") {
-      return config_error("--standalone runs a gang of one pod, but --nnodes/PET_NNODES is '" +
-                          *in.nnodes + "'");
+      return config_error("--standalone runs a gang of one pod, but " + in.nnodes_source +
+                          " is '" + *in.nnodes + "'");
     }
     in.nnodes = "1", in.node_rank = "0", in.master_addr = std::nullopt, in.gang = std::nullopt;
+    in.nnodes_source = in.node_rank_source = Source(f, "standalone", env);
     in.env.erase("PET_MASTER_ADDR"), in.env.erase("MASTER_ADDR");
+  } else {
+    // The leader: --rdzv-endpoint's host or --master-addr, by the README's
+    // precedence; torchrun reads master_addr only without rdzv_endpoint, so
+    // two different ones at the same level are refused, not picked.
+    std::vector<Candidate> hosts;
+    if (tr.endpoint) {
+      hosts.push_back({tr.endpoint->host, Source(f, "rdzv-endpoint", env),
+                       *OriginOf(f, "rdzv-endpoint", env)});
+    }
+    if (auto v = Given(f, "master-addr", env, &f.master_addr)) {
+      hosts.push_back({*v, Source(f, "master-addr", env), *OriginOf(f, "master-addr", env)});
+    }
+    for (auto [var, origin] : {std::pair{"PET_MASTER_ADDR", Origin::kPetEnv},
+                               std::pair{"MASTER_ADDR", Origin::kPlainEnv}}) {
+      if (env.contains(var)) hosts.push_back({env.at(var), var, origin});
+    }
+    auto leader = ChooseCandidate("the leader's address", hosts);
+    if (!leader.ok()) return config_error(leader.status().message());
+    LogOverridden(hosts, *leader);
+    if (*leader) in.master_addr = (*leader)->value, in.master_addr_source = (*leader)->source;
   }
   auto identity = ResolveIdentity(in);
   if (!identity.ok()) return config_error(identity.status().message());
@@ -990,18 +1125,29 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   PodOptions po;
   po.identity = *identity;
   po.command = f.command;
-  auto rdzv_port = ParsePort("--rdzv-port/TRAINLET_RDZV_PORT", f.rdzv_port);
+  auto rdzv_port = ParsePort(Source(f, "rdzv-port", env), f.rdzv_port);
   if (!rdzv_port.ok()) return config_error(rdzv_port.status().message());
-  const bool master_port_from_pet =
-      f.opts.at("master-port")->count() == 0 && env.contains("PET_MASTER_PORT");
+  // The rendezvous port: --rdzv-port or --rdzv-endpoint's, as for the leader.
+  std::vector<Candidate> ports;
+  if (f.opts.at("rdzv-port")->count() > 0) {
+    ports.push_back({std::to_string(*rdzv_port), Source(f, "rdzv-port", env),
+                     *OriginOf(f, "rdzv-port", env)});
+  }
+  if (tr.endpoint && tr.endpoint_port_given && !tr.standalone) {
+    ports.push_back({std::to_string(tr.endpoint->port), Source(f, "rdzv-endpoint", env),
+                     *OriginOf(f, "rdzv-endpoint", env)});
+  }
+  auto port_choice = ChooseCandidate("the rendezvous port", ports);
+  if (!port_choice.ok()) return config_error(port_choice.status().message());
+  LogOverridden(ports, *port_choice);
   auto master_port = ParsePort(
-      master_port_from_pet ? "PET_MASTER_PORT" : "--master-port/TRAINLET_MASTER_PORT",
+      Source(f, "master-port", env),
       Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT").value_or(f.master_port));
   if (!master_port.ok()) return config_error(master_port.status().message());
-  po.rdzv_port = *rdzv_port;
+  po.rdzv_port = *port_choice ? static_cast<std::uint16_t>(std::stoul((*port_choice)->value))
+                              : *rdzv_port;
   po.master_port = *master_port;
-  const bool rdzv_port_given = f.opts.at("rdzv-port")->count() > 0;
-  if (tr.endpoint && !rdzv_port_given) po.rdzv_port = tr.endpoint->port;
+  const bool rdzv_port_given = port_choice->has_value();
   if (tr.standalone) {
     po.rdzv_port = FreeLoopbackPort();
     if (Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT") == std::nullopt) {
@@ -1014,9 +1160,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   } else if (po.master_port == po.rdzv_port) {
     // torchrun's static rendezvous shares MASTER_PORT with its store (Kubeflow
     // Trainer sets PET_MASTER_PORT=29400); trainlet's rendezvous needs its own.
-    if (rdzv_port_given || (tr.endpoint && tr.endpoint->port == po.master_port &&
-                            tr.endpoint_port_given)) {
-      return config_error("the rendezvous port (--rdzv-port/--rdzv-endpoint) and MASTER_PORT "
+    if (rdzv_port_given) {
+      return config_error("the rendezvous port (" + (*port_choice)->source + ") and MASTER_PORT "
                           "are both " + std::to_string(po.master_port) +
                           ": trainlet's rendezvous and the trainers' store need two ports");
     }
@@ -1027,7 +1172,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   if (f.jax_port == "0") {
     po.jax_port = 0;
   } else {
-    auto jax = ParsePort("--jax-port/TRAINLET_JAX_PORT", f.jax_port);
+    auto jax = ParsePort(Source(f, "jax-port", env), f.jax_port);
     if (!jax.ok()) return config_error(jax.status().message());
     po.jax_port = *jax;
     if (po.jax_port == po.master_port || po.jax_port == po.rdzv_port) {
@@ -1046,7 +1191,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.markers = markers;
   po.termination_log = f.termination_log;
   po.json_worker_lines = f.worker_log_format == "json";
-  auto straggler_factor = ParseRate("--straggler-factor", f.straggler_factor);
+  auto straggler_factor = ParseRate(Source(f, "straggler-factor", env), f.straggler_factor);
   if (!straggler_factor.ok()) return config_error(straggler_factor.status().message());
   if (*straggler_factor != 0 && *straggler_factor <= 1) {
     return config_error("--straggler-factor='" + f.straggler_factor +
@@ -1054,7 +1199,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   }
   po.straggler_factor = *straggler_factor;
   if (f.health_port != "0") {
-    auto health_port = ParsePort("--health-port/TRAINLET_HEALTH_PORT", f.health_port);
+    auto health_port = ParsePort(Source(f, "health-port", env), f.health_port);
     if (!health_port.ok()) return config_error(health_port.status().message());
     po.health_port = *health_port;
   }

@@ -141,6 +141,8 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
     gen_.restarting = true;
     a.log = "gang: " + reason + "; restarting in place (restart " +
             std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
+  } else if (index == config_.index && config_.nnodes == 1) {
+    a.log = "gang: " + reason;  // a gang of one: nobody else to stop or wait for
   } else if (index == config_.index && AllSettled()) {
     // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
     a.log = "gang: " + reason + "; every other pod has finished";

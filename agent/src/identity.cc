@@ -194,19 +194,17 @@ Result<std::uint32_t> ParseCount(const std::string& what, const std::string& val
         "defined earlier in the env list, and the Job controller appends JOB_COMPLETION_INDEX "
         "after yours (kubernetes/kubernetes#121523); read JOB_COMPLETION_INDEX directly");
   }
-  bool canonical = !value.empty() && value.size() <= 10 &&
-                   (value == "0" || (value[0] >= '1' && value[0] <= '9'));
-  std::uint64_t n = 0;
-  if (canonical) {
-    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    canonical = ec == std::errc() && ptr == value.data() + value.size();
-  }
+  const bool canonical = !value.empty() && (value == "0" || (value[0] >= '1' && value[0] <= '9')) &&
+                         value.find_first_not_of("0123456789") == std::string::npos;
   if (!canonical) {
     return Status::Config(what + "=" + Quote(value) +
                           " is not a canonical non-negative decimal integer");
   }
-  if (n > max) {
-    return Status::Config(what + "=" + Quote(value) + " is larger than " + std::to_string(max));
+  std::uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (ec != std::errc() || ptr != value.data() + value.size() || n > max) {
+    return Status::Config(what + "=" + Quote(value) + " is too large: larger than " +
+                          std::to_string(max));
   }
   return static_cast<std::uint32_t>(n);
 }
@@ -336,7 +334,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   std::optional<Sourced> index;
   bool index_is_gang_index = false;
   if (in.node_rank) {
-    index = Sourced{"--node-rank/TRAINLET_NODE_RANK", *in.node_rank};
+    index = Sourced{in.node_rank_source, *in.node_rank};
     index_is_gang_index = layout.has_value();
   } else if (auto v = Env(in, "JOB_COMPLETION_INDEX")) {
     index = Sourced{"JOB_COMPLETION_INDEX", *v};
@@ -352,7 +350,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   // Gang size.
   std::optional<Sourced> nnodes;
   if (in.nnodes) {
-    nnodes = Sourced{"--nnodes/TRAINLET_NNODES", *in.nnodes};
+    nnodes = Sourced{in.nnodes_source, *in.nnodes};
   } else if (auto v = Env(in, "PET_NNODES")) {
     nnodes = Sourced{"PET_NNODES", *v};
   }
@@ -489,7 +487,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   // Workers per pod.
   std::optional<Sourced> nproc;
   if (in.nproc_per_node) {
-    nproc = Sourced{"--nproc-per-node/TRAINLET_NPROC_PER_NODE", *in.nproc_per_node};
+    nproc = Sourced{in.nproc_per_node_source, *in.nproc_per_node};
   } else if (auto v = Env(in, "PET_NPROC_PER_NODE")) {
     nproc = Sourced{"PET_NPROC_PER_NODE", *v};
   }
@@ -517,7 +515,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   // The leader.
   std::optional<Sourced> leader;
   if (in.master_addr) {
-    leader = Sourced{"--master-addr/TRAINLET_MASTER_ADDR", *in.master_addr};
+    leader = Sourced{in.master_addr_source, *in.master_addr};
   } else if (auto v = Env(in, "PET_MASTER_ADDR")) {
     leader = Sourced{"PET_MASTER_ADDR", *v};
   } else if (auto v = Env(in, "MASTER_ADDR")) {
@@ -654,7 +652,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   }
   if (in.job_id) {
     id.job_id = *in.job_id;
-    id.job_id_source = "--job-id";
+    id.job_id_source = in.job_id_source;
   } else if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
     id.job_id = j->value;
     id.job_id_source = j->source;
@@ -670,7 +668,8 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     id.job_id = "trainlet";
   }
   if (id.job_id.empty() || id.job_id.size() > 253) {
-    return Status::Config("--job-id=" + Quote(id.job_id) + " must be 1 to 253 characters");
+    return Status::Config((in.job_id ? in.job_id_source : id.job_id_source) + "=" +
+                          Quote(id.job_id) + " must be 1 to 253 characters");
   }
   return id;
 }

@@ -87,11 +87,12 @@ SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
     }
     std::string_view name = NameOf(a);
     OptionKind k = kind(name);
-    // "-r3": a one-letter option with its value attached.
-    if (k == OptionKind::kUnknown && a[1] != '-' && a.size() > 2 &&
-        kind(std::string_view(a).substr(0, 2)) == OptionKind::kValue) {
+    // "-r3", "-r=3": a one-letter option with its value attached (argparse
+    // splits "-r=3" at the '=' when "-r" is an option).
+    if (a[1] != '-' && a.size() > 2 && kind(std::string_view(a).substr(0, 2)) == OptionKind::kValue) {
+      out.options.push_back(a.substr(0, 2));
       out.launcher.push_back(a.substr(0, 2));
-      out.launcher.push_back(a.substr(2));
+      out.launcher.push_back(a.substr(a[2] == '=' ? 3 : 2));
       continue;
     }
     if (k == OptionKind::kUnknown && name.starts_with("--")) {
@@ -107,12 +108,33 @@ SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
       out.unknown = std::string(name);
       return out;
     }
+    out.options.emplace_back(name);
     out.launcher.push_back(a);
     if (k == OptionKind::kValue && name.size() == a.size() && i + 1 < args.size()) {
       out.launcher.push_back(args[++i]);
     }
   }
   return out;
+}
+
+std::string SubcommandOf(const std::vector<std::string>& args,
+                         const std::vector<std::string>& names, bool env_trainer_mode) {
+  if (args.empty() || env_trainer_mode) return "";
+  return std::find(names.begin(), names.end(), args.front()) == names.end() ? "" : args.front();
+}
+
+Result<std::optional<Candidate>> ChooseCandidate(const std::string& what,
+                                                 const std::vector<Candidate>& candidates) {
+  std::optional<Candidate> best;
+  for (const Candidate& c : candidates) {
+    if (!best || c.origin > best->origin) {
+      best = c;
+    } else if (c.origin == best->origin && c.value != best->value) {
+      return Status::Config(what + ": " + best->source + " gives '" + best->value + "', " +
+                            c.source + " gives '" + c.value + "'; give only one of them");
+    }
+  }
+  return best;
 }
 
 Result<std::vector<std::string>> TrainerArgv(const SplitArgs& split, const TrainerMode& mode) {
@@ -155,6 +177,9 @@ Result<std::string> ParseNnodes(const std::string& what, const std::string& valu
     if (!c.ok()) return Status::Config(what + "='" + value + "' is not N or MIN:MAX of pods");
     if (*c == 0) return Status::Config(what + "='" + value + "': a gang needs at least one pod");
     n.push_back(*c);
+  }
+  if (n.size() == 2 && n[0] > n[1]) {
+    return Status::Config(what + "='" + value + "': MIN is larger than MAX; give N or N:N");
   }
   if (n.size() == 2 && n[0] != n[1]) {
     return Status::Config(
@@ -220,11 +245,18 @@ Result<Endpoint> ParseEndpoint(const std::string& what, const std::string& value
       return Status::Config(what + "='" + value + "' is not [HOST]:PORT");
     }
     port = after.empty() ? "" : after.substr(1);
+    if (after == ":") return Status::Config(what + "='" + value + "': the port after ':' is empty");
   } else {
-    auto colon = value.rfind(':');
-    bool has_port = colon != std::string::npos && value.find(':') == colon;
-    e.host = has_port ? value.substr(0, colon) : value;
-    port = has_port ? value.substr(colon + 1) : "";
+    auto colon = value.find(':');
+    if (colon != value.rfind(':')) {
+      return Status::Config(what + "='" + value + "' is not HOST[:PORT]: it has more than one ':' "
+                            "(an IPv6 address goes in brackets: [fd00::1]:29400)");
+    }
+    e.host = value.substr(0, colon);
+    if (colon != std::string::npos) {
+      port = value.substr(colon + 1);
+      if (port.empty()) return Status::Config(what + "='" + value + "': the port after ':' is empty");
+    }
   }
   if (e.host.empty()) return Status::Config(what + "='" + value + "' has no host");
   if (port.empty()) {

@@ -6,12 +6,32 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <system_error>
 
 namespace trainlet::agent {
 
 using exitcodes::Result;
 using exitcodes::Status;
+
+namespace {
+
+// `prefix` + 8 random characters, made with mode 0700, as Python's
+// tempfile.mkdtemp (torchrun's run folder: mkdtemp(prefix=run_id + "_")) makes
+// it; mkdtemp(3) replaces only 6 X's. errno is set when it returns "".
+std::string MakeTempDir(const std::string& prefix) {
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz0123456789_";  // Python's
+  std::random_device random;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::string path = prefix;
+    for (int i = 0; i < 8; ++i) path += kChars[random() % (sizeof(kChars) - 1)];
+    if (::mkdir(path.c_str(), 0700) == 0) return path;
+    if (errno != EEXIST) return "";
+  }
+  return "";
+}
+
+}  // namespace
 
 bool WorkerLogOptions::writes_files() const {
   if (!log_dir.empty()) return true;
@@ -71,11 +91,11 @@ Result<std::vector<WorkerStreams>> WorkerLogDirs::ForAttempt(const std::string& 
       return Status::Config("--log-dir '" + base + "' is not a folder that can be made" +
                             (ec ? ": " + ec.message() : ""));
     }
-    std::string t = base + "/" + run_id + "_XXXXXXXX";
-    if (::mkdtemp(t.data()) == nullptr) {
-      return Status::Config("--log-dir: cannot make " + t + ": " + std::strerror(errno));
+    run_dir_ = MakeTempDir(base + "/" + run_id + "_");
+    if (run_dir_.empty()) {
+      return Status::Config("--log-dir: cannot make " + base + "/" + run_id + "_*: " +
+                            std::strerror(errno));
     }
-    run_dir_ = t;
   }
   const std::string attempt = run_dir_ + "/attempt_" + std::to_string(restart);
   fs::remove_all(attempt, ec);

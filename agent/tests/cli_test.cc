@@ -88,7 +88,7 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"JOB_COMPLETION_INDEX=4", "--nnodes 4 --master-addr l -- true", "not below"},
       {"TRAINLET_NNODES=x", "-- true", "TRAINLET_NNODES='x'"},
       {"", "--grace-period soon -- true", "--grace-period='soon'"},
-      {"", "--rdzv-port 70000 -- true", "--rdzv-port/TRAINLET_RDZV_PORT='70000'"},
+      {"", "--rdzv-port 70000 -- true", "--rdzv-port='70000' is too large"},
       {"TRAINLET_RDZV_PORT=0", "-- true", "TRAINLET_RDZV_PORT='0' is not a port"},
       {"PET_MASTER_PORT=x", "-- true", "PET_MASTER_PORT='x'"},
       {"", "--rdzv-timeout 1e-9 -- true", "--rdzv-timeout='1e-9'"},
@@ -106,7 +106,7 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"", "--rdzv_ x train.py", "ambiguous option: --rdzv_ could match --rdzv_backend, "
                                  "--rdzv_conf, --rdzv_endpoint, --rdzv_id"},
       {"", "--grace 3 -- true", "unknown option '--grace' (did you mean --grace-period?)"},
-      {"", "--nproc x train.py", "--nproc-per-node/TRAINLET_NPROC_PER_NODE='x'"},
+      {"", "--nproc x train.py", "--nproc-per-node='x'"},
       {"", "python3 train.py", "'python3' is not a Python script"},
       {"", "./run.sh", "--no-python"},
       {"", "--no-python -m pkg.mod", "cannot be used together"},
@@ -134,13 +134,45 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"", "--gang a=1 --role r train.py", "--role/PET_ROLE with --gang"},
       {"", "--rdzv-port 29500 train.py", "need two ports"},
       {"", "--jax-port 29500 -- true", "JAX's coordinator needs a port of its own"},
-      {"", "--jax-port x -- true", "--jax-port/TRAINLET_JAX_PORT='x'"},
+      {"", "--jax-port x -- true", "--jax-port='x'"},
       {"", "--log-dir /dev/null/x -r 3 -- true", "--log-dir '/dev/null/x'"},
       // trainlet's own flags mean what they say on their own, or are refused.
       {"", "--preflight-timeout 5 -- true", "--preflight-timeout has no effect without --preflight"},
       {"", "--preflight-min-busbw 5 -- true", "without --preflight"},
       {"", "--hang-start-timeout 5 -- true", "--hang-start-timeout has no effect without"},
       {"TRAINLET_HANG_SIGNAL=SIGQUIT", "-- true", "--hang-signal has no effect without"},
+      // trainlet's own flags are given once; torchrun's take the last (CliTest.RepeatedFlags).
+      {"", "--grace-period 1 --grace-period=2 -- true",
+       "--grace-period is given more than once: trainlet's own flags take one value"},
+      {"", "--preflight --preflight -- true", "--preflight is given more than once"},
+      // One setting from two sources at the same level: both named, none picked.
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.2:29401 --master-addr 127.0.0.3 -- true",
+       "the leader's address: --rdzv-endpoint gives '127.0.0.2', --master-addr gives '127.0.0.3'"},
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.2:29401 --rdzv-port 29444 -- true",
+       "the rendezvous port: --rdzv-port gives '29444', --rdzv-endpoint gives '29401'"},
+      {"TRAINLET_MASTER_ADDR=a TRAINLET_RDZV_ENDPOINT=b", "--nnodes 2 --node-rank 1 -- true",
+       "TRAINLET_RDZV_ENDPOINT gives 'b', TRAINLET_MASTER_ADDR gives 'a'"},
+      {"PET_MASTER_ADDR=a PET_RDZV_ENDPOINT=b", "--nnodes 2 --node-rank 1 -- true",
+       "PET_RDZV_ENDPOINT gives 'b', PET_MASTER_ADDR gives 'a'"},
+      // Endpoints torch's parse_rendezvous_endpoint refuses: at once, not at the deadline.
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint a:b:c -- true",
+       "--rdzv-endpoint='a:b:c' is not HOST[:PORT]"},
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1: -- true",
+       "the port after ':' is empty"},
+      {"PET_RDZV_ENDPOINT=h:65536", "--nnodes 2 --node-rank 1 -- true",
+       "PET_RDZV_ENDPOINT='h:65536': '65536' is not a port"},
+      // Messages name the source the user gave, and say what is wrong.
+      {"PET_MAX_RESTARTS=x", "-- true", "PET_MAX_RESTARTS='x'"},
+      {"TRAINLET_MAX_RESTARTS=x", "-- true", "TRAINLET_MAX_RESTARTS='x'"},
+      {"", "--rdzv-id '' -- true", "--rdzv-id='' must be 1 to 253 characters"},
+      {"", "--nnodes 2:1 -- true", "--nnodes='2:1': MIN is larger than MAX"},
+      {"", "--nnodes 99999999999 -- true", "--nnodes='99999999999' is too large"},
+      {"", "--max-restarts 99999999999 -- true", "--max-restarts='99999999999' is too large"},
+      {"", "--monitor-interval -1 -- true", "--monitor-interval='-1' is negative"},
+      {"", "--grace-period -2 -- true", "--grace-period='-2' is negative"},
+      {"TRAINLET_RDZV_PORT=x", "-- true", "TRAINLET_RDZV_PORT='x'"},
+      // A subcommand's name elsewhere is the trainer's; the message says why.
+      {"", "--nnodes 1 local -- true", "`local` is a subcommand only as the first argument"},
   };
   for (const Row& r : rows) {
     Outcome run = Trainlet(r.env, r.args);
@@ -430,7 +462,7 @@ TEST(CliTest, GpuFlagsAndTheirEnvironment) {
        "workers=" + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN))},
       {nogpu, "--preflight --preflight-timeout abc -- true", 78, "--preflight-timeout='abc'"},
       {nogpu + " TRAINLET_PREFLIGHT=1 TRAINLET_PREFLIGHT_MIN_BUSBW=-1", "-- true", 78,
-       "--preflight-min-busbw='-1'"},
+       "TRAINLET_PREFLIGHT_MIN_BUSBW='-1' is negative"},
       {nogpu + " TRAINLET_NCCL_IDS=maybe", "-- true", 78, "nccl-ids"},
       {nogpu + " CUDA_VISIBLE_DEVICES=0,,1", "--nproc-per-node gpu -- true", 78,
        "CUDA_VISIBLE_DEVICES='0,,1' has an empty entry"},
@@ -603,4 +635,106 @@ TEST(CliTest, WorkersGetJaxEnvironment) {
   EXPECT_NE(r.out.find("[rank1]: 127.0.0.1:29611/2/1"), std::string::npos) << r.out;
   r = Trainlet("", "--jax-port 0 -- sh -c 'echo jax=${JAX_COORDINATOR_ADDRESS:-none}'");
   EXPECT_NE(r.out.find("[rank0]: jax=none"), std::string::npos) << r.out;
+}
+
+// A subcommand is one only as the very first argument: every subcommand's name
+// is also a module or program the trainer may be (torchrun has no subcommands).
+TEST(CliTest, SubcommandNamesRunAsTrainersAnywhereElse) {
+  const std::string dir = "/tmp/cli-test-sub-" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  const std::string py = dir + "/fakepy";
+  std::ofstream(py) << "#!/bin/sh\necho \"py:$*\"\n";
+  ::chmod(py.c_str(), 0755);
+  for (const std::string name : {"local", "exit-codes", "probe", "policy", "preflight"}) {
+    std::ofstream(dir + "/" + name) << "#!/bin/sh\necho \"prog:$0 $*\"\n";
+    ::chmod((dir + "/" + name).c_str(), 0755);
+    struct Row {
+      std::string env, args, expected;
+    };
+    for (const Row& r : {
+             Row{"", "--python " + py + " -m " + name, "[rank0]: py:-u -m " + name + "\n"},
+             Row{"", "--python " + py + " -m " + name + " --epochs 3",
+                 "[rank0]: py:-u -m " + name + " --epochs 3\n"},
+             Row{"", "--nproc 2 --python " + py + " -m " + name, "[rank1]: py:-u -m " + name},
+             Row{"PET_MODULE=1 PYTHON_EXEC=" + py, name + " x", "[rank0]: py:-u -m " + name + " x"},
+             Row{"TRAINLET_MODULE=1 PYTHON_EXEC=" + py, name, "[rank0]: py:-u -m " + name},
+             Row{"PATH=" + dir + ":/usr/bin:/bin", "--no-python " + name + " a",
+                 "[rank0]: prog:" + dir + "/" + name + " a"},
+             Row{"PET_NO_PYTHON=1 PATH=" + dir + ":/usr/bin:/bin", name,
+                 "[rank0]: prog:" + dir + "/" + name},
+             Row{"", "-- " + dir + "/" + name, "[rank0]: prog:" + dir + "/" + name},
+         }) {
+      Outcome o = Trainlet(r.env, r.args);
+      EXPECT_EQ(o.code, 0) << r.env << " " << r.args << "\n" << o.out;
+      EXPECT_NE(o.out.find(r.expected), std::string::npos) << r.env << " " << r.args << "\n"
+                                                           << o.out;
+      EXPECT_EQ(o.out.find("podFailurePolicy"), std::string::npos) << r.args << "\n" << o.out;
+    }
+  }
+  // As the first argument they are still trainlet's.
+  Outcome p = Trainlet("", "policy");
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("podFailurePolicy"), std::string::npos) << p.out;
+  EXPECT_EQ(Trainlet("", "exit-codes").code, 0);
+  Outcome probe = Trainlet("", "probe ready --health-port 29613");
+  EXPECT_EQ(probe.code, 1) << probe.out;  // nothing listens there: not ready
+  Outcome l = Trainlet("", "local --nnodes 2 --no-python sh -c 'echo r=$RANK'");
+  EXPECT_EQ(l.code, 0) << l.out;
+  EXPECT_NE(l.out.find("[rank1]: r=1"), std::string::npos) << l.out;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// torchrun's flags may be repeated, the last wins (argparse), and a one-letter
+// option takes "=VALUE" (-t=3), as torchrun's command lines do.
+TEST(CliTest, RepeatedTorchrunFlagsTakeTheLastValue) {
+  const std::string dir = "/tmp/cli-test-rep-" + std::to_string(::getpid());
+  Outcome r = Trainlet("", "--nproc_per_node 1 --nproc-per-node=2 --nnodes 1 --nnodes=1 "
+                           "--role a --role b --no-python sh -c 'echo $ROLE_NAME/$WORLD_SIZE'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: b/2"), std::string::npos) << r.out;
+  r = Trainlet("", "--log-dir " + dir + " --rdzv-id rep -r 3 -r=1 -t=2 --no-python sh -c "
+                   "'echo out; echo err >&2'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("[rank0]: out"), std::string::npos) << "-r=1 redirects stdout: " << r.out;
+  EXPECT_NE(r.out.find("[rank0]: err"), std::string::npos) << "-t=2 tees stderr: " << r.out;
+  FILE* ls = ::popen(("cat " + dir + "/rep_*/attempt_0/0/stdout.log " + dir +
+                      "/rep_*/attempt_0/0/stderr.log").c_str(), "r");
+  char buf[256] = {};
+  std::string files;
+  while (std::fgets(buf, sizeof buf, ls)) files += buf;
+  ::pclose(ls);
+  EXPECT_EQ(files, "out\nerr\n") << r.out;
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// The leader's address: a flag wins over TRAINLET_*, which wins over PET_*,
+// the loser is named in the log, and the log names the source used.
+TEST(CliTest, RendezvousEndpointAndTheLeadersOtherSources) {
+  struct Row {
+    std::string env, args, expected;
+  };
+  const std::string member = "--nnodes 2 --node-rank 1 --rdzv-timeout 0.2 ";
+  for (const Row& r : {
+           Row{"TRAINLET_MASTER_ADDR=127.0.0.9", member + "--rdzv-endpoint 127.0.0.2:29401 -- true",
+               "joining leader 127.0.0.2 port 29401 (--rdzv-endpoint)"},
+           Row{"TRAINLET_MASTER_ADDR=127.0.0.9", member + "--rdzv-endpoint 127.0.0.2:29401 -- true",
+               "TRAINLET_MASTER_ADDR='127.0.0.9' is overridden by --rdzv-endpoint='127.0.0.2'"},
+           Row{"PET_RDZV_ENDPOINT=127.0.0.2:29401", member + "--master-addr 127.0.0.3 -- true",
+               "joining leader 127.0.0.3 port 29401 (--master-addr)"},
+           Row{"TRAINLET_RDZV_PORT=29444", member + "--rdzv-endpoint 127.0.0.2:29401 -- true",
+               "joining leader 127.0.0.2 port 29401 (--rdzv-endpoint)"},
+           Row{"", member + "--rdzv-endpoint 127.0.0.2 --rdzv-port 29444 -- true",
+               "joining leader 127.0.0.2 port 29444 (--rdzv-endpoint)"},
+           Row{"MASTER_ADDR=127.0.0.5", member + "--rdzv-endpoint 127.0.0.2 -- true",
+               "joining leader 127.0.0.2 port 29400 (--rdzv-endpoint)"},
+           Row{"", member + "--rdzv-endpoint [::1]:29402 -- true",
+               "joining leader ::1 port 29402 (--rdzv-endpoint)"},
+           Row{"PET_MASTER_ADDR=127.0.0.4", member + "-- true",
+               "joining leader 127.0.0.4 port 29400 (PET_MASTER_ADDR)"},
+           Row{"", "--standalone -- true", "pod index 0 of 1 (--standalone)"},
+       }) {
+    Outcome o = Trainlet(r.env, r.args);
+    EXPECT_NE(o.out.find(r.expected), std::string::npos) << r.env << " " << r.args << "\n"
+                                                         << o.out;
+  }
 }

@@ -83,6 +83,15 @@ TEST(LeaderPolicyTest, OwnWorkerFailureIsTheLeadersOwn) {
   EXPECT_EQ(a.conclude->failure_class, FailureClass::kBug);
 }
 
+// A gang of one has no other pods: its log line does not speak of them.
+TEST(LeaderPolicyTest, AGangOfOneSaysNothingOfOtherPods) {
+  GangPolicy p = Make(0, 1);
+  GangActions a = p.On(Worker());
+  EXPECT_EQ(a.log, "gang: pod 0: local rank 0 (rank 0) failed: exited 3");
+  GangPolicy two = Make(0, 2);
+  EXPECT_NE(two.On(Worker()).log.find("stopping every pod"), std::string::npos);
+}
+
 TEST(LeaderPolicyTest, FirstFailureWinsLaterReportsAndLossesChangeNothing) {
   GangPolicy p = Make(0, 4);
   EXPECT_TRUE(p.On(Failed(1, FailureClass::kWorker)).broadcast);

@@ -43,7 +43,7 @@ TEST(ParseCountTest, OnlyCanonicalDecimalsInRange) {
       {"3x", false, 0, "not a canonical"},
       {"", false, 0, "not a canonical"},
       {"0x10", false, 0, "not a canonical"},
-      {"99999999999999999999", false, 0, "not a canonical"},
+      {"99999999999999999999", false, 0, "is too large"},
       {"5000", false, 0, "larger than 4096"},
       {"$(JOB_COMPLETION_INDEX)", false, 0, "unexpanded Kubernetes $(VAR) reference"},
   };

@@ -2,6 +2,11 @@
 // split at the trainer, the trainer's argv, and the flag values' parsers.
 #include "trainlet/agent/torchrun.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "trainlet/agent/worker_env.h"
@@ -34,6 +39,57 @@ TEST(SplitAtTrainer, DashDashAndAttachedValues) {
   EXPECT_EQ(s.launcher, (std::vector<std::string>{"--nnodes=2", "-r", "3", "--standalone"}));
   EXPECT_EQ(s.trainer, (std::vector<std::string>{"python3", "--tee", "x"}));
   EXPECT_TRUE(s.dash_dash);
+}
+
+// argparse splits a one-letter option at '=' ("-r=3" is "-r 3"); every
+// option read is listed, for the repeated-flag rules.
+TEST(SplitAtTrainer, OneLetterOptionWithEqualsAndTheOptionsRead) {
+  auto s = SplitAtTrainer({"-r=3", "-r3", "-r", "2", "--nnodes=1", "--standalone", "x.py", "-r=1"},
+                          Kinds);
+  EXPECT_EQ(s.launcher, (std::vector<std::string>{"-r", "3", "-r", "3", "-r", "2", "--nnodes=1",
+                                                  "--standalone"}));
+  EXPECT_EQ(s.options, (std::vector<std::string>{"-r", "-r", "-r", "--nnodes", "--standalone"}));
+  EXPECT_EQ(s.trainer, (std::vector<std::string>{"x.py", "-r=1"}));
+  EXPECT_EQ(SplitAtTrainer({"-r="}, Kinds).launcher, (std::vector<std::string>{"-r", ""}));
+}
+
+// A subcommand only as the very first argument, and not when the environment
+// makes the first argument the trainer's: every name also works as a module.
+TEST(SubcommandOf, OnlyTheFirstArgumentWithoutATrainerModeFromTheEnvironment) {
+  const std::vector<std::string> names = {"local", "exit-codes", "probe", "policy"};
+  for (const std::string& n : names) {
+    EXPECT_EQ(SubcommandOf({n, "--x"}, names, false), n);
+    EXPECT_EQ(SubcommandOf({n}, names, true), "") << n;
+    EXPECT_EQ(SubcommandOf({"-m", n}, names, false), "") << n;
+    EXPECT_EQ(SubcommandOf({"--nproc", "2", n}, names, false), "") << n;
+    EXPECT_EQ(SubcommandOf({"--", n}, names, false), "") << n;
+  }
+  EXPECT_EQ(SubcommandOf({}, names, false), "");
+  EXPECT_EQ(SubcommandOf({"train.py"}, names, false), "");
+}
+
+// The README's precedence, and no silent winner between two sources of one
+// setting at the same level.
+TEST(ChooseCandidate, HighestOriginWinsAndEqualOriginsMustAgree) {
+  using O = Origin;
+  EXPECT_FALSE(ChooseCandidate("x", {})->has_value());
+  auto c = *ChooseCandidate("the leader's address",
+                            {{"a", "TRAINLET_MASTER_ADDR", O::kTrainletEnv},
+                             {"b", "--rdzv-endpoint", O::kFlag},
+                             {"c", "PET_MASTER_ADDR", O::kPetEnv}});
+  EXPECT_EQ(c->value, "b");
+  EXPECT_EQ(c->source, "--rdzv-endpoint");
+  EXPECT_EQ((*ChooseCandidate("x", {{"a", "--rdzv-endpoint", O::kFlag},
+                                    {"a", "--master-addr", O::kFlag}}))->value, "a");
+  auto bad = ChooseCandidate("the leader's address", {{"127.0.0.2", "--rdzv-endpoint", O::kFlag},
+                                                      {"127.0.0.3", "--master-addr", O::kFlag}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "the leader's address: --rdzv-endpoint gives '127.0.0.2', --master-addr gives "
+            "'127.0.0.3'; give only one of them");
+  EXPECT_FALSE(ChooseCandidate("x", {{"1", "PET_RDZV_ENDPOINT", O::kPetEnv},
+                                     {"2", "PET_MASTER_ADDR", O::kPetEnv},
+                                     {"3", "MASTER_ADDR", O::kPlainEnv}}).ok());
 }
 
 TEST(SplitAtTrainer, UnknownOptionBeforeTheTrainerStopsTheScan) {
@@ -85,19 +141,19 @@ TEST(SplitAtTrainer, AbbreviationsOfTorchrunFlagsAreWrittenOutInFull) {
 
 TEST(TrainerArgv, TorchrunsFourWays) {
   TrainerMode m;
-  SplitArgs script{{}, {"train.py", "--epochs", "3"}, false, "", {}};
+  SplitArgs script{{}, {"train.py", "--epochs", "3"}, false, "", {}, {}};
   EXPECT_EQ(*TrainerArgv(script, m),
             (std::vector<std::string>{"python3", "-u", "train.py", "--epochs", "3"}));
   m.module = true;
-  SplitArgs mod{{}, {"pkg.mod", "a"}, false, "", {}};
+  SplitArgs mod{{}, {"pkg.mod", "a"}, false, "", {}, {}};
   EXPECT_EQ(*TrainerArgv(mod, m), (std::vector<std::string>{"python3", "-u", "-m", "pkg.mod", "a"}));
   m.module = false;
   m.no_python = true;
-  SplitArgs prog{{}, {"./run.sh", "a"}, false, "", {}};
+  SplitArgs prog{{}, {"./run.sh", "a"}, false, "", {}, {}};
   EXPECT_EQ(*TrainerArgv(prog, m), (std::vector<std::string>{"./run.sh", "a"}));
   m.run_path = true;  // wins over --no-python, as in torchrun
   m.python = "/opt/py/bin/python";
-  auto rp = *TrainerArgv(SplitArgs{{}, {"/abs/t.py", "x"}, false, "", {}}, m);
+  auto rp = *TrainerArgv(SplitArgs{{}, {"/abs/t.py", "x"}, false, "", {}, {}}, m);
   ASSERT_EQ(rp.size(), 6u);
   EXPECT_EQ(rp[0], "/opt/py/bin/python");
   EXPECT_EQ(rp[2], "-c");
@@ -108,14 +164,14 @@ TEST(TrainerArgv, TorchrunsFourWays) {
 
 TEST(TrainerArgv, DashDashRunsAsGivenAndBareProgramsAreRefused) {
   TrainerMode m;
-  EXPECT_EQ(*TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, true, "", {}}, m),
+  EXPECT_EQ(*TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, true, "", {}, {}}, m),
             (std::vector<std::string>{"python3", "t.py"}));
-  auto bare = TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, false, "", {}}, m);
+  auto bare = TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, false, "", {}, {}}, m);
   ASSERT_FALSE(bare.ok());
   EXPECT_NE(bare.status().message().find("not a Python script"), std::string::npos);
   EXPECT_NE(bare.status().message().find("--no-python"), std::string::npos);
   m.module = m.no_python = true;
-  auto both = TrainerArgv(SplitArgs{{}, {"x"}, false, "", {}}, m);
+  auto both = TrainerArgv(SplitArgs{{}, {"x"}, false, "", {}, {}}, m);
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.status().message().find("cannot be used together"), std::string::npos);
   EXPECT_FALSE(TrainerArgv(SplitArgs{}, TrainerMode{}).ok());
@@ -130,6 +186,9 @@ TEST(ParseNnodes, NAndNColonN) {
   for (const char* bad : {"0", "1:2:3", "x", "04", ":2", ""}) {
     EXPECT_FALSE(ParseNnodes("--nnodes", bad).ok()) << bad;
   }
+  // MIN > MAX is no elastic range at all: said as it is.
+  EXPECT_EQ(ParseNnodes("--nnodes", "2:1").status().message(),
+            "--nnodes='2:1': MIN is larger than MAX; give N or N:N");
 }
 
 TEST(ParseStd, ValuesAndMaps) {
@@ -163,6 +222,24 @@ TEST(ParseEndpoint, HostPortAndDefaults) {
   EXPECT_EQ(ParseEndpoint("e", "[fd00::1]", 29400)->port, 29400);
   for (const char* bad : {":1", "h:0", "h:x", "h:70000", "[fd00::1", "[::1]x"}) {
     EXPECT_FALSE(ParseEndpoint("e", bad, 29400).ok()) << bad;
+  }
+  EXPECT_EQ(ParseEndpoint("e", "[::1]:29400", 1)->host, "::1");
+  // torch's parse_rendezvous_endpoint refuses these too: never a host name to
+  // retry until the deadline, never a silent default port.
+  struct Row {
+    const char* value;
+    const char* message;
+  };
+  for (const Row& r : {Row{"a:b:c", "e='a:b:c' is not HOST[:PORT]: it has more than one ':' (an "
+                                    "IPv6 address goes in brackets: [fd00::1]:29400)"},
+                       Row{"fd00::1", "more than one ':'"},
+                       Row{"127.0.0.1:", "e='127.0.0.1:': the port after ':' is empty"},
+                       Row{"[::1]:", "the port after ':' is empty"},
+                       Row{"h:65536", "'65536' is not a port (1-65535)"},
+                       Row{"h:99999999999", "'99999999999' is not a port (1-65535)"}}) {
+    auto e = ParseEndpoint("e", r.value, 29400);
+    ASSERT_FALSE(e.ok()) << r.value;
+    EXPECT_NE(e.status().message().find(r.message), std::string::npos) << e.status().message();
   }
 }
 
@@ -211,6 +288,30 @@ TEST(PlanWorkerStreams, TorchrunsLayoutAndConsole) {
   EXPECT_EQ(PlanWorkerStreams(o, "", 3, 4, "w")[2].prefix, "w:2> ");
   EXPECT_FALSE(WorkerLogOptions{}.writes_files());
   EXPECT_TRUE(o.writes_files());
+}
+
+// The run folder is "<run-id>_" and 8 random characters, as Python's
+// tempfile.mkdtemp makes torchrun's: no template X's left over.
+TEST(WorkerLogDirs, RunFolderHasEightRandomCharacters) {
+  namespace fs = std::filesystem;
+  const std::string base = fs::temp_directory_path() / ("torchrun-test-" + std::to_string(::getpid()));
+  std::set<std::string> names;
+  for (int i = 0; i < 3; ++i) {
+    WorkerLogOptions o;
+    o.log_dir = base;
+    o.redirects = *ParseStd("r", "3");
+    WorkerLogDirs dirs(o);
+    ASSERT_TRUE(dirs.ForAttempt("job7", 0, 1, 0, "default").ok());
+    const std::string name = fs::path(dirs.run_dir()).filename();
+    ASSERT_EQ(name.size(), 5u + 8u) << name;
+    EXPECT_EQ(name.substr(0, 5), "job7_");
+    EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_", 5),
+              std::string::npos) << name;
+    EXPECT_EQ(fs::status(dirs.run_dir()).permissions() & fs::perms::all, fs::perms::owner_all);
+    names.insert(name);
+  }
+  EXPECT_EQ(names.size(), 3u);
+  fs::remove_all(base);
 }
 
 std::map<std::string, std::string> EnvMap(const std::vector<std::string>& kv) {

@@ -70,6 +70,13 @@ struct IdentityInputs {
   std::optional<std::string> job_id;          // --job-id
   std::optional<std::string> attempt;         // --attempt
   std::optional<std::string> gang;            // --gang
+  // Where the values above came from, for messages (the caller knows which of
+  // flag, TRAINLET_* or another option, e.g. --rdzv-endpoint, gave them).
+  std::string node_rank_source = "--node-rank/TRAINLET_NODE_RANK";
+  std::string nnodes_source = "--nnodes/TRAINLET_NNODES";
+  std::string nproc_per_node_source = "--nproc-per-node/TRAINLET_NPROC_PER_NODE";
+  std::string master_addr_source = "--master-addr/TRAINLET_MASTER_ADDR";
+  std::string job_id_source = "--job-id";
   // Downward-API volume folder with the files `labels` and `annotations`
   // (--podinfo-dir, default /etc/podinfo). --podinfo-file names the annotations
   // file alone (older flag); its folder then also holds `labels` unless
@@ -160,7 +167,7 @@ struct PodIdentity {
 [[nodiscard]] exitcodes::Result<PodIdentity> ResolveIdentity(const IdentityInputs& in);
 
 // Parses a canonical non-negative decimal ("0", "17"; not "07", "+1", " 1")
-// no larger than `max`. `what` names the source in the error ("JOB_COMPLETION_INDEX").
+// no larger than `max` (a larger one, however many digits, is "too large"). `what` names the source in the error ("JOB_COMPLETION_INDEX").
 [[nodiscard]] exitcodes::Result<std::uint32_t> ParseCount(const std::string& what,
                                                           const std::string& value,
                                                           std::uint32_t max);

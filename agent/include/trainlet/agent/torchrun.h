@@ -36,6 +36,7 @@ struct SplitArgs {
   // When `unknown` is an ambiguous abbreviation: the flags it could be
   // (AbbreviationOf), as argparse lists them. Empty otherwise.
   std::vector<std::string> could_match;
+  std::vector<std::string> options;  // each option's name as read ("--nproc-per-node", "-r"), in order
 };
 
 // argparse's abbreviations (allow_abbrev, on by default, which torchrun keeps):
@@ -58,7 +59,7 @@ Abbreviation AbbreviationOf(std::string_view prefix, const std::vector<std::stri
 // Splits `args` (argv without argv[0]). `kind` tells, for an option's name as
 // written ("--nnodes", "-r"; without "=value"), whether it is a flag, takes a
 // value (the next argument, or "=value", or for a one-letter option the rest of
-// the argument: "-r3"), or is unknown. Scanning stops at an unknown option
+// the argument: "-r3", and as argparse splits it, "-r=3"), or is unknown. Scanning stops at an unknown option
 // (SplitArgs::unknown) or at the trainer. An unknown "--" option that
 // abbreviates exactly one of `abbreviable` (AbbreviationOf) is written out in
 // full in SplitArgs::launcher; one that could be several stops the scan
@@ -66,6 +67,31 @@ Abbreviation AbbreviationOf(std::string_view prefix, const std::vector<std::stri
 SplitArgs SplitAtTrainer(const std::vector<std::string>& args,
                          const std::function<OptionKind(std::string_view)>& kind,
                          const std::vector<std::string>& abbreviable = {});
+
+// trainlet's subcommand, or "" when `args` (argv without argv[0]) run a
+// trainer. A subcommand is one of `names` as the very first argument, before
+// any option: `trainlet -m policy`, `trainlet --nproc 2 local` run the trainer
+// `policy`, `local` (torchrun has no subcommands, so no torchrun line ever
+// names one). `env_trainer_mode`: the environment switches on -m, --no-python
+// or --run-path (PET_MODULE=1, ...); then the first argument is the trainer's
+// too, as torchrun reads it (`PET_MODULE=1 trainlet policy` runs the module).
+std::string SubcommandOf(const std::vector<std::string>& args,
+                         const std::vector<std::string>& names, bool env_trainer_mode);
+
+// Where a value came from, by the README's precedence: a flag wins over
+// TRAINLET_<FLAG>, which wins over torchrun's PET_<FLAG>, which wins over a
+// plain variable (MASTER_ADDR).
+enum class Origin { kPlainEnv = 0, kPetEnv = 1, kTrainletEnv = 2, kFlag = 3 };
+struct Candidate {
+  std::string value;
+  std::string source;  // as the user wrote it: "--rdzv-endpoint", "TRAINLET_MASTER_ADDR"
+  Origin origin = Origin::kFlag;
+};
+// The candidate of the highest origin; nullopt when there is none. Two of that
+// origin with different values are refused (class config), naming both and
+// `what` ("the leader's address"): one setting, two sources, no silent winner.
+[[nodiscard]] exitcodes::Result<std::optional<Candidate>> ChooseCandidate(
+    const std::string& what, const std::vector<Candidate>& candidates);
 
 // How the first positional runs (torchrun's -m, --no-python, --run-path).
 struct TrainerMode {
@@ -109,7 +135,11 @@ struct StdSpec {
 [[nodiscard]] exitcodes::Result<std::set<std::uint32_t>> ParseLocalRanksFilter(
     const std::string& what, const std::string& value);
 
-// "HOST", "HOST:PORT", "[v6]:PORT", "[v6]": HOST and PORT (default_port when absent).
+// "HOST", "HOST:PORT", "[v6]:PORT", "[v6]": HOST and PORT (default_port when
+// absent). Refused, as torch's parse_rendezvous_endpoint refuses them: a port
+// that is not 1-65535 (0 is no port a peer can reach), an empty port ("host:"),
+// more than one ':' outside brackets ("a:b:c"; an IPv6 address is written
+// "[fd00::1]:PORT", RFC 3986 3.2.2).
 struct Endpoint {
   std::string host;
   std::uint16_t port = 0;

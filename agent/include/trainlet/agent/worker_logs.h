@@ -48,7 +48,8 @@ std::vector<WorkerStreams> PlanWorkerStreams(const WorkerLogOptions& o, const st
                                              const std::string& role_name);
 
 // The folders of one pod's run, made as torchrun makes them: the run folder
-// once (mkdtemp "<run-id>_XXXXXXXX" in the log dir, which is created if
+// once ("<run-id>_" and 8 random characters of [a-z0-9_], mode 0700, as
+// Python's tempfile.mkdtemp makes it, in the log dir, which is created if
 // missing), and for each attempt a fresh attempt_<restart>/ (an old one of
 // that number is removed) with a folder per local rank. Not thread-safe; call
 // on the agent's thread.
