@@ -124,6 +124,7 @@ class SupervisorTest : public ::testing::Test {
     for (std::size_t i = 0; i < scripts.size(); ++i) {
       specs.push_back({{"/bin/sh", "-c", scripts[i]}, Env(), "[rank" + std::to_string(i) + "]: "});
     }
+    if (edit_specs_) edit_specs_(specs);
     exitcodes::Status s = sup.Start(specs);
     EXPECT_TRUE(s.ok()) << s.ToString();
     std::vector<std::unique_ptr<asio::steady_timer>> calls;
@@ -156,6 +157,7 @@ class SupervisorTest : public ::testing::Test {
   }
   std::filesystem::path dir_;
   std::vector<std::pair<std::chrono::milliseconds, std::function<void(Supervisor&)>>> calls_;
+  std::function<void(std::vector<WorkerSpec>&)> edit_specs_;  // applied before Start
 };
 
 bool NoChildrenLeft() {
@@ -253,6 +255,50 @@ TEST_F(SupervisorTest, TheStderrTailAtTheFirstFailureHasTheLastLine) {
   EXPECT_NE(tail.find("NCCL WARN NET/IB: last words\n"), std::string::npos)
       << tail.substr(tail.size() > 200 ? tail.size() - 200 : 0);
   EXPECT_LE(tail.size(), 8192u);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Log files (torchrun's --tee/--redirects): each worker writes its own files
+// (its fd 1 is the file, as under torchrun), the console gets the teed
+// streams prefixed and not the redirected one, and the failure's stderr tail
+// comes from the followed file.
+TEST_F(SupervisorTest, WorkersWriteTheirLogFilesAndTheConsoleFollowsThem) {
+  edit_specs_ = [&](std::vector<WorkerSpec>& specs) {
+    specs[0].stdout_file = File("0.out");
+    specs[0].stderr_file = File("0.err");
+    specs[1].stdout_file = File("1.out");
+    specs[1].stdout_console = false;  // redirected: the file only
+    specs[1].stderr_file = File("1.err");
+  };
+  CapturedFd out(STDOUT_FILENO), err(STDERR_FILENO);
+  std::string tail;
+  auto r = Run({"f=$(readlink /proc/$$/fd/1); echo \"$f\" > " + File("fd1") + "; echo out0; echo err0 >&2; printf part",
+                "echo out1; sleep 0.3; echo 'NCCL WARN last words' >&2; exit 3"},
+               5s, {}, 20s, [&](Supervisor& sup, const FirstFailure& f) {
+                 tail = sup.StderrTail(f.local_rank);
+               });
+  out.Restore();
+  err.Restore();
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(Slurp(File("fd1")), File("0.out") + "\n") << "the worker's stdout is its log file";
+  EXPECT_EQ(Slurp(File("0.out")), "out0\npart");
+  EXPECT_EQ(Slurp(File("0.err")), "err0\n");
+  EXPECT_EQ(Slurp(File("1.out")), "out1\n");
+  EXPECT_EQ(Slurp(File("1.err")), "NCCL WARN last words\n");
+  EXPECT_NE(tail.find("NCCL WARN last words\n"), std::string::npos) << tail;
+  const std::string o = out.Text(), e = err.Text();
+  EXPECT_NE(o.find("[rank0]: out0\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("[rank0]: part\n"), std::string::npos) << "the unfinished line ended at exit";
+  EXPECT_EQ(o.find("out1"), std::string::npos) << "redirected, not teed";
+  EXPECT_NE(e.find("[rank0]: err0\n"), std::string::npos) << e;
+  EXPECT_NE(e.find("[rank1]: NCCL WARN last words\n"), std::string::npos) << e;
+  EXPECT_TRUE(NoChildrenLeft());
 }
 
 TEST_F(SupervisorTest, SignalDeathIs128PlusSignal) {
