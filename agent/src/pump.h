@@ -1,5 +1,6 @@
 // Private: copies one worker stream (the read end of the worker's stdout or
-// stderr pipe) to one of the agent's fds, line by line, with the rank prefix.
+// stderr pipe, or the log file the worker writes itself: FollowedFile) to one
+// of the agent's fds, line by line, with the rank prefix.
 //
 // Each pump has its own thread. The agent's one event-loop thread then never
 // touches worker output, so a stalled reader of the container's output cannot

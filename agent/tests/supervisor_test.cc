@@ -425,6 +425,34 @@ TEST_F(SupervisorTest, AStalledOutputReaderBlocksTheWorkerNotTheAgent) {
   ::close(never_read[1]);
 }
 
+// With a log file (--tee), the file is the record and the console a mirror:
+// the worker writes its file and goes on though the console is stalled, and
+// the file holds everything; the agent still ends (its drain is bounded).
+TEST_F(SupervisorTest, WithALogFileAStalledConsoleDoesNotBlockTheWorker) {
+  edit_specs_ = [&](std::vector<WorkerSpec>& specs) { specs[0].stdout_file = File("0.out"); };
+  int never_read[2];
+  ASSERT_EQ(::pipe2(never_read, O_CLOEXEC), 0);
+  std::fflush(nullptr);
+  int saved = ::dup(STDOUT_FILENO);
+  ::dup2(never_read[1], STDOUT_FILENO);
+  auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::off);
+  auto t0 = Clock::now();
+  auto r = Run({"yes 'a line of worker output' | head -c 8000000; echo done > " + File("w0")},
+               500ms, {}, 10s);
+  auto elapsed = Clock::now() - t0;
+  spdlog::set_level(level);
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(File("w0"))) << "the worker was held up by the console";
+  EXPECT_EQ(std::filesystem::file_size(File("0.out")), 8000000u);
+  EXPECT_LT(elapsed, 6s) << "the drain of the stalled console is bounded";
+  EXPECT_TRUE(NoChildrenLeft());
+  ::close(never_read[0]);
+  ::close(never_read[1]);
+}
+
 TEST(SupervisorStartTest, MissingCommandIsAConfigError) {
   asio::io_context io;
   Supervisor sup(io.get_executor(), {}, [](SupervisorResult) {});
