@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -915,6 +916,13 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.nnodes = *nnodes;
     lo.nproc_per_node = *nproc;
     lo.command = f.command;
+    // The agents check it too, but only here is the script known as one.
+    std::error_code cwd_error;
+    if (auto s = CheckLaunch(f.command, LaunchCheckFor(local_split, mode), env, {},
+                             std::filesystem::current_path(cwd_error).string());
+        !s.ok()) {
+      return config_error(s.message());
+    }
     lo.grace = *grace;
     lo.rdzv_timeout = f.opts.at("rdzv-timeout")->count() > 0 ? *rdzv_timeout
                                                              : std::chrono::milliseconds(60'000);
@@ -990,6 +998,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   PodOptions po;
   po.identity = *identity;
   po.command = f.command;
+  po.launch_check = LaunchCheckFor(split, mode);
   auto rdzv_port = ParsePort("--rdzv-port/TRAINLET_RDZV_PORT", f.rdzv_port);
   if (!rdzv_port.ok()) return config_error(rdzv_port.status().message());
   const bool master_port_from_pet =
