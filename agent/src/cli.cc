@@ -1011,15 +1011,20 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.master_port = *master_port;
   const bool rdzv_port_given = f.opts.at("rdzv-port")->count() > 0;
   if (tr.endpoint && !rdzv_port_given) po.rdzv_port = tr.endpoint->port;
+  std::optional<std::uint16_t> free_jax_port;
   if (tr.standalone) {
-    po.rdzv_port = FreeLoopbackPort();
-    if (Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT") == std::nullopt) {
-      po.master_port = FreeLoopbackPort();
-    }
-    if (po.rdzv_port == 0 || po.master_port == 0) {
+    // Free ports for the rendezvous, MASTER_PORT and JAX's coordinator, unless given:
+    // two standalone runs on one machine must not collide (torchrun's --standalone).
+    const std::vector<std::uint16_t> free = FreeLoopbackPorts(3);
+    if (free.empty()) {
       return StartupError(exitcodes::FailureClass::kInfra, "--standalone: no free loopback port",
                           codes, f.termination_log, index_hint);
     }
+    po.rdzv_port = free[0];
+    if (Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT") == std::nullopt) {
+      po.master_port = free[1];
+    }
+    if (f.opts.at("jax-port")->count() == 0) free_jax_port = free[2];
   } else if (po.master_port == po.rdzv_port) {
     // torchrun's static rendezvous shares MASTER_PORT with its store (Kubeflow
     // Trainer sets PET_MASTER_PORT=29400); trainlet's rendezvous needs its own.
@@ -1035,6 +1040,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.gpu_count = gpu_count;
   if (f.jax_port == "0") {
     po.jax_port = 0;
+  } else if (free_jax_port) {
+    po.jax_port = *free_jax_port;
   } else {
     auto jax = ParsePort("--jax-port/TRAINLET_JAX_PORT", f.jax_port);
     if (!jax.ok()) return config_error(jax.status().message());
