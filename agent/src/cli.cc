@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -1027,6 +1028,13 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.nnodes = *nnodes;
     lo.nproc_per_node = *nproc;
     lo.command = f.command;
+    // The agents check it too, but only here is the script known as one.
+    std::error_code cwd_error;
+    if (auto s = CheckLaunch(f.command, LaunchCheckFor(local_split, mode), env, {},
+                             std::filesystem::current_path(cwd_error).string());
+        !s.ok()) {
+      return config_error(s.message());
+    }
     lo.grace = *grace;
     lo.rdzv_timeout = f.opts.at("rdzv-timeout")->count() > 0 ? *rdzv_timeout
                                                              : std::chrono::milliseconds(60'000);
@@ -1125,6 +1133,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   PodOptions po;
   po.identity = *identity;
   po.command = f.command;
+  po.launch_check = LaunchCheckFor(split, mode);
   auto rdzv_port = ParsePort(Source(f, "rdzv-port", env), f.rdzv_port);
   if (!rdzv_port.ok()) return config_error(rdzv_port.status().message());
   // The rendezvous port: --rdzv-port or --rdzv-endpoint's, as for the leader.
@@ -1148,15 +1157,20 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                               : *rdzv_port;
   po.master_port = *master_port;
   const bool rdzv_port_given = port_choice->has_value();
+  std::optional<std::uint16_t> free_jax_port;
   if (tr.standalone) {
-    po.rdzv_port = FreeLoopbackPort();
-    if (Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT") == std::nullopt) {
-      po.master_port = FreeLoopbackPort();
-    }
-    if (po.rdzv_port == 0 || po.master_port == 0) {
+    // Free ports for the rendezvous, MASTER_PORT and JAX's coordinator, unless given:
+    // two standalone runs on one machine must not collide (torchrun's --standalone).
+    const std::vector<std::uint16_t> free = FreeLoopbackPorts(3);
+    if (free.empty()) {
       return StartupError(exitcodes::FailureClass::kInfra, "--standalone: no free loopback port",
                           codes, f.termination_log, index_hint);
     }
+    po.rdzv_port = free[0];
+    if (Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT") == std::nullopt) {
+      po.master_port = free[1];
+    }
+    if (f.opts.at("jax-port")->count() == 0) free_jax_port = free[2];
   } else if (po.master_port == po.rdzv_port) {
     // torchrun's static rendezvous shares MASTER_PORT with its store (Kubeflow
     // Trainer sets PET_MASTER_PORT=29400); trainlet's rendezvous needs its own.
@@ -1171,6 +1185,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.gpu_count = gpu_count;
   if (f.jax_port == "0") {
     po.jax_port = 0;
+  } else if (free_jax_port) {
+    po.jax_port = *free_jax_port;
   } else {
     auto jax = ParsePort(Source(f, "jax-port", env), f.jax_port);
     if (!jax.ok()) return config_error(jax.status().message());

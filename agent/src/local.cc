@@ -20,27 +20,41 @@ extern char** environ;
 
 namespace trainlet::agent {
 
-std::uint16_t FreeLoopbackPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  std::uint16_t port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n) {
+  // All bound at once, so the kernel hands out n different ports.
+  std::vector<int> fds;
+  std::vector<std::uint16_t> ports;
+  for (std::size_t i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) break;
+    fds.push_back(fd);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      break;
+    }
+    ports.push_back(ntohs(a.sin_port));
   }
-  if (fd >= 0) ::close(fd);
-  return port;
+  for (int fd : fds) ::close(fd);
+  if (ports.size() != n) ports.clear();
+  return ports;
 }
 
+std::uint16_t FreeLoopbackPort() {
+  auto ports = FreeLoopbackPorts(1);
+  return ports.empty() ? 0 : ports[0];
+}
 
 int RunLocal(const LocalOptions& o) {
   if (::getpid() != 1) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  const std::uint16_t rdzv_port = FreeLoopbackPort();
-  const std::uint16_t master_port = FreeLoopbackPort();
-  if (rdzv_port == 0 || master_port == 0) {
+  // JAX's coordinator gets one too: two local runs on one machine never share a port.
+  const std::vector<std::uint16_t> ports = FreeLoopbackPorts(3);
+  const std::uint16_t rdzv_port = ports.empty() ? 0 : ports[0];
+  const std::uint16_t master_port = ports.empty() ? 0 : ports[1];
+  if (ports.empty()) {
     spdlog::error("exit {}: no free loopback port", exitcodes::kExitInfra);
     return exitcodes::kExitInfra;
   }
@@ -66,6 +80,7 @@ int RunLocal(const LocalOptions& o) {
         "--master-addr",     "127.0.0.1",
         "--rdzv-port",       std::to_string(rdzv_port),
         "--master-port",     std::to_string(master_port),
+        "--jax-port",        std::to_string(ports[2]),
         "--job-id",          job_id,
         "--grace-period",    std::to_string(o.grace.count() / 1000.0),
         "--rdzv-timeout",    std::to_string(o.rdzv_timeout.count() / 1000.0),

@@ -56,6 +56,13 @@ namespace tun = rendezvous::tunables;
 // the epoch: 1970-01-01T00:00:01Z, a time no touch can produce).
 constexpr time_t kNeverTouched = 1;
 
+// The working directory the workers inherit ("." if it cannot be read).
+std::string WorkingDirectory() {
+  std::error_code ec;
+  auto cwd = std::filesystem::current_path(ec);
+  return ec ? std::string(".") : cwd.string();
+}
+
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // One pod's run: the wiring around GangPolicy (gang_policy.h). Sockets, timers,
@@ -98,6 +105,13 @@ class Pod {
     // exit gets a bounded chance (exiting before the kubelet's SIGKILL matters
     // more).
     ScopedOutputSinks sinks(io_);
+    // Input that retrying cannot fix is a config error now, not after the
+    // gang formed (or at the rendezvous deadline, waiting for peers).
+    if (Status s = CheckLaunch(options_.command, options_.launch_check, options_.env,
+                               options_.logs, WorkingDirectory());
+        !s.ok()) {
+      return Fail(s);
+    }
     auto signals = SignalSource::Create(io_.get_executor(), [this](int s) { OnSignal(s); });
     if (!signals.ok()) return Fail(signals.status());
     signals_ = std::move(signals).value();

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -50,6 +51,25 @@ std::shared_ptr<OutputTurns> TurnsFor(const struct stat& st) {
 }
 
 }  // namespace
+
+FollowedFile OpenFollowedFile(const std::string& path, bool follow) {
+  FollowedFile f;
+  f.write_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f.write_fd < 0 || !follow) return f;
+  // Through /proc/self/fd: the very file just opened, even if the path is
+  // replaced meanwhile.
+  const std::string self = "/proc/self/fd/" + std::to_string(f.write_fd);
+  f.read_fd = ::open(self.c_str(), O_RDONLY | O_CLOEXEC);
+  f.watch_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  if (f.read_fd < 0 || f.watch_fd < 0 ||
+      ::inotify_add_watch(f.watch_fd, self.c_str(), IN_MODIFY | IN_CLOSE_WRITE) < 0) {
+    for (int* fd : {&f.read_fd, &f.watch_fd}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+  return f;
+}
 
 bool OutputTurns::Take(const void* who, int wake_fd) {
   std::lock_guard lock(mu_);
@@ -333,17 +353,12 @@ void OutputPump::WriteFile(std::string_view data) {
 OutputPump::~OutputPump() {
   Stop();
   if (thread_.joinable()) thread_.join();
-  for (int fd : {read_fd_, wake_fd_, private_fd_, turn_fd_, file_fd_}) {
+  for (int fd : {read_fd_, wake_fd_, private_fd_, turn_fd_, file_fd_, watch_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
 
 void OutputPump::Start(boost::asio::any_io_executor executor, std::function<void()> on_close) {
-  // Redirected only (no console) and no tail: the worker's pipe goes straight
-  // into the file with splice(2), no copy through the agent.
-  struct stat st{};
-  splice_file_ = file_fd_ >= 0 && out_fd_ < 0 && tail_limit_ == 0 &&
-                 ::fstat(read_fd_, &st) == 0 && S_ISFIFO(st.st_mode);
   thread_ = std::thread([this, executor, on_close = std::move(on_close)]() mutable {
     Run();
     boost::asio::post(executor, std::move(on_close));
@@ -367,7 +382,8 @@ OutputPump::Wait OutputPump::WaitFor(int fd, short events, bool input, int timeo
   pollfd p[3];
   int n_fds = 0, out_i = -1, in_i = -1, wake_i = -1;
   if (fd >= 0) p[out_i = n_fds++] = {fd, events, 0};
-  if (input) p[in_i = n_fds++] = {read_fd_, POLLIN, 0};
+  // A regular file always polls readable: a followed one waits for its watch.
+  if (input) p[in_i = n_fds++] = {watch_fd_ >= 0 ? watch_fd_ : read_fd_, POLLIN, 0};
   if (wake_fd_ >= 0) p[wake_i = n_fds++] = {wake_fd_, POLLIN, 0};
   // Without an eventfd (out of fds) Stop() is seen within 100 ms.
   const int limit = wake_fd_ >= 0 || (timeout_ms >= 0 && timeout_ms < 100) ? timeout_ms : 100;
@@ -383,31 +399,28 @@ OutputPump::Wait OutputPump::WaitFor(int fd, short events, bool input, int timeo
   }
 }
 
-OutputPump::Read OutputPump::SpliceToFile() {
+bool OutputPump::DrainWatch() {
+  alignas(inotify_event) char events[4096];
+  bool any = false;
   for (;;) {
-    // SPLICE_F_NONBLOCK: the pipe side only; the file side writes as write(2) does.
-    ssize_t n = ::splice(read_fd_, nullptr, file_fd_, nullptr, kSpliceBytes,
-                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-    if (n > 0) return Read::kData;
+    ssize_t n = ::read(watch_fd_, events, sizeof events);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return Read::kNothing;
-    if (n == 0) {  // EOF
-      eof_ = true;
-      return Read::kEof;
+    if (n <= 0) return any;  // EAGAIN: drained
+    any = true;
+    for (ssize_t at = 0; at < n;) {
+      const auto* e = reinterpret_cast<const inotify_event*>(events + at);
+      // IN_CLOSE_WRITE: the last reference to a writable description is gone
+      // (inotify(7)); IN_IGNORED: the watch is gone (the file deleted, its
+      // file system unmounted), so no event will come again. (An overflow,
+      // IN_Q_OVERFLOW, is not an end: identical events merge, so one watch
+      // queues at most a few.)
+      if ((e->mask & (IN_CLOSE_WRITE | IN_IGNORED)) != 0) writers_closed_ = true;
+      at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
     }
-    // EINVAL (a file opened O_APPEND, a file system without splice): read
-    // and write from now on. ENOSPC, EIO, ...: the file stops here.
-    if (errno != EINVAL) {
-      ::close(file_fd_);
-      file_fd_ = -1;
-    }
-    splice_file_ = false;
-    return ReadSome();
   }
 }
 
 OutputPump::Read OutputPump::ReadSome() {
-  if (splice_file_) return SpliceToFile();
   // With a tail, the read and the tail's update are one step under tail_mu_
   // (the read is non-blocking), so CaughtUp() never sees bytes that have left
   // the pipe but are not in the tail yet.
@@ -429,6 +442,13 @@ OutputPump::Read OutputPump::ReadSome() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return Read::kNothing;
+    // A followed file's end: the worker may write more unless the watch has
+    // seen its last writer close it. The watch is drained before the file is
+    // read again, so a write after that read wakes the next wait.
+    if (n == 0 && watch_fd_ >= 0 && !writers_closed_) {
+      if (DrainWatch()) continue;
+      return Read::kNothing;
+    }
     // EOF: every writer (the worker and whatever inherited its stdout) is gone;
     // a read error ends the stream the same way.
     eof_ = true;
@@ -444,6 +464,10 @@ bool OutputPump::CaughtUp() const {
   // Reading paused at kMaxAhead (the output is backed up): nothing more comes
   // into the tail until the output drains, so there is nothing to wait for.
   if (full_.load(std::memory_order_acquire)) return true;
+  if (watch_fd_ >= 0) {  // a followed file: read up to its current size
+    struct stat st{};
+    return ::fstat(read_fd_, &st) == 0 && ::lseek(read_fd_, 0, SEEK_CUR) >= st.st_size;
+  }
   int unread = 0;
   return ::ioctl(read_fd_, FIONREAD, &unread) == 0 && unread == 0;
 }

@@ -1,5 +1,6 @@
 // Private: copies one worker stream (the read end of the worker's stdout or
-// stderr pipe) to one of the agent's fds, line by line, with the rank prefix.
+// stderr pipe, or the log file the worker writes itself: FollowedFile) to one
+// of the agent's fds, line by line, with the rank prefix.
 //
 // Each pump has its own thread. The agent's one event-loop thread then never
 // touches worker output, so a stalled reader of the container's output cannot
@@ -132,6 +133,27 @@ class OutputTurns {
 // {"rank":<rank>,"stream":"<stream>","line":"
 std::string JsonLinePrefix(int rank, std::string_view stream);
 
+// A worker stream that goes to a log file the worker writes itself, as
+// torchrun's workers write theirs (--redirects, --tee): the worker's fd 1 or 2
+// is the file, and a pump that mirrors it to the console or keeps its tail
+// follows the file (OutputPump::Follow). Every byte is then in the file as
+// soon as the worker's write(2) returns, whatever happens to the agent, and
+// costs the agent one read instead of a read and a write (bench/RESULTS.md,
+// log files). Each fd is owned by the caller, -1 where absent.
+struct FollowedFile {
+  int write_fd = -1;  // for the worker: O_WRONLY, created or truncated ("w", as torchrun)
+  int read_fd = -1;   // the pump's: O_RDONLY, its own offset, from the start
+  int watch_fd = -1;  // inotify(7) on the file: IN_MODIFY | IN_CLOSE_WRITE
+};
+// Opens `path` (mode 0644) for a worker; with `follow`, also the read end and
+// the watch, set up before the worker exists so that no write or close goes
+// unseen. write_fd -1 (errno set): the file cannot be opened. With `follow`,
+// read_fd and watch_fd -1: no watch to be had (EMFILE: the user's
+// fs.inotify.max_user_instances, 128 by default, is shared by every process
+// of the user); the caller then pipes the stream through the pump with
+// SetFile(write_fd). Never blocks.
+FollowedFile OpenFollowedFile(const std::string& path, bool follow);
+
 class OutputPump {
  public:
   static constexpr std::size_t kReadBytes = 64 * 1024;  // one read of the worker's pipe
@@ -155,10 +177,17 @@ class OutputPump {
   OutputPump& operator=(const OutputPump&) = delete;
 
   // Also writes every byte read, as read (no prefix), to `fd` (owned; a log
-  // file, worker_logs.h), before the console gets it. out_fd < 0: no console;
-  // then, without a tail, the pipe is spliced into the file (splice(2): no
-  // copy through the agent). Call before Start().
+  // file, worker_logs.h), before the console gets it: where the file cannot
+  // be followed (OpenFollowedFile gave no watch). Call before Start().
   void SetFile(int fd) { file_fd_ = fd; }
+  // Follows a file instead of reading a pipe: read_fd (the constructor's) is
+  // the agent's own read-only description of a regular file that the worker
+  // writes itself, and watch_fd (owned) an inotify(7) instance watching it
+  // (OpenFollowedFile). The pump reads to the file's end, then waits for the
+  // watch; the stream ends when the file's last writer has closed it
+  // (IN_CLOSE_WRITE: the worker and everything that inherited its fd), as a
+  // pipe's EOF does. Call before Start().
+  void Follow(int watch_fd) { watch_fd_ = watch_fd; }
   // Starts the thread. Once the stream has reached EOF (every writer closed it)
   // and everything read has been written, or once Stop() made it give up,
   // `on_close` is posted to `executor` (never called on the pump's thread).
@@ -183,9 +212,10 @@ class OutputPump {
   // One non-blocking read of the worker's pipe, fed to the prefixer (and the
   // tail); at EOF or a read error, finishes the stream (eof_).
   Read ReadSome();
-  // ReadSome() when the stream goes to the file alone (splice_file_): moves
-  // what the pipe holds into the file with splice(2); at EOF, ends the stream.
-  Read SpliceToFile();
+  // Following a file (Follow()), at its end: reads the watch's events, which
+  // clears its readiness. True if there were any (new writes, or the last
+  // writer's close, which sets writers_closed_): then the file is read again.
+  bool DrainWatch();
   // Writes `data` to file_fd_ in full; on an error the file is closed and dropped.
   void WriteFile(std::string_view data);
   // Writes the output read so far (a batch) in this pump's turn. more_input:
@@ -209,8 +239,8 @@ class OutputPump {
   int read_fd_;
   int out_fd_;
   int file_fd_ = -1;  // SetFile()
-  bool splice_file_ = false;  // the pipe is spliced into file_fd_ (Start(), SpliceToFile())
-  static constexpr std::size_t kSpliceBytes = 1024 * 1024;  // at most, per splice(2)
+  int watch_fd_ = -1;  // Follow(): inotify on the file that read_fd_ reads
+  bool writers_closed_ = false;  // Follow(): IN_CLOSE_WRITE seen (pump thread only)
   LinePrefixer lines_;
   std::size_t tail_limit_;
   int wake_fd_ = -1;      // eventfd, readable after Stop()

@@ -139,6 +139,42 @@ std::string ResolveInPath(const std::string& name, const char* const* envp) {
 // exec. Between fork and exec only async-signal-safe calls (signal-safety(7)).
 // An exec failure's errno comes back through a close-on-exec pipe. Returns 0
 // or an errno value, like posix_spawn.
+// One worker stream's fds while Start() plumbs it, -1 where absent: `child`
+// becomes the worker's fd 1 or 2; a pump reads `read` (a pipe's read end, or
+// the log file it follows with `watch`) and writes through to `file`.
+struct StreamFds {
+  int child = -1, read = -1, watch = -1, file = -1;
+  void CloseAll() {
+    for (int* fd : {&child, &read, &watch, &file}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+};
+
+// A stream with a log file: the worker writes the file itself, and the pump,
+// if the stream has a reader (the console, the tail), follows it
+// (OpenFollowedFile). Otherwise, or where the file cannot be followed, a
+// pipe, with the file (if it could be opened) written through by the pump.
+Status OpenStream(const std::string& file, bool reader, StreamFds* s) {
+  if (!file.empty()) {
+    FollowedFile f = OpenFollowedFile(file, reader);
+    if (f.write_fd >= 0 && (!reader || f.watch_fd >= 0)) {
+      *s = {f.write_fd, f.read_fd, f.watch_fd, -1};
+      return Status::Ok();
+    }
+    s->file = f.write_fd;
+  }
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    s->CloseAll();
+    return Status::Infra(std::string("pipe: ") + std::strerror(errno));
+  }
+  s->child = p[1];
+  s->read = p[0];
+  return Status::Ok();
+}
+
 int SpawnWithParentDeath(pid_t* pid_out, char* const* argv, char* const* envp, int out_fd,
                          int err_fd, int death_signal) {
   const std::string path = ResolveInPath(argv[0], envp);
@@ -331,7 +367,51 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   void Sweep();
   void CheckDone();
   void Reap();
+  // Starts a pump for each of the worker's streams that has a reader (taking
+  // its fds); stderr always has one. Infra when no thread is to be had.
+  Status StartPumps(const WorkerSpec& spec, std::size_t rank, StreamFds (&streams)[2]);
 };
+
+Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
+                                    StreamFds (&streams)[2]) {
+  const std::size_t first = pumps.size();
+  for (int i : {0, 1}) {
+    StreamFds& s = streams[i];
+    if (s.read < 0) continue;  // the worker writes its log file, and nothing reads it
+    const bool is_err = i == 1;
+    const int out = (is_err ? spec.stderr_console : spec.stdout_console)
+                        ? (is_err ? STDERR_FILENO : STDOUT_FILENO)
+                        : -1;
+    const std::size_t tail = is_err ? kTailBytes : 0;
+    if (const auto& base = options.json_lines_rank_base) {
+      pumps.push_back(std::make_unique<OutputPump>(
+          std::exchange(s.read, -1), out,
+          JsonLinePrefix(static_cast<int>(*base + rank), is_err ? "stderr" : "stdout"), tail,
+          LinePrefixer::Format::kJson));
+    } else {
+      pumps.push_back(std::make_unique<OutputPump>(std::exchange(s.read, -1), out, spec.prefix, tail));
+    }
+    if (s.watch >= 0) pumps.back()->Follow(std::exchange(s.watch, -1));
+    if (s.file >= 0) pumps.back()->SetFile(std::exchange(s.file, -1));
+    if (is_err) stderr_pumps.push_back(pumps.back().get());
+  }
+  for (std::size_t i = first; i < pumps.size(); ++i) {
+    try {
+      pumps[i]->Start(executor, [weak = weak_from_this()] {
+        if (auto im = weak.lock()) {
+          --im->open_pumps;
+          im->CheckDone();
+        }
+      });
+      ++open_pumps;
+    } catch (const std::system_error& e) {
+      // No thread to be had (the pod's pids.max counts threads): like a
+      // spawn that failed, nothing of this start may survive.
+      return Status::Infra(std::string("cannot start a thread for worker output: ") + e.what());
+    }
+  }
+  return Status::Ok();
+}
 
 void Supervisor::Impl::SignalGroups(int signo) {
   for (const Worker& w : workers) {
@@ -616,20 +696,24 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
 
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    StreamFds streams[2];  // stdout, stderr
     if (im.options.capture_output) {
-      if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-        result = Status::Infra(std::string("pipe: ") + std::strerror(errno));
-        for (int fd : {out[0], out[1], err[0], err[1]}) {
-          if (fd >= 0) ::close(fd);
-        }
-        posix_spawn_file_actions_destroy(&fa);
+      for (int i : {0, 1}) {
+        // stderr always has a reader: its tail classifies failures (kTailBytes).
+        const bool reader = i == 1 || spec.stdout_console;
+        result = OpenStream(i == 1 ? spec.stderr_file : spec.stdout_file, reader, &streams[i]);
+        if (!result.ok()) break;
+      }
+      if (!result.ok()) {
+        for (StreamFds& s : streams) s.CloseAll();
         break;
       }
-      posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-      posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (im.options.capture_output) {
+      posix_spawn_file_actions_adddup2(&fa, streams[0].child, STDOUT_FILENO);
+      posix_spawn_file_actions_adddup2(&fa, streams[1].child, STDERR_FILENO);
     }
     // Nothing of the agent's leaks into a worker: not the gang's sockets (an
     // agent's death must close them at once), not the listeners, not other
@@ -641,21 +725,15 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
 #endif
     pid_t pid = -1;
     int rc = im.options.parent_death_signal != 0
-                 ? SpawnWithParentDeath(&pid, argv.data(), envp.data(),
-                                        im.options.capture_output ? out[1] : -1,
-                                        im.options.capture_output ? err[1] : -1,
-                                        im.options.parent_death_signal)
+                 ? SpawnWithParentDeath(&pid, argv.data(), envp.data(), streams[0].child,
+                                        streams[1].child, im.options.parent_death_signal)
                  : posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
-    if (im.options.capture_output) {
-      ::close(out[1]);
-      ::close(err[1]);
+    for (StreamFds& s : streams) {
+      if (s.child >= 0) ::close(std::exchange(s.child, -1));  // the worker's now
     }
     if (rc != 0) {
-      if (im.options.capture_output) {
-        ::close(out[0]);
-        ::close(err[0]);
-      }
+      for (StreamFds& s : streams) s.CloseAll();
       result = Status::Config("cannot execute the trainer command '" + spec.argv[0] +
                               "': " + std::strerror(rc) +
                               (rc == ENOENT ? " (not found in PATH)" : ""));
@@ -663,41 +741,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     }
     im.workers.push_back({pid, static_cast<int>(rank)});
     if (im.options.capture_output) {
-      for (auto [fd, target] : {std::pair{out[0], STDOUT_FILENO}, std::pair{err[0], STDERR_FILENO}}) {
-        const bool is_err = target == STDERR_FILENO;
-        const bool console = is_err ? spec.stderr_console : spec.stdout_console;
-        const int out = console ? target : -1;
-        const std::size_t tail = is_err ? kTailBytes : 0;
-        if (const auto& base = im.options.json_lines_rank_base) {
-          im.pumps.push_back(std::make_unique<OutputPump>(
-              fd, out, JsonLinePrefix(static_cast<int>(*base + rank), is_err ? "stderr" : "stdout"),
-              tail, LinePrefixer::Format::kJson));
-        } else {
-          im.pumps.push_back(std::make_unique<OutputPump>(fd, out, spec.prefix, tail));
-        }
-        if (const std::string& file = is_err ? spec.stderr_file : spec.stdout_file; !file.empty()) {
-          // As torchrun opens it ("w"); O_APPEND would rule out splice(2).
-          im.pumps.back()->SetFile(
-              ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-        }
-        if (is_err) im.stderr_pumps.push_back(im.pumps.back().get());
-      }
-      for (auto it = im.pumps.end() - 2; it != im.pumps.end(); ++it) {
-        try {
-          (*it)->Start(im.executor, [weak = std::weak_ptr<Impl>(impl_)] {
-            if (auto im = weak.lock()) {
-              --im->open_pumps;
-              im->CheckDone();
-            }
-          });
-          ++im.open_pumps;
-        } catch (const std::system_error& e) {
-          // No thread to be had (the pod's pids.max counts threads): like a
-          // spawn that failed, nothing of this start may survive.
-          result = Status::Infra(std::string("cannot start a thread for worker output: ") + e.what());
-          break;
-        }
-      }
+      result = im.StartPumps(spec, rank, streams);
       if (!result.ok()) break;
     }
   }

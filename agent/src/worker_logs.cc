@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -68,6 +69,20 @@ std::vector<WorkerStreams> PlanWorkerStreams(const WorkerLogOptions& o, const st
   return out;
 }
 
+Status MakeLogDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!std::filesystem::is_directory(dir)) {
+    return Status::Config("--log-dir '" + dir + "' is not a folder that can be made" +
+                          (ec ? ": " + ec.message() : ""));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Status::Config("--log-dir '" + dir + "' is a folder this agent cannot write to: " +
+                          std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
 Result<std::vector<WorkerStreams>> WorkerLogDirs::ForAttempt(const std::string& run_id,
                                                             std::uint32_t restart,
                                                             std::uint32_t nproc,
@@ -86,11 +101,7 @@ Result<std::vector<WorkerStreams>> WorkerLogDirs::ForAttempt(const std::string& 
       }
       base = t;
     }
-    fs::create_directories(base, ec);
-    if (!fs::is_directory(base)) {
-      return Status::Config("--log-dir '" + base + "' is not a folder that can be made" +
-                            (ec ? ": " + ec.message() : ""));
-    }
+    if (Status s = MakeLogDir(base); !s.ok()) return s;
     run_dir_ = MakeTempDir(base + "/" + run_id + "_");
     if (run_dir_.empty()) {
       return Status::Config("--log-dir: cannot make " + base + "/" + run_id + "_*: " +

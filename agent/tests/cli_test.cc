@@ -511,9 +511,11 @@ TEST(CliTest, ScriptModuleAndRunPathRunWithPython) {
   ::mkdir(dir.c_str(), 0755);
   std::ofstream(dir + "/fakepy") << "#!/bin/sh\necho \"py:$*\"\n";
   ::chmod((dir + "/fakepy").c_str(), 0755);
-  Outcome r = Trainlet("PYTHON_EXEC=" + dir + "/fakepy", "train.py --epochs 3");
+  std::ofstream(dir + "/train.py") << "";  // a missing script is refused before the start
+  Outcome r = Trainlet("PYTHON_EXEC=" + dir + "/fakepy", dir + "/train.py --epochs 3");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("[rank0]: py:-u train.py --epochs 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank0]: py:-u " + dir + "/train.py --epochs 3"), std::string::npos)
+      << r.out;
   r = Trainlet("", "--python " + dir + "/fakepy -m pkg.mod --x 1");
   EXPECT_NE(r.out.find("[rank0]: py:-u -m pkg.mod --x 1"), std::string::npos) << r.out;
   r = Trainlet("PET_MODULE=1 TRAINLET_PYTHON=" + dir + "/fakepy", "pkg.mod");

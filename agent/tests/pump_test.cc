@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,10 +159,9 @@ TEST_F(PumpTest, CopiesToAFileUntilEofThenPostsCloseAndKeepsTheTail) {
   EXPECT_EQ(FileText(), "[rank2]: first\n[rank2]: second line\n[rank2]: unfinished\n");
 }
 
-// A log file (SetFile) gets every byte as written, without prefix, by the
-// time the pump posts its close: redirected alone (spliced from the pipe, or
-// read and written where splice(2) is refused: O_APPEND), or beside the
-// console (teed).
+// A log file written through the pump (SetFile: where it cannot be followed)
+// gets every byte as written, without prefix, by the time the pump posts its
+// close: redirected alone, or beside the console (teed); O_TRUNC or O_APPEND.
 TEST_F(PumpTest, ALogFileHoldsEveryByteWhenThePumpCloses) {
   std::string bytes;
   for (int i = 0; i < 40000; ++i) bytes += "line " + std::to_string(i) + (i % 7 ? "\n" : "");
@@ -208,6 +208,93 @@ TEST_F(PumpTest, ALogFileHoldsEveryByteWhenThePumpCloses) {
       }
     }
   }
+  std::filesystem::remove(log);
+}
+
+// A log file the worker writes itself (OpenFollowedFile): the pump follows
+// it to the console, with the prefix, and keeps its tail; the stream stays
+// open while any process holds a writable fd of it (here a forked child that
+// writes after the "worker" has closed its own), and ends once the last one
+// is closed, as a pipe's EOF would.
+TEST_F(PumpTest, FollowsALogFileUntilItsLastWriterClosesIt) {
+  const std::filesystem::path log = path_.string() + ".log";
+  FollowedFile f = OpenFollowedFile(log, /*follow=*/true);
+  ASSERT_GE(f.write_fd, 0);
+  ASSERT_GE(f.read_fd, 0);
+  ASSERT_GE(f.watch_fd, 0);
+  int out = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // inherits write_fd; writes once told to
+    char c;
+    if (::read(go[0], &c, 1) == 1) (void)!::write(f.write_fd, "late\n", 5);
+    ::_exit(0);
+  }
+  std::string bytes;
+  for (int i = 0; i < 30000; ++i) bytes += "line " + std::to_string(i) + "\n";
+  asio::io_context io;
+  bool closed = false;
+  {
+    OutputPump pump(f.read_fd, out, "[r]: ", 16);
+    pump.Follow(f.watch_fd);
+    pump.Start(io.get_executor(), [&] { closed = true; });
+    for (std::size_t at = 0; at < bytes.size(); at += 4096) {
+      std::string_view piece = std::string_view(bytes).substr(at, 4096);
+      ASSERT_EQ(::write(f.write_fd, piece.data(), piece.size()), static_cast<ssize_t>(piece.size()));
+    }
+    ::close(f.write_fd);  // the "worker" is done; its child still holds the file
+    EXPECT_FALSE(RunUntil(io, [&] { return closed; }, 200ms)) << "closed while a writer is open";
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    while (!pump.CaughtUp() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(pump.Tail(), bytes.substr(bytes.size() - 16)) << "caught up with the file";
+    ASSERT_EQ(::write(go[1], "x", 1), 1);
+    ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+    ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 5s)) << "no end after the last writer";
+    EXPECT_EQ(pump.Tail(), (bytes + "late\n").substr(bytes.size() + 5 - 16));
+  }
+  ::close(out);
+  ::close(go[0]);
+  ::close(go[1]);
+  std::ifstream in(log);
+  std::stringstream file;
+  file << in.rdbuf();
+  EXPECT_EQ(file.str(), bytes + "late\n") << "the file is what the writers wrote";
+  const std::string text = FileText();
+  EXPECT_EQ(text.rfind("[r]: line 0\n[r]: line 1\n", 0), 0u) << text.substr(0, 80);
+  EXPECT_NE(text.find("[r]: line 29999\n[r]: late\n"), std::string::npos);
+  std::filesystem::remove(log);
+}
+
+// Without a watch to be had (here: no fd left for the inotify instance; in a
+// pod, usually fs.inotify.max_user_instances), the file still opens for the
+// worker, and the reader is dropped so that the caller pipes the stream.
+TEST(OpenFollowedFileTest, WithoutAWatchOnlyTheWorkersFdIsOpened) {
+  const std::filesystem::path log =
+      std::filesystem::temp_directory_path() / ("follow-" + std::to_string(::getpid()) + ".log");
+  {
+    std::ofstream(log) << "old contents";
+  }
+  int probe[3];
+  for (int& fd : probe) fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  for (int fd : probe) ::close(fd);
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit two_more = saved;
+  two_more.rlim_cur = static_cast<rlim_t>(probe[2]);  // probe[0], probe[1] fit; the third does not
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &two_more), 0);
+  FollowedFile f = OpenFollowedFile(log, /*follow=*/true);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_GE(f.write_fd, 0);
+  EXPECT_EQ(f.read_fd, -1);
+  EXPECT_EQ(f.watch_fd, -1);
+  EXPECT_EQ(std::filesystem::file_size(log), 0u) << "truncated, as torchrun opens it";
+  if (f.write_fd >= 0) ::close(f.write_fd);
+  FollowedFile plain = OpenFollowedFile(log, /*follow=*/false);
+  EXPECT_GE(plain.write_fd, 0);
+  EXPECT_EQ(plain.read_fd, -1);
+  if (plain.write_fd >= 0) ::close(plain.write_fd);
+  EXPECT_EQ(OpenFollowedFile("/nonexistent-dir/x.log", true).write_fd, -1);
   std::filesystem::remove(log);
 }
 

@@ -124,6 +124,7 @@ class SupervisorTest : public ::testing::Test {
     for (std::size_t i = 0; i < scripts.size(); ++i) {
       specs.push_back({{"/bin/sh", "-c", scripts[i]}, Env(), "[rank" + std::to_string(i) + "]: "});
     }
+    if (edit_specs_) edit_specs_(specs);
     exitcodes::Status s = sup.Start(specs);
     EXPECT_TRUE(s.ok()) << s.ToString();
     std::vector<std::unique_ptr<asio::steady_timer>> calls;
@@ -156,6 +157,7 @@ class SupervisorTest : public ::testing::Test {
   }
   std::filesystem::path dir_;
   std::vector<std::pair<std::chrono::milliseconds, std::function<void(Supervisor&)>>> calls_;
+  std::function<void(std::vector<WorkerSpec>&)> edit_specs_;  // applied before Start
 };
 
 bool NoChildrenLeft() {
@@ -255,6 +257,50 @@ TEST_F(SupervisorTest, TheStderrTailAtTheFirstFailureHasTheLastLine) {
   EXPECT_LE(tail.size(), 8192u);
 }
 
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Log files (torchrun's --tee/--redirects): each worker writes its own files
+// (its fd 1 is the file, as under torchrun), the console gets the teed
+// streams prefixed and not the redirected one, and the failure's stderr tail
+// comes from the followed file.
+TEST_F(SupervisorTest, WorkersWriteTheirLogFilesAndTheConsoleFollowsThem) {
+  edit_specs_ = [&](std::vector<WorkerSpec>& specs) {
+    specs[0].stdout_file = File("0.out");
+    specs[0].stderr_file = File("0.err");
+    specs[1].stdout_file = File("1.out");
+    specs[1].stdout_console = false;  // redirected: the file only
+    specs[1].stderr_file = File("1.err");
+  };
+  CapturedFd out(STDOUT_FILENO), err(STDERR_FILENO);
+  std::string tail;
+  auto r = Run({"f=$(readlink /proc/$$/fd/1); echo \"$f\" > " + File("fd1") + "; echo out0; echo err0 >&2; printf part",
+                "echo out1; sleep 0.3; echo 'NCCL WARN last words' >&2; exit 3"},
+               5s, {}, 20s, [&](Supervisor& sup, const FirstFailure& f) {
+                 tail = sup.StderrTail(f.local_rank);
+               });
+  out.Restore();
+  err.Restore();
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(Slurp(File("fd1")), File("0.out") + "\n") << "the worker's stdout is its log file";
+  EXPECT_EQ(Slurp(File("0.out")), "out0\npart");
+  EXPECT_EQ(Slurp(File("0.err")), "err0\n");
+  EXPECT_EQ(Slurp(File("1.out")), "out1\n");
+  EXPECT_EQ(Slurp(File("1.err")), "NCCL WARN last words\n");
+  EXPECT_NE(tail.find("NCCL WARN last words\n"), std::string::npos) << tail;
+  const std::string o = out.Text(), e = err.Text();
+  EXPECT_NE(o.find("[rank0]: out0\n"), std::string::npos) << o;
+  EXPECT_NE(o.find("[rank0]: part\n"), std::string::npos) << "the unfinished line ended at exit";
+  EXPECT_EQ(o.find("out1"), std::string::npos) << "redirected, not teed";
+  EXPECT_NE(e.find("[rank0]: err0\n"), std::string::npos) << e;
+  EXPECT_NE(e.find("[rank1]: NCCL WARN last words\n"), std::string::npos) << e;
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
 TEST_F(SupervisorTest, SignalDeathIs128PlusSignal) {
   auto r = Run({"kill -SEGV $$"}, 5s);
   EXPECT_EQ(r.exit_code, 128 + SIGSEGV);
@@ -351,32 +397,66 @@ TEST_F(SupervisorTest, OrphansAndDaemonsAreReapedAfterTheTrainerExits) {
   EXPECT_TRUE(NoChildrenLeft());
 }
 
+// The agent's fd 1 is a pipe that nobody reads, for the lifetime of the object.
+class StalledStdout {
+ public:
+  StalledStdout() {
+    EXPECT_EQ(::pipe2(never_read_, O_CLOEXEC), 0);
+    std::fflush(nullptr);
+    saved_ = ::dup(STDOUT_FILENO);
+    ::dup2(never_read_[1], STDOUT_FILENO);
+    // The test's own logger writes fd 1 blocking (the agent's goes through a
+    // non-blocking sink): silenced while fd 1 is the stalled pipe.
+    level_ = spdlog::get_level();
+    spdlog::set_level(spdlog::level::off);
+  }
+  ~StalledStdout() {
+    spdlog::set_level(level_);
+    ::dup2(saved_, STDOUT_FILENO);
+    for (int fd : {saved_, never_read_[0], never_read_[1]}) ::close(fd);
+  }
+
+ private:
+  int never_read_[2] = {-1, -1};
+  int saved_ = -1;
+  spdlog::level::level_enum level_;
+};
+
+constexpr const char* kEightMegabytesThenDone =
+    "yes 'a line of worker output' | head -c 8000000; echo done > ";
+
 // The container's output is a pipe whose reader stops reading (a log pipe
 // under backpressure). The worker blocks on its own writes; the agent still
 // takes SIGTERM, stops the worker, and finishes without waiting for the reader.
 TEST_F(SupervisorTest, AStalledOutputReaderBlocksTheWorkerNotTheAgent) {
-  int never_read[2];
-  ASSERT_EQ(::pipe2(never_read, O_CLOEXEC), 0);
-  std::fflush(nullptr);
-  int saved = ::dup(STDOUT_FILENO);
-  ::dup2(never_read[1], STDOUT_FILENO);
-  // The test's own logger writes fd 1 blocking (the agent's goes through a
-  // non-blocking sink): silence it while fd 1 is the stalled pipe.
-  auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::off);
   auto t0 = Clock::now();
-  auto r = Run({"yes 'a line of worker output' | head -c 8000000; echo done > " + File("w0")},
-               500ms, {SIGTERM, 700ms}, 10s);
-  auto elapsed = Clock::now() - t0;
-  spdlog::set_level(level);
-  ::dup2(saved, STDOUT_FILENO);
-  ::close(saved);
+  SupervisorResult r;
+  {
+    StalledStdout stalled;
+    r = Run({kEightMegabytesThenDone + File("w0")}, 500ms, {SIGTERM, 700ms}, 10s);
+  }
   EXPECT_EQ(r.exit_code, 143);
   EXPECT_FALSE(std::filesystem::exists(File("w0"))) << "8 MB went through a pipe nobody read";
-  EXPECT_LT(elapsed, 5s) << "SIGTERM, the grace period and a bounded drain";
+  EXPECT_LT(Clock::now() - t0, 5s) << "SIGTERM, the grace period and a bounded drain";
   EXPECT_TRUE(NoChildrenLeft());
-  ::close(never_read[0]);
-  ::close(never_read[1]);
+}
+
+// With a log file (--tee), the file is the record and the console a mirror:
+// the worker writes its file and goes on though the console is stalled, and
+// the file holds everything; the agent still ends (its drain is bounded).
+TEST_F(SupervisorTest, WithALogFileAStalledConsoleDoesNotBlockTheWorker) {
+  edit_specs_ = [&](std::vector<WorkerSpec>& specs) { specs[0].stdout_file = File("0.out"); };
+  auto t0 = Clock::now();
+  SupervisorResult r;
+  {
+    StalledStdout stalled;
+    r = Run({kEightMegabytesThenDone + File("w0")}, 500ms, {}, 10s);
+  }
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(File("w0"))) << "the worker was held up by the console";
+  EXPECT_EQ(std::filesystem::file_size(File("0.out")), 8000000u);
+  EXPECT_LT(Clock::now() - t0, 6s) << "the drain of the stalled console is bounded";
+  EXPECT_TRUE(NoChildrenLeft());
 }
 
 TEST(SupervisorStartTest, MissingCommandIsAConfigError) {

@@ -32,5 +32,8 @@ int RunLocal(const LocalOptions& options);
 // or 0 when none could be had. Non-blocking. The port may be taken by another
 // process before the caller binds it: for local runs and --standalone only.
 std::uint16_t FreeLoopbackPort();
+// n different such ports (all bound at once, then closed), or none when fewer
+// could be had.
+std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n);
 
 }  // namespace trainlet::agent

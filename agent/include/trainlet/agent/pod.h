@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "trainlet/agent/identity.h"
+#include "trainlet/agent/launch_check.h"
 #include "trainlet/agent/worker_env.h"
 #include "trainlet/agent/worker_logs.h"
 #include "trainlet/exitcodes/classify.h"
@@ -44,6 +45,7 @@ struct GpuOptions {
 struct PodOptions {
   PodIdentity identity;
   std::vector<std::string> command;  // the trainer: argv of every worker
+  LaunchCheck launch_check;          // checked with `command` before the rendezvous
   std::uint16_t rdzv_port = 29400;   // leader's rendezvous port
   std::uint16_t master_port = 29500;  // MASTER_PORT for the trainers' own store
   std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in

@@ -47,6 +47,11 @@ std::vector<WorkerStreams> PlanWorkerStreams(const WorkerLogOptions& o, const st
                                              std::uint32_t nproc, std::uint32_t rank_base,
                                              const std::string& role_name);
 
+// Makes the log dir `dir` and its parents if missing (mkdir -p). Errors (class
+// config, naming the folder): it cannot be made, is not a folder, or this
+// process cannot write to it (access(2) W_OK|X_OK). Blocking: mkdir(2) calls.
+[[nodiscard]] exitcodes::Status MakeLogDir(const std::string& dir);
+
 // The folders of one pod's run, made as torchrun makes them: the run folder
 // once ("<run-id>_" and 8 random characters of [a-z0-9_], mode 0700, as
 // Python's tempfile.mkdtemp makes it, in the log dir, which is created if
