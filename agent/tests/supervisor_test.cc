@@ -397,32 +397,48 @@ TEST_F(SupervisorTest, OrphansAndDaemonsAreReapedAfterTheTrainerExits) {
   EXPECT_TRUE(NoChildrenLeft());
 }
 
+// The agent's fd 1 is a pipe that nobody reads, for the lifetime of the object.
+class StalledStdout {
+ public:
+  StalledStdout() {
+    EXPECT_EQ(::pipe2(never_read_, O_CLOEXEC), 0);
+    std::fflush(nullptr);
+    saved_ = ::dup(STDOUT_FILENO);
+    ::dup2(never_read_[1], STDOUT_FILENO);
+    // The test's own logger writes fd 1 blocking (the agent's goes through a
+    // non-blocking sink): silenced while fd 1 is the stalled pipe.
+    level_ = spdlog::get_level();
+    spdlog::set_level(spdlog::level::off);
+  }
+  ~StalledStdout() {
+    spdlog::set_level(level_);
+    ::dup2(saved_, STDOUT_FILENO);
+    for (int fd : {saved_, never_read_[0], never_read_[1]}) ::close(fd);
+  }
+
+ private:
+  int never_read_[2] = {-1, -1};
+  int saved_ = -1;
+  spdlog::level::level_enum level_;
+};
+
+constexpr const char* kEightMegabytesThenDone =
+    "yes 'a line of worker output' | head -c 8000000; echo done > ";
+
 // The container's output is a pipe whose reader stops reading (a log pipe
 // under backpressure). The worker blocks on its own writes; the agent still
 // takes SIGTERM, stops the worker, and finishes without waiting for the reader.
 TEST_F(SupervisorTest, AStalledOutputReaderBlocksTheWorkerNotTheAgent) {
-  int never_read[2];
-  ASSERT_EQ(::pipe2(never_read, O_CLOEXEC), 0);
-  std::fflush(nullptr);
-  int saved = ::dup(STDOUT_FILENO);
-  ::dup2(never_read[1], STDOUT_FILENO);
-  // The test's own logger writes fd 1 blocking (the agent's goes through a
-  // non-blocking sink): silence it while fd 1 is the stalled pipe.
-  auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::off);
   auto t0 = Clock::now();
-  auto r = Run({"yes 'a line of worker output' | head -c 8000000; echo done > " + File("w0")},
-               500ms, {SIGTERM, 700ms}, 10s);
-  auto elapsed = Clock::now() - t0;
-  spdlog::set_level(level);
-  ::dup2(saved, STDOUT_FILENO);
-  ::close(saved);
+  SupervisorResult r;
+  {
+    StalledStdout stalled;
+    r = Run({kEightMegabytesThenDone + File("w0")}, 500ms, {SIGTERM, 700ms}, 10s);
+  }
   EXPECT_EQ(r.exit_code, 143);
   EXPECT_FALSE(std::filesystem::exists(File("w0"))) << "8 MB went through a pipe nobody read";
-  EXPECT_LT(elapsed, 5s) << "SIGTERM, the grace period and a bounded drain";
+  EXPECT_LT(Clock::now() - t0, 5s) << "SIGTERM, the grace period and a bounded drain";
   EXPECT_TRUE(NoChildrenLeft());
-  ::close(never_read[0]);
-  ::close(never_read[1]);
 }
 
 // With a log file (--tee), the file is the record and the console a mirror:
@@ -430,27 +446,17 @@ TEST_F(SupervisorTest, AStalledOutputReaderBlocksTheWorkerNotTheAgent) {
 // the file holds everything; the agent still ends (its drain is bounded).
 TEST_F(SupervisorTest, WithALogFileAStalledConsoleDoesNotBlockTheWorker) {
   edit_specs_ = [&](std::vector<WorkerSpec>& specs) { specs[0].stdout_file = File("0.out"); };
-  int never_read[2];
-  ASSERT_EQ(::pipe2(never_read, O_CLOEXEC), 0);
-  std::fflush(nullptr);
-  int saved = ::dup(STDOUT_FILENO);
-  ::dup2(never_read[1], STDOUT_FILENO);
-  auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::off);
   auto t0 = Clock::now();
-  auto r = Run({"yes 'a line of worker output' | head -c 8000000; echo done > " + File("w0")},
-               500ms, {}, 10s);
-  auto elapsed = Clock::now() - t0;
-  spdlog::set_level(level);
-  ::dup2(saved, STDOUT_FILENO);
-  ::close(saved);
+  SupervisorResult r;
+  {
+    StalledStdout stalled;
+    r = Run({kEightMegabytesThenDone + File("w0")}, 500ms, {}, 10s);
+  }
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_TRUE(std::filesystem::exists(File("w0"))) << "the worker was held up by the console";
   EXPECT_EQ(std::filesystem::file_size(File("0.out")), 8000000u);
-  EXPECT_LT(elapsed, 6s) << "the drain of the stalled console is bounded";
+  EXPECT_LT(Clock::now() - t0, 6s) << "the drain of the stalled console is bounded";
   EXPECT_TRUE(NoChildrenLeft());
-  ::close(never_read[0]);
-  ::close(never_read[1]);
 }
 
 TEST(SupervisorStartTest, MissingCommandIsAConfigError) {
