@@ -19,16 +19,22 @@ import unittest
 from harness import BIN, PYTHON, torch_missing
 
 # Writes a torch-style error file (torch/distributed/elastic/multiprocessing/errors)
-# with the message in $EF_MESSAGE, records where it was told to, and exits 1.
+# with the message in $EF_MESSAGE, records where it was told to, and exits 1 once every
+# local rank of the attempt has (the first to fail would have the others stopped).
 TRAINER = r'''
-import json, os, sys
+import json, os, sys, time
 p = os.environ["TORCHELASTIC_ERROR_FILE"]
-with open(os.path.join(os.environ["EF_OUT"], "rank%s-attempt%s" % (
-        os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"])), "w") as f:
-    f.write(p)
 with open(p, "w") as f:
     json.dump({"message": {"message": os.environ["EF_MESSAGE"],
                            "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "0"}}}, f)
+seen = os.path.join(os.environ["EF_OUT"], "rank%s-attempt%s")
+attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+with open(seen % (os.environ["RANK"], attempt), "w") as f:
+    f.write(p)
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline and not all(
+        os.path.exists(seen % (r, attempt)) for r in range(int(os.environ["WORLD_SIZE"]))):
+    time.sleep(0.05)
 sys.exit(1)
 '''
 SUMMARY = re.compile(r"exit \d+ \(\w+\): (\{.*\})$", re.M)
