@@ -397,7 +397,14 @@ class Pod {
       spdlog::info("worker logs in {}", log_dirs_.run_dir());
     }
     std::vector<WorkerSpec> specs;
+    error_files_.clear();
     for (std::uint32_t lr = 0; lr < id.nproc_per_node; ++lr) {
+      // In the log dir (torchrun's place, kept), else in this generation's folder.
+      const std::string& logged = (*streams)[lr].error_file;
+      error_files_.push_back(!logged.empty()       ? logged
+                             : error_dir.empty() ? ""
+                                                 : error_dir + "/error-" + std::to_string(lr) +
+                                                       ".json");
       WorkerPlacement p{.local_rank = lr,
                         .nproc_per_node = id.nproc_per_node,
                         .group_rank = id.index,
@@ -407,9 +414,7 @@ class Pod {
                         .master_addr = a.master_addr,
                         .master_port = a.master_port,
                         .run_id = a.run_id,
-                        .error_file = error_dir.empty()
-                                          ? ""
-                                          : error_dir + "/error-" + std::to_string(lr) + ".json",
+                        .error_file = error_files_.back(),
                         .restart_count = a.generation,
                         .max_restarts = options_.max_restarts,
                         .role_name = id.role_name,
@@ -729,9 +734,9 @@ class Pod {
     w.rank = static_cast<int>(rank_base_) + f.local_rank;
     w.exit = f.exit;
     w.stderr_tail = supervisor_->StderrTail(f.local_rank);
-    if (!error_dir_.empty()) {
-      w.error_file_message =
-          ReadErrorFileMessage(error_dir_ + "/error-" + std::to_string(f.local_rank) + ".json");
+    if (f.local_rank >= 0 && static_cast<std::size_t>(f.local_rank) < error_files_.size() &&
+        !error_files_[f.local_rank].empty()) {
+      w.error_file_message = ReadErrorFileMessage(error_files_[f.local_rank]);
     }
     return w;
   }
@@ -795,6 +800,7 @@ class Pod {
     RemoveErrorDir();
     error_dir_.clear();
     heartbeat_files_.clear();
+    error_files_.clear();
     hang_policy_.reset();
     oom_kills_at_failure_.reset();
     hang_reason_.reset();
@@ -970,6 +976,7 @@ class Pod {
   asio::steady_timer verdict_timer_;  // member: bounded wait for the leader's Stop
   asio::steady_timer stall_timer_;    // ticks while the channel runs: the own-stall clock
   std::vector<std::string> heartbeat_files_;  // by local rank
+  std::vector<std::string> error_files_;      // TORCHELASTIC_ERROR_FILE by local rank
   WorkerLogDirs log_dirs_{options_.logs};      // --log-dir, --redirects, --tee
   std::filesystem::file_time_type heartbeat_started_;
   std::optional<HangPolicy> hang_policy_;  // this generation's, made at the first watch

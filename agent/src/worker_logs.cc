@@ -60,6 +60,7 @@ std::vector<WorkerStreams> PlanWorkerStreams(const WorkerLogOptions& o, const st
     const std::string dir = dirs + "/" + std::to_string(lr) + "/";
     if (!dirs.empty() && (to_file & kStdOut) != 0) w.stdout_file = dir + "stdout.log";
     if (!dirs.empty() && (to_file & kStdErr) != 0) w.stderr_file = dir + "stderr.log";
+    if (!dirs.empty() && !o.log_dir.empty()) w.error_file = dir + "error.json";
     w.stdout_console = w.stdout_file.empty() || (tee & kStdOut) != 0;
     w.stderr_console = w.stderr_file.empty() || (tee & kStdErr) != 0;
     if (!o.local_ranks_filter.empty() && !o.local_ranks_filter.contains(lr)) {

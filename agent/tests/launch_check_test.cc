@@ -6,10 +6,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
+
+#include "trainlet/agent/supervisor.h"
 
 namespace trainlet::agent {
 namespace {
@@ -110,6 +114,24 @@ TEST_F(LaunchCheckTest, MissingProgramIsTheSupervisorsLinePlusTheHint) {
   EXPECT_EQ(CannotExecuteMessage("train.py", ENOENT),
             "cannot execute the trainer command 'train.py': No such file or directory (not "
             "found in PATH)");
+}
+
+// The check before the rendezvous and the spawn's own (a file can vanish in
+// between) say the same line.
+TEST_F(LaunchCheckTest, EarlyAndLateChecksSayTheSameLine) {
+  // Pods spawn with posix_spawnp(3): the agent's own PATH, which the workers inherit.
+  const char* path = std::getenv("PATH");
+  for (const std::string& program : {std::string("/nonexistent/trainer"),
+                                     std::string("no-such-trainer-xyz"), File("a/noexec", 0644)}) {
+    boost::asio::io_context io;
+    Supervisor sup(io.get_executor(), {}, [](SupervisorResult) {});
+    auto late = sup.Start({{{program}, {}, ""}});
+    ASSERT_FALSE(late.ok()) << program;
+    ExecutableLookup early =
+        FindExecutable(program, path ? std::optional<std::string>(path) : std::nullopt);
+    ASSERT_NE(early.error, 0) << program;
+    EXPECT_EQ(CannotExecuteMessage(program, early.error), late.message());
+  }
 }
 
 TEST_F(LaunchCheckTest, MissingScriptNamesItAndTheWorkersDirectory) {

@@ -71,6 +71,20 @@ Verdict Make(FailureClass c, int code, std::string reason, std::string evidence)
   return Verdict{c, code, std::move(reason), std::move(evidence)};
 }
 
+// The first non-blank line of an error file's message, at most kErrorFileExcerpt
+// bytes (cut before a UTF-8 continuation byte, with "..." where it was cut).
+std::string Excerpt(const std::string& message) {
+  std::size_t begin = message.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  std::size_t end = message.find_first_of("\r\n", begin);
+  std::string line = message.substr(begin, end == std::string::npos ? end : end - begin);
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
+  if (line.size() <= kErrorFileExcerpt) return line;
+  std::size_t cut = kErrorFileExcerpt;
+  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+  return line.substr(0, cut) + "...";
+}
+
 }  // namespace
 
 Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTable& markers) {
@@ -118,6 +132,10 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
       if (auto m = markers.Match(f.error_file_message)) {
         return Make(m->failure_class, codes.CodeFor(m->failure_class),
                     who + "; its error file says '" + m->text + "'", "error-file");
+      }
+      // No class in it, but what the trainer said it died of belongs in the summary.
+      if (std::string line = Excerpt(f.error_file_message); !line.empty()) {
+        who += "; its error file says: " + line;
       }
     }
     if (auto m = markers.Match(f.stderr_tail)) {

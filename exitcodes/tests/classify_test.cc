@@ -140,6 +140,39 @@ TEST(ClassifyTest, ReasonNamesTheFirstFailureAndCollateral) {
   EXPECT_NE(v.reason.find("3 worker(s) stopped by trainlet"), std::string::npos) << v.reason;
 }
 
+// torch's @record writes {"message": {"message": "RuntimeError: boom", "extraInfo":
+// {"py_callstack": ...}}}: with no marker in it, its first line is still the reason's.
+TEST(ClassifyTest, ErrorFileWithoutAMarkerIsQuotedInTheReason) {
+  Evidence e{.first_failure = Failure(Exited(1), "", "RuntimeError: boom\nTraceback (most...")};
+  Verdict v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_EQ(v.failure_class, FailureClass::kWorker);
+  EXPECT_EQ(v.code, 1);
+  EXPECT_EQ(v.evidence, "exit-code");
+  EXPECT_EQ(v.reason, "local rank 1 (rank 3) exited with code 1; its error file says: "
+                      "RuntimeError: boom");
+  // The stderr marker still decides, and the error file's line stays in the reason.
+  e.first_failure = Failure(Exited(1), "Connection reset by peer", "\n  OSError: x  \n");
+  v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_EQ(v.failure_class, FailureClass::kInfra);
+  EXPECT_NE(v.reason.find("its error file says: OSError: x; its stderr says"), std::string::npos)
+      << v.reason;
+  // Bounded, and never cut inside a UTF-8 character.
+  const std::string long_line = "E" + std::string(kErrorFileExcerpt, 'x') + "\n";
+  e.first_failure = Failure(Exited(1), "", long_line);
+  v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_NE(v.reason.find("E" + std::string(kErrorFileExcerpt - 1, 'x') + "..."),
+            std::string::npos);
+  EXPECT_EQ(v.reason.find(std::string(kErrorFileExcerpt, 'x')), std::string::npos);
+  e.first_failure = Failure(Exited(1), "", std::string(kErrorFileExcerpt - 1, 'y') + "\u00e9z");
+  v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_NE(v.reason.find(std::string(kErrorFileExcerpt - 1, 'y') + "..."), std::string::npos)
+      << v.reason;
+  // A blank message adds nothing.
+  e.first_failure = Failure(Exited(1), "", " \n\t");
+  EXPECT_EQ(Classify(e, ExitCodeTable(), MarkerTable::Defaults()).reason,
+            "local rank 1 (rank 3) exited with code 1");
+}
+
 TEST(ClassifyTest, ConfiguredCodesAndMarkers) {
   auto codes = ExitCodeTable::FromFlags({"bug=40", "INFRA=70"}, "40,41");
   ASSERT_TRUE(codes.ok()) << codes.status().ToString();

@@ -36,6 +36,9 @@ struct WorkerLogOptions {
 // Where one worker's streams go.
 struct WorkerStreams {
   std::string stdout_file, stderr_file;  // empty: no file
+  // TORCHELASTIC_ERROR_FILE with --log-dir, as torchrun places it:
+  // <attempt>/<local-rank>/error.json (kept with the logs). Empty: the agent's own.
+  std::string error_file;
   bool stdout_console = true, stderr_console = true;
   std::string prefix;  // before each console line
 };

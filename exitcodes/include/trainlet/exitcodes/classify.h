@@ -12,6 +12,7 @@
 //      worker, after which the trainer exits 1; then NVML's GPU-fault evidence
 //      (HARDWARE);
 //   3. the torchelastic error file the worker wrote (TORCHELASTIC_ERROR_FILE);
+//      a message no marker matches is quoted in the reason (kErrorFileExcerpt);
 //   4. markers in the last lines of the worker's stderr (MarkerTable);
 //   5. the worker's exit code: one of --fatal-exit-codes is BUG, anything else
 //      passes through as the worker's own code (or 128+signal).
@@ -20,6 +21,7 @@
 // globals; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -94,6 +96,10 @@ struct Verdict {
   std::string reason;  // one line, e.g. "local rank 1 (rank 3) exited 42"
   std::string evidence;  // which evidence decided: "phase", "oom", "error-file", "marker", "exit-code"
 };
+
+// The bytes of an error file's message that a reason quotes when no marker
+// matched it (its first non-blank line, cut to this many bytes).
+inline constexpr std::size_t kErrorFileExcerpt = 200;
 
 Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTable& markers);
 
