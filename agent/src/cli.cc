@@ -649,6 +649,11 @@ bool TrainerModeFromEnv(const std::map<std::string, std::string>& env) {
   return false;
 }
 
+std::string GivenTwice(const std::string& flag) {
+  return flag + " is given more than once: trainlet's own flags take one value (torchrun's "
+         "flags take the last one, as argparse does)";
+}
+
 // Records which options the command line gave (Flags::on_line: they win over
 // TRAINLET_*), and refuses one of trainlet's own flags given twice. torchrun's
 // flags take the last value, as argparse does; --exit-code and --marker are
@@ -664,11 +669,7 @@ exitcodes::Status NoteOptionsOnLine(CLI::App& app, const SplitArgs& split, Flags
     const std::string& name = own.at(o);
     const bool repeatable = f->pet.contains(name) || IsTorchrunFlag(name) ||
                             o->get_items_expected_max() > 1;
-    if (++seen[o] == 2 && !repeatable) {
-      return exitcodes::Status::Config(
-          "--" + name + " is given more than once: trainlet's own flags take one value "
-          "(torchrun's flags take the last one, as argparse does)");
-    }
+    if (++seen[o] == 2 && !repeatable) return exitcodes::Status::Config(GivenTwice("--" + name));
   }
   return exitcodes::Status::Ok();
 }
@@ -825,6 +826,11 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     return app.exit(e);
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --version
+  } catch (const CLI::ArgumentMismatch& e) {
+    // A subcommand's option given twice (the agent's are checked before the parse).
+    const std::string what = e.what();
+    const auto at = what.find(": At Most 1 required");
+    return ConfigError(at == std::string::npos ? what : GivenTwice(what.substr(0, at)));
   } catch (const CLI::ParseError& e) {
     return ConfigError(e.what());
   }

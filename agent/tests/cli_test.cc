@@ -145,6 +145,7 @@ TEST(CliTest, BadInputIsOneLineExit78WithinOneSecond) {
       {"", "--grace-period 1 --grace-period=2 -- true",
        "--grace-period is given more than once: trainlet's own flags take one value"},
       {"", "--preflight --preflight -- true", "--preflight is given more than once"},
+      {"", "policy --container a --container b", "--container is given more than once"},
       // One setting from two sources at the same level: both named, none picked.
       {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.2:29401 --master-addr 127.0.0.3 -- true",
        "the leader's address: --rdzv-endpoint gives '127.0.0.2', --master-addr gives '127.0.0.3'"},

@@ -67,6 +67,8 @@ class TorchrunCompatTest(unittest.TestCase):
         os.mkdir(os.path.join(cls.root, "probemod"))
         shutil.copy(os.path.join(cls.root, "probe.py"), os.path.join(cls.root, "probemod", "__main__.py"))
         open(os.path.join(cls.root, "probemod", "__init__.py"), "w").close()
+        # A package named like a trainlet subcommand (RL code has `policy` packages).
+        shutil.copytree(os.path.join(cls.root, "probemod"), os.path.join(cls.root, "policy"))
 
     @classmethod
     def tearDownClass(cls):
@@ -191,6 +193,20 @@ class TorchrunCompatTest(unittest.TestCase):
         self.assertIn("ambiguous option: --n could match --nnodes, --no-python, --node-rank, "
                       "--nproc-per-node", l["out"])
         self.assertFalse(l["workers"], l["out"])
+
+    def test_repeated_flags_equals_short_options_and_a_subcommand_named_module(self):
+        # argparse: the last of a repeated flag wins, "-r=1" is "-r 1"; `-m policy` is the
+        # module (torchrun has no subcommands).
+        args = ["--standalone", "--nproc_per_node", "1", "--nproc_per_node", "2", "--log_dir",
+                "@LOGS", "-r=1", "-t=2", "-m", "policy", "--epochs", "3"]
+        t, l = self.side_by_side("repeated", args)
+        self.assertEqual((t["code"], l["code"]), (0, 0), t["out"] + l["out"])
+        self.assertSameWorkers(t, l, static=False)
+        self.assertEqual(l["workers"]["rank1.json"]["orig_argv"][1:],
+                         ["-u", "-m", "policy", "--epochs", "3"])
+        self.assertEqual(sorted(l["logs"]), ["attempt_0/0/stderr.log", "attempt_0/0/stdout.log",
+                                             "attempt_0/1/stderr.log", "attempt_0/1/stdout.log"])
+        self.assertEqual(t["logs"], l["logs"])
 
     def test_local_ranks_filter_torch2_only(self):
         # torch 2.2+: only local rank 1 on the console; files keep both (1.13 has no flag).
