@@ -1,7 +1,7 @@
 // libFuzzer entry for torchrun's command line (torchrun.h): the input is argv
 // without argv[0], its arguments separated by NUL bytes. SplitAtTrainer with
-// torchrun's abbreviations, TrainerArgv, and each flag-value parser on every
-// argument. Any bytes give a split, a value or a config error with a message,
+// torchrun's abbreviations, TrainerArgv, SubcommandOf, ChooseCandidate, and
+// each flag-value parser on every argument. Any bytes give a split, a value or a config error with a message,
 // never a crash; a split never reads into the trainer's arguments, and an
 // abbreviation only ever becomes a whole flag name.
 #include <algorithm>
@@ -62,6 +62,32 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const OptionKind k = Kind(name);
     if (k == OptionKind::kUnknown) abort();
     if (k == OptionKind::kValue && name.size() == a.size()) ++i;  // its value
+  }
+  // Every option read is listed once, by a whole name, in order.
+  std::size_t options = 0;
+  for (std::size_t i = 0; i < s.launcher.size(); ++i, ++options) {
+    const std::string& a = s.launcher[i];
+    const std::string name = a.substr(0, a.find('='));
+    if (options >= s.options.size() || s.options[options] != name) abort();
+    if (Kind(name) == OptionKind::kValue && name.size() == a.size()) ++i;
+  }
+  if (options != s.options.size()) abort();
+  // A subcommand is the first argument itself, or none.
+  const std::string sub = SubcommandOf(args, {"local", "policy"}, false);
+  if (!sub.empty() && sub != args.front()) abort();
+  if (!SubcommandOf(args, {"local", "policy"}, true).empty()) abort();
+  // One candidate per argument: the chosen one is of the highest origin, and
+  // a refusal names a source.
+  std::vector<Candidate> candidates;
+  for (std::size_t i = 0; i < args.size() && i < 8; ++i) {
+    candidates.push_back({args[i], "--s" + std::to_string(i), static_cast<Origin>(i % 4)});
+  }
+  if (auto c = ChooseCandidate("x", candidates); c.ok() && *c) {
+    for (const auto& other : candidates) {
+      if (other.origin > (*c)->origin) abort();
+    }
+  } else if (!c.ok() && c.status().message().find("--s") == std::string::npos) {
+    abort();
   }
   if (!s.could_match.empty()) {
     if (s.unknown.empty() || s.could_match.size() < 2) abort();
