@@ -85,6 +85,9 @@ class TorchrunCompatTest(unittest.TestCase):
             argv = [PYTHON, "-m", "torch.distributed.run", *args]
         else:
             argv = [BIN, "--python", PYTHON, *args]
+        # Each launcher in a network namespace of its own: both run at once, and both
+        # bind MASTER_PORT 29500 (torchrun's store, trainlet's leader checks it is free).
+        argv = ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *argv]
         p = subprocess.run(argv, env=base, cwd=self.root, capture_output=True, text=True,
                            timeout=400)
         workers = {}
