@@ -77,7 +77,8 @@ ExecutableLookup FindExecutable(const std::string& program,
 
 std::string CannotExecuteMessage(const std::string& program, int error) {
   return "cannot execute the trainer command '" + program + "': " + std::strerror(error) +
-         (error == ENOENT ? " (not found in PATH)" : "");
+         (error == ENOENT && program.find('/') == std::string::npos ? " (not found in PATH)"
+                                                                     : "");
 }
 
 Status CheckLaunch(const std::vector<std::string>& argv, const LaunchCheck& check,

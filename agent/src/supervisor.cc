@@ -30,6 +30,7 @@
 #include "file_util.h"
 #include "pump.h"
 #include "trainlet/agent/hang_policy.h"
+#include "trainlet/agent/launch_check.h"
 #include "trainlet/exitcodes/exit_code.h"
 
 namespace trainlet::agent {
@@ -734,9 +735,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     }
     if (rc != 0) {
       for (StreamFds& s : streams) s.CloseAll();
-      result = Status::Config("cannot execute the trainer command '" + spec.argv[0] +
-                              "': " + std::strerror(rc) +
-                              (rc == ENOENT ? " (not found in PATH)" : ""));
+      result = Status::Config(CannotExecuteMessage(spec.argv[0], rc));
       break;
     }
     im.workers.push_back({pid, static_cast<int>(rank)});

@@ -467,6 +467,7 @@ TEST(SupervisorStartTest, MissingCommandIsAConfigError) {
   EXPECT_EQ(s.failure_class(), exitcodes::FailureClass::kConfig);
   EXPECT_NE(s.message().find("/nonexistent/trainer"), std::string::npos);
   EXPECT_NE(s.message().find("No such file"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("PATH"), std::string::npos) << "a path is not searched in PATH";
   s = Supervisor(io.get_executor(), {}, [](SupervisorResult) {})
           .Start({{{"no-such-trainer-xyz"}, {"PATH=/usr/bin:/bin"}, ""}});
   EXPECT_NE(s.message().find("not found in PATH"), std::string::npos) << s.message();

@@ -44,8 +44,9 @@ struct ExecutableLookup {
 ExecutableLookup FindExecutable(const std::string& program,
                                 const std::optional<std::string>& path_var);
 
-// "cannot execute the trainer command 'P': <strerror> (not found in PATH)":
-// the supervisor's line for a failed spawn (supervisor.cc), word for word.
+// "cannot execute the trainer command 'P': <strerror>", with " (not found in
+// PATH)" for ENOENT when P has no '/' (only then is PATH searched, execvp(3)):
+// the line of the check before the start and of a failed spawn (supervisor.cc).
 std::string CannotExecuteMessage(const std::string& program, int error);
 
 // The checks, in this order: argv[0] in the workers' PATH (env's PATH), the
