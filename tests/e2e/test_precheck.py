@@ -62,7 +62,9 @@ class SinglePodPrecheckTest(unittest.TestCase):
 
     def run_trainlet(self, *args, env=None):
         t0 = time.monotonic()
-        p = subprocess.run([BIN, "--rdzv-timeout", "20", *args],
+        # A subcommand is one only as the first argument (`trainlet local ...`).
+        argv = [BIN, *args] if args[:1] == ("local",) else [BIN, "--rdzv-timeout", "20", *args]
+        p = subprocess.run(argv,
                            cwd=self.dir, capture_output=True, text=True, timeout=60,
                            env={"PATH": "/usr/bin:/bin", "HOSTNAME": "x",
                                 "TRAINLET_LIBNCCL": "/nonexistent/libnccl.so.2", **(env or {})})
