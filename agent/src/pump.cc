@@ -54,7 +54,9 @@ std::shared_ptr<OutputTurns> TurnsFor(const struct stat& st) {
 
 FollowedFile OpenFollowedFile(const std::string& path, bool follow) {
   FollowedFile f;
-  f.write_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_APPEND: another description of the file (a shell's `echo >>/dev/stderr`,
+  // a child's own open) then adds to the end, never over the worker's lines.
+  f.write_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (f.write_fd < 0 || !follow) return f;
   // Through /proc/self/fd: the very file just opened, even if the path is
   // replaced meanwhile.
@@ -62,7 +64,7 @@ FollowedFile OpenFollowedFile(const std::string& path, bool follow) {
   f.read_fd = ::open(self.c_str(), O_RDONLY | O_CLOEXEC);
   f.watch_fd = ::inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
   if (f.read_fd < 0 || f.watch_fd < 0 ||
-      ::inotify_add_watch(f.watch_fd, self.c_str(), IN_MODIFY | IN_CLOSE_WRITE) < 0) {
+      ::inotify_add_watch(f.watch_fd, self.c_str(), IN_MODIFY) < 0) {
     for (int* fd : {&f.read_fd, &f.watch_fd}) {
       if (*fd >= 0) ::close(*fd);
       *fd = -1;
@@ -353,7 +355,7 @@ void OutputPump::WriteFile(std::string_view data) {
 OutputPump::~OutputPump() {
   Stop();
   if (thread_.joinable()) thread_.join();
-  for (int fd : {read_fd_, wake_fd_, private_fd_, turn_fd_, file_fd_, watch_fd_}) {
+  for (int fd : {read_fd_, wake_fd_, private_fd_, turn_fd_, file_fd_, watch_fd_, gone_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -374,19 +376,22 @@ void OutputPump::Stop() {
 }
 
 std::string OutputPump::Tail() const {
+  if (watch_fd_ >= 0) return FileTail();  // read_fd_ stays open until the destructor
   std::lock_guard lock(tail_mu_);
   return tail_.size() > tail_limit_ ? tail_.substr(tail_.size() - tail_limit_) : tail_;
 }
 
 OutputPump::Wait OutputPump::WaitFor(int fd, short events, bool input, int timeout_ms) {
-  pollfd p[3];
-  int n_fds = 0, out_i = -1, in_i = -1, wake_i = -1;
+  pollfd p[4];
+  int n_fds = 0, out_i = -1, in_i = -1, gone_i = -1, wake_i = -1;
   if (fd >= 0) p[out_i = n_fds++] = {fd, events, 0};
   // A regular file always polls readable: a followed one waits for its watch.
   if (input) p[in_i = n_fds++] = {watch_fd_ >= 0 ? watch_fd_ : read_fd_, POLLIN, 0};
+  if (input && gone_fd_ >= 0) p[gone_i = n_fds++] = {gone_fd_, POLLIN, 0};
   if (wake_fd_ >= 0) p[wake_i = n_fds++] = {wake_fd_, POLLIN, 0};
-  // Without an eventfd (out of fds) Stop() is seen within 100 ms.
-  const int limit = wake_fd_ >= 0 || (timeout_ms >= 0 && timeout_ms < 100) ? timeout_ms : 100;
+  // Without an eventfd (out of fds) Stop() or WritersGone() is seen within 100 ms.
+  const bool woken = wake_fd_ >= 0 && (watch_fd_ < 0 || gone_fd_ >= 0);
+  const int limit = woken || (timeout_ms >= 0 && timeout_ms < 100) ? timeout_ms : 100;
   for (;;) {
     if (stopping_.load(std::memory_order_acquire)) return Wait::kStop;
     int n = ::poll(p, static_cast<nfds_t>(n_fds), limit);
@@ -395,7 +400,21 @@ OutputPump::Wait OutputPump::WaitFor(int fd, short events, bool input, int timeo
     if (wake_i >= 0 && p[wake_i].revents != 0) return Wait::kStop;
     if (out_i >= 0 && p[out_i].revents != 0) return Wait::kOutput;
     if (in_i >= 0 && p[in_i].revents != 0) return Wait::kInput;
+    if (gone_i >= 0 && p[gone_i].revents != 0) return Wait::kInput;
     if (n == 0 && timeout_ms >= 0) return Wait::kTimeout;
+  }
+}
+
+void OutputPump::Follow(int watch_fd) {
+  watch_fd_ = watch_fd;
+  gone_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);  // without one, WritersGone is seen in 100 ms
+}
+
+void OutputPump::WritersGone() {
+  if (watch_fd_ < 0 || writers_gone_.exchange(true, std::memory_order_acq_rel)) return;
+  if (gone_fd_ >= 0) {
+    std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(gone_fd_, &one, sizeof one);
   }
 }
 
@@ -405,19 +424,25 @@ bool OutputPump::DrainWatch() {
   for (;;) {
     ssize_t n = ::read(watch_fd_, events, sizeof events);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return any;  // EAGAIN: drained
+    if (n <= 0) break;  // EAGAIN: drained
     any = true;
-    for (ssize_t at = 0; at < n;) {
-      const auto* e = reinterpret_cast<const inotify_event*>(events + at);
-      // IN_CLOSE_WRITE: the last reference to a writable description is gone
-      // (inotify(7)); IN_IGNORED: the watch is gone (the file deleted, its
-      // file system unmounted), so no event will come again. (An overflow,
-      // IN_Q_OVERFLOW, is not an end: identical events merge, so one watch
-      // queues at most a few.)
-      if ((e->mask & (IN_CLOSE_WRITE | IN_IGNORED)) != 0) writers_closed_ = true;
-      at += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
-    }
   }
+  struct stat st{};
+  if (::fstat(read_fd_, &st) == 0 && ::lseek(read_fd_, 0, SEEK_CUR) > st.st_size) {
+    ::lseek(read_fd_, 0, SEEK_SET);  // truncated under us
+    return true;
+  }
+  return any;
+}
+
+std::string OutputPump::FileTail() const {
+  struct stat st{};
+  if (tail_limit_ == 0 || ::fstat(read_fd_, &st) != 0) return "";
+  const off_t from = std::max<off_t>(0, st.st_size - static_cast<off_t>(tail_limit_));
+  std::string tail(static_cast<std::size_t>(st.st_size - from), '\0');
+  ssize_t n = ::pread(read_fd_, tail.data(), tail.size(), from);
+  tail.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return tail;
 }
 
 OutputPump::Read OutputPump::ReadSome() {
@@ -425,12 +450,13 @@ OutputPump::Read OutputPump::ReadSome() {
   // (the read is non-blocking), so CaughtUp() never sees bytes that have left
   // the pipe but are not in the tail yet.
   std::unique_lock<std::mutex> tail_lock;
-  if (tail_limit_ > 0) tail_lock = std::unique_lock(tail_mu_);
+  const bool keep_tail = tail_limit_ > 0 && watch_fd_ < 0;  // a followed file is its own tail
+  if (keep_tail) tail_lock = std::unique_lock(tail_mu_);
   for (;;) {
     ssize_t n = ::read(read_fd_, buf_.get(), kReadBytes);
     if (n > 0) {
       std::string_view data(buf_.get(), static_cast<std::size_t>(n));
-      if (tail_limit_ > 0) {
+      if (keep_tail) {
         tail_.append(data);
         if (tail_.size() > 2 * tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
         tail_lock.unlock();
@@ -442,10 +468,15 @@ OutputPump::Read OutputPump::ReadSome() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return Read::kNothing;
-    // A followed file's end: the worker may write more unless the watch has
-    // seen its last writer close it. The watch is drained before the file is
-    // read again, so a write after that read wakes the next wait.
-    if (n == 0 && watch_fd_ >= 0 && !writers_closed_) {
+    // A followed file's end: the worker may write more until WritersGone().
+    // The watch is drained before the file is read again, so a write after
+    // that read wakes the next wait; once the writers are gone, one more
+    // read to the end finishes the stream.
+    if (n == 0 && watch_fd_ >= 0 && !final_read_) {
+      if (writers_gone_.load(std::memory_order_acquire)) {
+        final_read_ = true;
+        continue;
+      }
       if (DrainWatch()) continue;
       return Read::kNothing;
     }
@@ -459,15 +490,12 @@ OutputPump::Read OutputPump::ReadSome() {
 }
 
 bool OutputPump::CaughtUp() const {
+  if (watch_fd_ >= 0) return true;  // Tail() reads the file itself
   std::lock_guard lock(tail_mu_);
   if (eof_ || read_fd_ < 0) return true;
   // Reading paused at kMaxAhead (the output is backed up): nothing more comes
   // into the tail until the output drains, so there is nothing to wait for.
   if (full_.load(std::memory_order_acquire)) return true;
-  if (watch_fd_ >= 0) {  // a followed file: read up to its current size
-    struct stat st{};
-    return ::fstat(read_fd_, &st) == 0 && ::lseek(read_fd_, 0, SEEK_CUR) >= st.st_size;
-  }
   int unread = 0;
   return ::ioctl(read_fd_, FIONREAD, &unread) == 0 && unread == 0;
 }
@@ -487,6 +515,7 @@ void OutputPump::Run() {
   }
   if (turns_) turns_->Leave(this);  // queued, or handed the turn while stopping
   // A late writer (a daemon that kept the pipe) gets EPIPE instead of blocking.
+  if (watch_fd_ >= 0) return;  // Tail() still reads the file (closed with the pump)
   std::lock_guard lock(tail_mu_);  // CaughtUp() reads read_fd_
   ::close(read_fd_);
   read_fd_ = -1;

@@ -141,9 +141,9 @@ std::string JsonLinePrefix(int rank, std::string_view stream);
 // costs the agent one read instead of a read and a write (bench/RESULTS.md,
 // log files). Each fd is owned by the caller, -1 where absent.
 struct FollowedFile {
-  int write_fd = -1;  // for the worker: O_WRONLY, created or truncated ("w", as torchrun)
+  int write_fd = -1;  // for the worker: O_WRONLY | O_APPEND, created or truncated (as torchrun)
   int read_fd = -1;   // the pump's: O_RDONLY, its own offset, from the start
-  int watch_fd = -1;  // inotify(7) on the file: IN_MODIFY | IN_CLOSE_WRITE
+  int watch_fd = -1;  // inotify(7) on the file: IN_MODIFY
 };
 // Opens `path` (mode 0644) for a worker; with `follow`, also the read end and
 // the watch, set up before the worker exists so that no write or close goes
@@ -184,10 +184,16 @@ class OutputPump {
   // the agent's own read-only description of a regular file that the worker
   // writes itself, and watch_fd (owned) an inotify(7) instance watching it
   // (OpenFollowedFile). The pump reads to the file's end, then waits for the
-  // watch; the stream ends when the file's last writer has closed it
-  // (IN_CLOSE_WRITE: the worker and everything that inherited its fd), as a
-  // pipe's EOF does. Call before Start().
-  void Follow(int watch_fd) { watch_fd_ = watch_fd; }
+  // watch; the stream ends once WritersGone() was called and the file is read
+  // to its end. (Not at IN_CLOSE_WRITE: inotify(7) sends it when any writable
+  // description of the file closes, such as a shell's `echo >/dev/stderr`.)
+  // Tail() reads the file itself. Call before Start().
+  void Follow(int watch_fd);
+  // No process is left that could write a followed file (the supervisor has
+  // no children left): the pump reads to the file's end and ends the stream,
+  // as a pipe's EOF would. No-op for a pipe. Thread-safe, idempotent, never
+  // blocks.
+  void WritersGone();
   // Starts the thread. Once the stream has reached EOF (every writer closed it)
   // and everything read has been written, or once Stop() made it give up,
   // `on_close` is posted to `executor` (never called on the pump's thread).
@@ -195,7 +201,8 @@ class OutputPump {
   // Makes the thread give up at its next wait (read or output) and end; what
   // the worker still writes is not forwarded. Never blocks; idempotent.
   void Stop();
-  // The last `tail_bytes` bytes read (lines without prefix). Thread-safe.
+  // The last `tail_bytes` bytes read (lines without prefix); of a followed
+  // file, its last tail_bytes bytes, whatever the pump has read. Thread-safe.
   std::string Tail() const;
   // True once Tail() holds everything the worker has written so far: nothing
   // is left unread in its pipe (FIONREAD), or the stream has ended. False
@@ -213,9 +220,12 @@ class OutputPump {
   // tail); at EOF or a read error, finishes the stream (eof_).
   Read ReadSome();
   // Following a file (Follow()), at its end: reads the watch's events, which
-  // clears its readiness. True if there were any (new writes, or the last
-  // writer's close, which sets writers_closed_): then the file is read again.
+  // clears its readiness. True if there were any (new writes), or if the file
+  // was truncated below what was read (another open with O_TRUNC, logrotate's
+  // copytruncate; then it is read again from its start, as tail -F does).
   bool DrainWatch();
+  // Tail() of a followed file: its last tail_limit_ bytes (pread(2)).
+  std::string FileTail() const;
   // Writes `data` to file_fd_ in full; on an error the file is closed and dropped.
   void WriteFile(std::string_view data);
   // Writes the output read so far (a batch) in this pump's turn. more_input:
@@ -240,7 +250,9 @@ class OutputPump {
   int out_fd_;
   int file_fd_ = -1;  // SetFile()
   int watch_fd_ = -1;  // Follow(): inotify on the file that read_fd_ reads
-  bool writers_closed_ = false;  // Follow(): IN_CLOSE_WRITE seen (pump thread only)
+  int gone_fd_ = -1;   // Follow(): eventfd, readable after WritersGone()
+  std::atomic<bool> writers_gone_{false};  // WritersGone()
+  bool final_read_ = false;  // writers gone, reading to the end (pump thread only)
   LinePrefixer lines_;
   std::size_t tail_limit_;
   int wake_fd_ = -1;      // eventfd, readable after Stop()

@@ -63,6 +63,16 @@ void CloseOnExecFrom(int from) {
 #endif
 
 constexpr std::size_t kTailBytes = 8 * 1024;  // stderr kept per worker for classification
+using Clock = std::chrono::steady_clock;
+// After the last child: how long the output may stand still, and wait at most, to drain.
+constexpr auto kDrainIdle = std::chrono::seconds(2);
+constexpr auto kDrainLimit = std::chrono::seconds(30);
+
+// Bytes of worker output the pumps have written to the agent's stdout and stderr.
+std::uint64_t ConsoleBytes() {
+  return OutputCounters(STDOUT_FILENO).bytes.load(std::memory_order_relaxed) +
+         OutputCounters(STDERR_FILENO).bytes.load(std::memory_order_relaxed);
+}
 
 std::string Comm(pid_t pid) {
   std::string cmd = ReadSmallFile("/proc/" + std::to_string(pid) + "/cmdline", 4096).value_or("");
@@ -355,6 +365,8 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   bool no_children = false;
   bool drain_armed = false;
   bool drain_gave_up = false;
+  Clock::time_point drain_until{};  // kDrainLimit after the drain began
+  std::uint64_t drain_mark = 0;     // ConsoleBytes() when the drain timer was armed
   bool finished = false;
 
   void Apply(const Actions& a);
@@ -367,6 +379,8 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   void SendDiagnostics(int signo);
   void Sweep();
   void CheckDone();
+  // The drain's timer: once kDrainIdle passes with no output written, gives up.
+  void ArmDrainTimer();
   void Reap();
   // Starts a pump for each of the worker's streams that has a reader (taking
   // its fds); stderr always has one. Infra when no thread is to be had.
@@ -550,21 +564,35 @@ void Supervisor::Impl::Apply(const Actions& a) {
 void Supervisor::Impl::CheckDone() {
   if (finished || !no_children || policy->phase() == Phase::kRunning) return;
   if (open_pumps > 0 && !drain_gave_up) {
-    // Every child is gone, so the pipes reach EOF as soon as the pumps have
-    // written what is buffered; bound the wait in case something outside the
-    // process tree inherited a write end, or the reader of our output stalls.
+    // Every child is gone, so the pipes reach EOF, and the followed log files
+    // their end, as soon as the pumps have written what is left; bound the
+    // wait in case something outside the process tree inherited a write end,
+    // or the reader of our output stalls: it goes on while the output still
+    // takes bytes (a slow reader, behind a log file's backlog), up to
+    // kDrainLimit.
+    for (auto& p : pumps) p->WritersGone();
     if (drain_armed) return;
     drain_armed = true;
-    drain_timer.expires_after(std::chrono::seconds(2));
-    drain_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      if (ec || self->finished) return;
-      spdlog::warn("worker output still open after every child exited; not waiting for it");
-      self->drain_gave_up = true;
-      self->CheckDone();
-    });
+    drain_until = Clock::now() + kDrainLimit;
+    ArmDrainTimer();
     return;
   }
   Apply(policy->On(event::NoChildrenLeft{}));
+}
+
+void Supervisor::Impl::ArmDrainTimer() {
+  drain_mark = ConsoleBytes();
+  drain_timer.expires_after(kDrainIdle);
+  drain_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->finished) return;
+    if (ConsoleBytes() != self->drain_mark && Clock::now() < self->drain_until) {
+      self->ArmDrainTimer();  // still moving
+      return;
+    }
+    spdlog::warn("worker output still open after every child exited; not waiting for it");
+    self->drain_gave_up = true;
+    self->CheckDone();
+  });
 }
 
 void Supervisor::Impl::Reap() {

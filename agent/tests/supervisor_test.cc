@@ -16,6 +16,7 @@
 #include <functional>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -299,6 +300,57 @@ TEST_F(SupervisorTest, WorkersWriteTheirLogFilesAndTheConsoleFollowsThem) {
   EXPECT_NE(e.find("[rank0]: err0\n"), std::string::npos) << e;
   EXPECT_NE(e.find("[rank1]: NCCL WARN last words\n"), std::string::npos) << e;
   EXPECT_TRUE(NoChildrenLeft());
+}
+
+// A second writable description of a followed log file, opened and closed
+// (dash's `echo >/dev/stderr` opens the path), does not end the stream: the
+// marker written after it still reaches the console and the tail.
+TEST_F(SupervisorTest, AReopenedLogFileIsStillFollowed) {
+  edit_specs_ = [&](std::vector<WorkerSpec>& specs) { specs[0].stderr_file = File("0.err"); };
+  CapturedFd err(STDERR_FILENO);
+  std::string tail;
+  auto r = Run({"echo 'warning: x' >/dev/stderr; sleep 0.1; echo 'NCCL WARN last words' >&2; exit 3"},
+               5s, {}, 20s, [&](Supervisor& sup, const FirstFailure& f) {
+                 tail = sup.StderrTail(f.local_rank);
+               });
+  err.Restore();
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(tail.find("NCCL WARN last words\n"), std::string::npos) << tail;
+  const std::string e = err.Text();
+  EXPECT_NE(e.find("[rank0]: warning: x\n"), std::string::npos) << e;
+  EXPECT_NE(e.find("[rank0]: NCCL WARN last words\n"), std::string::npos) << e;
+  EXPECT_EQ(Slurp(File("0.err")), "warning: x\nNCCL WARN last words\n");
+}
+
+// A teed log file lets the worker run ahead of a slow console; after the last
+// child the agent keeps draining while the console takes bytes, so every
+// line still arrives (the drain gives up only when nothing moves).
+TEST_F(SupervisorTest, ASlowConsoleGetsEveryLineOfALogFilesBacklog) {
+  edit_specs_ = [&](std::vector<WorkerSpec>& specs) { specs[0].stdout_file = File("0.out"); };
+  int console[2];
+  ASSERT_EQ(::pipe2(console, O_CLOEXEC), 0);
+  std::fflush(nullptr);
+  int saved = ::dup(STDOUT_FILENO);
+  ::dup2(console[1], STDOUT_FILENO);
+  ::close(console[1]);
+  auto level = spdlog::get_level();
+  spdlog::set_level(spdlog::level::off);
+  std::size_t lines = 0;
+  std::thread reader([&] {  // about 1.6 MB/s
+    char buf[16384];
+    for (ssize_t n; (n = ::read(console[0], buf, sizeof buf)) > 0;) {
+      lines += static_cast<std::size_t>(std::count(buf, buf + n, '\n'));
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  auto r = Run({"yes 'a line of worker output' | head -c 5000000"}, 500ms, {}, 30s);
+  spdlog::set_level(level);
+  ::dup2(saved, STDOUT_FILENO);  // the last write end: the reader sees EOF
+  ::close(saved);
+  reader.join();
+  ::close(console[0]);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(lines, (5000000u + 23) / 24) << "lines of the backlog lost at the drain (24-byte lines)";
 }
 
 TEST_F(SupervisorTest, SignalDeathIs128PlusSignal) {
