@@ -127,29 +127,18 @@ bool ProcIsOurs() {
   return std::strtol(buf, nullptr, 10) == ::getpid();
 }
 
-// argv[0] as execve(2) needs it: unchanged when it has a '/', else the first
-// executable match in PATH (as posix_spawnp and execvp search it).
+// argv[0] as execve(2) needs it: the file execvp(3) would run (FindExecutable,
+// the same search as posix_spawnp and the check before the start), else
+// unchanged (execve then fails as execvp would).
 std::string ResolveInPath(const std::string& name, const char* const* envp) {
-  if (name.find('/') != std::string::npos) return name;
-  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  std::optional<std::string> path;
   for (const char* const* e = envp; *e != nullptr; ++e) {
     if (std::strncmp(*e, "PATH=", 5) == 0) path = *e + 5;
   }
-  std::istringstream dirs(path);
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return name;  // execve fails with ENOENT
+  ExecutableLookup found = FindExecutable(name, path);
+  return found.error == 0 ? found.path : name;
 }
 
-// posix_spawn has no attribute for a parent-death signal, so: fork, set up the
-// child like posix_spawn does for the workers (own process group, default
-// mask and dispositions, fds 1/2, nothing else open), arm PR_SET_PDEATHSIG,
-// exec. Between fork and exec only async-signal-safe calls (signal-safety(7)).
-// An exec failure's errno comes back through a close-on-exec pipe. Returns 0
-// or an errno value, like posix_spawn.
 // One worker stream's fds while Start() plumbs it, -1 where absent: `child`
 // becomes the worker's fd 1 or 2; a pump reads `read` (a pipe's read end, or
 // the log file it follows with `watch`) and writes through to `file`.
@@ -186,6 +175,12 @@ Status OpenStream(const std::string& file, bool reader, StreamFds* s) {
   return Status::Ok();
 }
 
+// posix_spawn has no attribute for a parent-death signal, so: fork, set up the
+// child like posix_spawn does for the workers (own process group, default
+// mask and dispositions, fds 1/2, nothing else open), arm PR_SET_PDEATHSIG,
+// exec. Between fork and exec only async-signal-safe calls (signal-safety(7)).
+// An exec failure's errno comes back through a close-on-exec pipe. Returns 0
+// or an errno value, like posix_spawn.
 int SpawnWithParentDeath(pid_t* pid_out, char* const* argv, char* const* envp, int out_fd,
                          int err_fd, int death_signal) {
   const std::string path = ResolveInPath(argv[0], envp);
@@ -394,9 +389,8 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
     StreamFds& s = streams[i];
     if (s.read < 0) continue;  // the worker writes its log file, and nothing reads it
     const bool is_err = i == 1;
-    const int out = (is_err ? spec.stderr_console : spec.stdout_console)
-                        ? (is_err ? STDERR_FILENO : STDOUT_FILENO)
-                        : -1;
+    const bool console = is_err ? spec.stderr_console : spec.stdout_console;
+    const int out = console ? (is_err ? STDERR_FILENO : STDOUT_FILENO) : -1;
     const std::size_t tail = is_err ? kTailBytes : 0;
     if (const auto& base = options.json_lines_rank_base) {
       pumps.push_back(std::make_unique<OutputPump>(
