@@ -514,8 +514,8 @@ void OutputPump::Run() {
     if (!Emit(r == Read::kData)) break;
   }
   if (turns_) turns_->Leave(this);  // queued, or handed the turn while stopping
-  // A late writer (a daemon that kept the pipe) gets EPIPE instead of blocking.
   if (watch_fd_ >= 0) return;  // Tail() still reads the file (closed with the pump)
+  // A late writer (a daemon that kept the pipe) gets EPIPE instead of blocking.
   std::lock_guard lock(tail_mu_);  // CaughtUp() reads read_fd_
   ::close(read_fd_);
   read_fd_ = -1;

@@ -146,8 +146,7 @@ struct FollowedFile {
   int watch_fd = -1;  // inotify(7) on the file: IN_MODIFY
 };
 // Opens `path` (mode 0644) for a worker; with `follow`, also the read end and
-// the watch, set up before the worker exists so that no write or close goes
-// unseen. write_fd -1 (errno set): the file cannot be opened. With `follow`,
+// the watch, set up before the worker exists so that no write goes unseen. write_fd -1 (errno set): the file cannot be opened. With `follow`,
 // read_fd and watch_fd -1: no watch to be had (EMFILE: the user's
 // fs.inotify.max_user_instances, 128 by default, is shared by every process
 // of the user); the caller then pipes the stream through the pump with
@@ -205,7 +204,8 @@ class OutputPump {
   // file, its last tail_bytes bytes, whatever the pump has read. Thread-safe.
   std::string Tail() const;
   // True once Tail() holds everything the worker has written so far: nothing
-  // is left unread in its pipe (FIONREAD), or the stream has ended. False
+  // is left unread in its pipe (FIONREAD), or the stream has ended; always for
+  // a followed file (its Tail() reads the file). False
   // while bytes wait in the pipe for the pump. Also true while the pump has
   // stopped reading (kMaxAhead buffered, the output backed up): the tail then
   // lags, and waiting would not help. For a pump with a tail (tail_bytes > 0).
