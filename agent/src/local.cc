@@ -43,21 +43,15 @@ std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n) {
   return ports;
 }
 
-std::uint16_t FreeLoopbackPort() {
-  auto ports = FreeLoopbackPorts(1);
-  return ports.empty() ? 0 : ports[0];
-}
-
 int RunLocal(const LocalOptions& o) {
   if (::getpid() != 1) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   // JAX's coordinator gets one too: two local runs on one machine never share a port.
   const std::vector<std::uint16_t> ports = FreeLoopbackPorts(3);
-  const std::uint16_t rdzv_port = ports.empty() ? 0 : ports[0];
-  const std::uint16_t master_port = ports.empty() ? 0 : ports[1];
   if (ports.empty()) {
     spdlog::error("exit {}: no free loopback port", exitcodes::kExitInfra);
     return exitcodes::kExitInfra;
   }
+  const std::uint16_t rdzv_port = ports[0], master_port = ports[1];
   // The agents' environment: ours, without the per-pod inputs that would
   // contradict the flags below.
   std::vector<std::string> env;

@@ -28,12 +28,10 @@ struct LocalOptions {
 // Blocks until every agent is gone; returns the exit code.
 int RunLocal(const LocalOptions& options);
 
-// A currently free TCP port on loopback (the kernel's choice; bind(2) to port 0),
-// or 0 when none could be had. Non-blocking. The port may be taken by another
-// process before the caller binds it: for local runs and --standalone only.
-std::uint16_t FreeLoopbackPort();
-// n different such ports (all bound at once, then closed), or none when fewer
-// could be had.
+// n different TCP ports free on loopback now (the kernel's choice: bind(2) to
+// port 0, all bound at once, then closed), or none when fewer could be had.
+// Non-blocking. A port may be taken by another process before the caller binds
+// it: for local runs and --standalone only.
 std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n);
 
 }  // namespace trainlet::agent
