@@ -12,7 +12,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -1035,9 +1034,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.nproc_per_node = *nproc;
     lo.command = f.command;
     // The agents check it too, but only here is the script known as one.
-    std::error_code cwd_error;
     if (auto s = CheckLaunch(f.command, LaunchCheckFor(local_split, mode), env, {},
-                             std::filesystem::current_path(cwd_error).string());
+                             WorkingDirectory());
         !s.ok()) {
       return config_error(s.message());
     }

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 namespace trainlet::agent {
 
@@ -79,6 +81,12 @@ std::string CannotExecuteMessage(const std::string& program, int error) {
   return "cannot execute the trainer command '" + program + "': " + std::strerror(error) +
          (error == ENOENT && program.find('/') == std::string::npos ? " (not found in PATH)"
                                                                      : "");
+}
+
+std::string WorkingDirectory() {
+  std::error_code ec;
+  auto cwd = std::filesystem::current_path(ec);
+  return ec ? std::string(".") : cwd.string();
 }
 
 Status CheckLaunch(const std::vector<std::string>& argv, const LaunchCheck& check,

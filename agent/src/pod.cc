@@ -56,13 +56,6 @@ namespace tun = rendezvous::tunables;
 // the epoch: 1970-01-01T00:00:01Z, a time no touch can produce).
 constexpr time_t kNeverTouched = 1;
 
-// The working directory the workers inherit ("." if it cannot be read).
-std::string WorkingDirectory() {
-  std::error_code ec;
-  auto cwd = std::filesystem::current_path(ec);
-  return ec ? std::string(".") : cwd.string();
-}
-
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // One pod's run: the wiring around GangPolicy (gang_policy.h). Sockets, timers,

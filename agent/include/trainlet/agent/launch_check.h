@@ -49,6 +49,10 @@ ExecutableLookup FindExecutable(const std::string& program,
 // the line of the check before the start and of a failed spawn (supervisor.cc).
 std::string CannotExecuteMessage(const std::string& program, int error);
 
+// The working directory the workers inherit, for CheckLaunch's `cwd` ("." if
+// it cannot be read: getcwd(3) fails when it was removed).
+std::string WorkingDirectory();
+
 // The checks, in this order: argv[0] in the workers' PATH (env's PATH), the
 // script (relative to `cwd`, the workers' working directory; the message
 // names both), and the log dir (made, as WorkerLogDirs makes it, when given).
