@@ -2,6 +2,8 @@
 
 #include <csignal>
 
+#include "trainlet/exitcodes/termination.h"
+
 namespace trainlet::exitcodes {
 
 MarkerTable MarkerTable::Defaults() {
@@ -80,9 +82,7 @@ std::string Excerpt(const std::string& message) {
   std::string line = message.substr(begin, end == std::string::npos ? end : end - begin);
   while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
   if (line.size() <= kErrorFileExcerpt) return line;
-  std::size_t cut = kErrorFileExcerpt;
-  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
-  return line.substr(0, cut) + "...";
+  return Utf8Head(line, kErrorFileExcerpt) + "...";
 }
 
 }  // namespace

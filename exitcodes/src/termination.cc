@@ -9,20 +9,19 @@ namespace {
 
 bool IsContinuation(unsigned char c) { return (c & 0xC0) == 0x80; }
 
-// The first `max_bytes` of text, ending on a character boundary.
-std::string Utf8Head(const std::string& text, std::size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  std::size_t end = max_bytes;
-  while (end > 0 && IsContinuation(static_cast<unsigned char>(text[end]))) --end;
-  return text.substr(0, end);
-}
-
 std::string Dump(const nlohmann::json& j) {
   // Replace invalid UTF-8 instead of throwing: worker output is arbitrary bytes.
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace
+
+std::string Utf8Head(const std::string& text, std::size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  std::size_t end = max_bytes;
+  while (end > 0 && IsContinuation(static_cast<unsigned char>(text[end]))) --end;
+  return text.substr(0, end);
+}
 
 std::string Utf8Tail(const std::string& text, std::size_t max_bytes) {
   if (text.size() <= max_bytes) return text;

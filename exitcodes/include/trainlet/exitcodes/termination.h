@@ -39,5 +39,7 @@ std::string TerminationMessage(const TerminationInfo& info,
 
 // The last `max_bytes` of `text`, starting on a UTF-8 character boundary.
 std::string Utf8Tail(const std::string& text, std::size_t max_bytes);
+// The first `max_bytes` of `text`, ending on a UTF-8 character boundary.
+std::string Utf8Head(const std::string& text, std::size_t max_bytes);
 
 }  // namespace trainlet::exitcodes
