@@ -40,6 +40,41 @@ std::vector<std::string> Env() {
   return env;
 }
 
+// The agent's fd 1 is a pipe (read_end() is the test's; nobody reads it unless
+// the test does) until Restore() or the end of the object. The test's own
+// logger writes fd 1 blocking (the agent's goes through a non-blocking sink):
+// it is silenced meanwhile.
+class StdoutPipe {
+ public:
+  StdoutPipe() {
+    int p[2];
+    EXPECT_EQ(::pipe2(p, O_CLOEXEC), 0);
+    std::fflush(nullptr);
+    read_end_ = p[0];
+    saved_ = ::dup(STDOUT_FILENO);
+    ::dup2(p[1], STDOUT_FILENO);
+    ::close(p[1]);  // fd 1 is the only write end: Restore() makes the reader see EOF
+    level_ = spdlog::get_level();
+    spdlog::set_level(spdlog::level::off);
+  }
+  ~StdoutPipe() {
+    Restore();
+    ::close(read_end_);
+  }
+  int read_end() const { return read_end_; }
+  void Restore() {
+    if (saved_ < 0) return;
+    spdlog::set_level(level_);
+    ::dup2(saved_, STDOUT_FILENO);
+    ::close(std::exchange(saved_, -1));
+  }
+
+ private:
+  int read_end_ = -1;
+  int saved_ = -1;
+  spdlog::level::level_enum level_;
+};
+
 // Redirects one of our fds to a temporary file for the lifetime of the object.
 class CapturedFd {
  public:
@@ -327,28 +362,18 @@ TEST_F(SupervisorTest, AReopenedLogFileIsStillFollowed) {
 // line still arrives (the drain gives up only when nothing moves).
 TEST_F(SupervisorTest, ASlowConsoleGetsEveryLineOfALogFilesBacklog) {
   edit_specs_ = [&](std::vector<WorkerSpec>& specs) { specs[0].stdout_file = File("0.out"); };
-  int console[2];
-  ASSERT_EQ(::pipe2(console, O_CLOEXEC), 0);
-  std::fflush(nullptr);
-  int saved = ::dup(STDOUT_FILENO);
-  ::dup2(console[1], STDOUT_FILENO);
-  ::close(console[1]);
-  auto level = spdlog::get_level();
-  spdlog::set_level(spdlog::level::off);
+  StdoutPipe console;
   std::size_t lines = 0;
   std::thread reader([&] {  // about 1.6 MB/s
     char buf[16384];
-    for (ssize_t n; (n = ::read(console[0], buf, sizeof buf)) > 0;) {
+    for (ssize_t n; (n = ::read(console.read_end(), buf, sizeof buf)) > 0;) {
       lines += static_cast<std::size_t>(std::count(buf, buf + n, '\n'));
       std::this_thread::sleep_for(10ms);
     }
   });
   auto r = Run({"yes 'a line of worker output' | head -c 5000000"}, 500ms, {}, 30s);
-  spdlog::set_level(level);
-  ::dup2(saved, STDOUT_FILENO);  // the last write end: the reader sees EOF
-  ::close(saved);
+  console.Restore();  // the reader sees EOF
   reader.join();
-  ::close(console[0]);
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(lines, (5000000u + 23) / 24) << "lines of the backlog lost at the drain (24-byte lines)";
 }
@@ -449,31 +474,6 @@ TEST_F(SupervisorTest, OrphansAndDaemonsAreReapedAfterTheTrainerExits) {
   EXPECT_TRUE(NoChildrenLeft());
 }
 
-// The agent's fd 1 is a pipe that nobody reads, for the lifetime of the object.
-class StalledStdout {
- public:
-  StalledStdout() {
-    EXPECT_EQ(::pipe2(never_read_, O_CLOEXEC), 0);
-    std::fflush(nullptr);
-    saved_ = ::dup(STDOUT_FILENO);
-    ::dup2(never_read_[1], STDOUT_FILENO);
-    // The test's own logger writes fd 1 blocking (the agent's goes through a
-    // non-blocking sink): silenced while fd 1 is the stalled pipe.
-    level_ = spdlog::get_level();
-    spdlog::set_level(spdlog::level::off);
-  }
-  ~StalledStdout() {
-    spdlog::set_level(level_);
-    ::dup2(saved_, STDOUT_FILENO);
-    for (int fd : {saved_, never_read_[0], never_read_[1]}) ::close(fd);
-  }
-
- private:
-  int never_read_[2] = {-1, -1};
-  int saved_ = -1;
-  spdlog::level::level_enum level_;
-};
-
 constexpr const char* kEightMegabytesThenDone =
     "yes 'a line of worker output' | head -c 8000000; echo done > ";
 
@@ -484,7 +484,7 @@ TEST_F(SupervisorTest, AStalledOutputReaderBlocksTheWorkerNotTheAgent) {
   auto t0 = Clock::now();
   SupervisorResult r;
   {
-    StalledStdout stalled;
+    StdoutPipe stalled;  // never read
     r = Run({kEightMegabytesThenDone + File("w0")}, 500ms, {SIGTERM, 700ms}, 10s);
   }
   EXPECT_EQ(r.exit_code, 143);
@@ -501,7 +501,7 @@ TEST_F(SupervisorTest, WithALogFileAStalledConsoleDoesNotBlockTheWorker) {
   auto t0 = Clock::now();
   SupervisorResult r;
   {
-    StalledStdout stalled;
+    StdoutPipe stalled;  // never read
     r = Run({kEightMegabytesThenDone + File("w0")}, 500ms, {}, 10s);
   }
   EXPECT_EQ(r.exit_code, 0);
