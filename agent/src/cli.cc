@@ -1009,14 +1009,14 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       if (is_local) f.nproc_per_node = *n;
     }
   }
-  // NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME against the real interfaces (C27).
+  // NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME against the real interfaces (NVIDIA/nccl#1837).
   // Only when set: listing the interfaces is a netlink dump in every pod's start.
   if (env.contains("NCCL_SOCKET_IFNAME") || env.contains("GLOO_SOCKET_IFNAME")) {
     if (auto ifs = gpu::ListInterfaces(); ifs.ok()) {
       if (auto s = gpu::ValidateSocketIfnames(env, *ifs); !s.ok()) return config_error(s.message());
     }
   }
-  // A GPU that NVML already reports broken: hardware, before the gang forms (C30).
+  // A GPU that NVML already reports broken: hardware, before the gang forms (microsoft/pai#4314).
   if (auto fault = GpuFaultEvidence(gpu_options)) {
     return StartupError(exitcodes::FailureClass::kHardware, "GPU fault at start: " + *fault, codes,
                         f.termination_log, index_hint);

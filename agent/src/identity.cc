@@ -474,7 +474,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     id.index = *n;
     id.index_source = index->source;
   } else if (id.nnodes > 1) {
-    // Without an index every pod would think it is the leader (C33, C08).
+    // Without an index every pod would think it is the leader (kubernetes/kubernetes#121523, pytorch/pytorch#73656).
     return Status::Config(
         nnodes->source + "=" + Quote(nnodes->value) +
         " but this pod has no index: run it in an Indexed Job (JOB_COMPLETION_INDEX), or set "

@@ -98,13 +98,13 @@ TEST(IdentityTest, BadInputsNameTheVariable) {
     std::string expected;
   };
   const std::vector<Row> rows = {
-      {"unexpanded reference (C33)",
+      {"unexpanded reference (kubernetes/kubernetes#121523)",
        [](IdentityInputs& in) { in.env["JOB_COMPLETION_INDEX"] = "$(JOB_COMPLETION_INDEX)"; },
        "JOB_COMPLETION_INDEX='$(JOB_COMPLETION_INDEX)' is an unexpanded"},
       {"index not below nnodes",
        [](IdentityInputs& in) { in.nnodes = "1"; },
        "JOB_COMPLETION_INDEX='1' is not below the number of pods 1"},
-      {"nnodes missing in an Indexed Job (C33)",
+      {"nnodes missing in an Indexed Job (kubernetes/kubernetes#121523)",
        [](IdentityInputs& in) { in.nnodes.reset(); },
        "the number of pods is missing"},
       {"nnodes zero", [](IdentityInputs& in) { in.nnodes = "0"; }, "at least one pod"},
@@ -117,7 +117,7 @@ TEST(IdentityTest, BadInputsNameTheVariable) {
          in.env["PET_NNODES"] = "four";
        },
        "PET_NNODES='four'"},
-      {"leader in another subdomain (C06)",
+      {"leader in another subdomain (kubernetes-sigs/jobset#603)",
        [](IdentityInputs& in) { in.env["MASTER_ADDR"] = "trainer-0.trainer-workers"; },
        "did you mean trainer-0.trainer?"},
       {"no FQDN, no leader",
@@ -150,7 +150,7 @@ TEST(IdentityTest, LeaderDerivedFromOwnFqdn) {
 }
 
 TEST(IdentityTest, LeaderIsDecidedByIndexNotHostname) {
-  // C08: index 0 with an FQDN leader address and a short hostname is the leader.
+  // pytorch/pytorch#73656: index 0 with an FQDN leader address and a short hostname is the leader.
   IdentityInputs in = Pod(0, "2");
   in.master_addr = "trainer-0.trainer.ns.svc.cluster.local";
   auto id = ResolveIdentity(in);

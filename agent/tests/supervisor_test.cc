@@ -460,7 +460,7 @@ TEST_F(SupervisorTest, DiagnosticsReachOnlyProcessesThatHandleTheSignal) {
 
 TEST_F(SupervisorTest, OrphansAndDaemonsAreReapedAfterTheTrainerExits) {
   // 30 short-lived orphans, a helper that finishes writing within the grace
-  // period (C19's uploader), and a setsid daemon that ignores SIGTERM.
+  // period (Yelp/dumb-init#212's uploader), and a setsid daemon that ignores SIGTERM.
   std::string script =
       "for i in $(seq 30); do (sleep 0.1 &) ; done; "
       "(trap 'sleep 0.3; echo done > " + File("upload") + "; exit 0' TERM; sleep 30 & wait) & "

@@ -61,7 +61,7 @@ TEST(PolicyTest, EveryClassGetsItsIntendedAction) {
   EXPECT_EQ(ActionFor(y, FailureClass::kHardware, codes), "Count");
   EXPECT_EQ(ActionFor(y, FailureClass::kOom, codes), "Count");
   EXPECT_EQ(ActionFor(y, FailureClass::kTerminated, codes), "Count");
-  // Preemption: whatever the code, DisruptionTarget wins — never FailJob (C14).
+  // Preemption: whatever the code, DisruptionTarget wins — never FailJob (Kubernetes docs, "Pod disruption conditions").
   for (FailureClass c : ExitCodeTable::Classes()) {
     EXPECT_EQ(ActionFor(y, c, codes, /*disruption=*/true), "Ignore") << ClassName(c);
   }

@@ -10,7 +10,7 @@
 namespace trainlet::gpu {
 namespace {
 
-// C27/C28's pod: lo, eth0 (routable), a link-local-only veth, docker0.
+// The pod of NVIDIA/nccl#1837 and NVIDIA/nccl#913: lo, eth0 (routable), a link-local-only veth, docker0.
 std::vector<Interface> Pod() {
   return {{"lo", {"127.0.0.1", "::1"}, true, true, true},
           {"eth0", {"10.0.0.11"}, true, false, true},
@@ -36,7 +36,7 @@ TEST(MatchNcclIfnameTest, NcclSyntax) {
   }
 }
 
-TEST(ValidateSocketIfnamesTest, C27) {
+TEST(ValidateSocketIfnamesTest, AMissingInterfaceIsNamed) {
   struct Row {
     std::map<std::string, std::string> env;
     bool ok;

@@ -666,7 +666,7 @@ void Leader::MaybeAssign() {
     if (own_addr == "127.0.0.1" && !local.address().is_loopback()) own_addr = targets.back().second;
   }
   if (!im.options.master_addr.empty()) own_addr = im.options.master_addr;
-  // Fresh NCCL ids for this round, the same for every pod (gpu/nccl.h; C26).
+  // Fresh NCCL ids for this round, the same for every pod (gpu/nccl.h; NVIDIA/nccl#1038).
   std::pair<std::uint32_t, std::vector<std::string>> nccl;
   if (im.options.make_nccl_ids) {
     nccl = im.options.make_nccl_ids(im.options.nnodes * nproc, own_addr);

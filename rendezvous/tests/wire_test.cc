@@ -29,7 +29,7 @@ Assignment SampleAssignment() {
                     .jax_port = 29600};
 }
 
-// A 128-byte NCCL id with NUL and 0xff bytes (C26: binary, never a C string).
+// A 128-byte NCCL id with NUL and 0xff bytes (NVIDIA/nccl#1038: binary, never a C string).
 std::string NcclId(char fill) {
   std::string id(kNcclIdBytes, fill);
   id[0] = '\0';

@@ -170,7 +170,7 @@ TEST_F(SessionNcclTest, UsesTrainletsIdOnceThenTheStore) {
   auto c1 = (*s.value)->NcclComm(2s);
   ASSERT_TRUE(c1) << c1.error;
   EXPECT_EQ((*s.value)->nccl_id_source(), "trainlet");
-  auto c2 = (*s.value)->NcclComm(2s);  // an id is single-use (C26)
+  auto c2 = (*s.value)->NcclComm(2s);  // an id is single-use (NVIDIA/nccl#1038)
   ASSERT_TRUE(c2) << c2.error;
   EXPECT_EQ((*s.value)->nccl_id_source(), "store");
   Destroy(*c1.value);

@@ -1,13 +1,13 @@
-"""GPUs and NCCL in simulated pods (issue 5; cases C26-C28, C30), with the fake
+"""GPUs and NCCL in simulated pods (NVIDIA/nccl#1038, #1837, #913; microsoft/pai#4314), with the fake
 libcuda/libnccl/libnvml the unit tests build (build/gpu/libfake_*.so):
 
-- every pod's workers get the same fresh NCCL unique id and its version (C26);
+- every pod's workers get the same fresh NCCL unique id and its version (NVIDIA/nccl#1038);
 - NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME that match no interface exit 78 at once,
-  naming the interfaces that exist (C27);
+  naming the interfaces that exist (NVIDIA/nccl#1837);
 - unset, both are set to the interface that routes to the leader, never docker0 or a
-  link-local-only interface (C28);
+  link-local-only interface (NVIDIA/nccl#913);
 - --preflight across pods: ok, or a wrong all-reduce exits 74 naming pod, rank, GPU;
-- NVML evidence at start, and after a worker failure, exits 74 (C30).
+- NVML evidence at start, and after a worker failure, exits 74 (microsoft/pai#4314).
 """
 
 import json

@@ -3,7 +3,7 @@
 (a) 3 pods x 2 workers train to completion: every pod exits 0, every rank 0..5 reports
     a falling loss and parameters equal to every other rank's.
 (b) a worker pod starts first and the leader's DNS record appears only 5 s after the
-    leader pod starts (as an Indexed Job's records do, C01/C05): all still exit 0.
+    leader pod starts (as an Indexed Job's records do, kubernetes/kubernetes#117819, pytorch/pytorch#80772): all still exit 0.
 """
 
 import os

@@ -52,7 +52,7 @@ int ncclGetUniqueId(void* id) {
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::read(fd, b, 128) != 128) return 2;
   ::close(fd);
-  // Like a real id: binary, with NUL bytes (C26), and never twice the same.
+  // Like a real id: binary, with NUL bytes (NVIDIA/nccl#1038), and never twice the same.
   b[0] = 0x00;
   b[1] = 0x02;
   b[2] = 0xff;

@@ -31,7 +31,7 @@ namespace trainlet::agent {
 // --preflight: the trainer's first, then the preflight's). Before the first
 // id, when the user set no NCCL_SOCKET_IFNAME, it sets it in this process to
 // the interface holding `leader_addr` (the address members reached), because
-// ncclGetUniqueId's bootstrap root listens on the interface NCCL picks (C28).
+// ncclGetUniqueId's bootstrap root listens on the interface NCCL picks (NVIDIA/nccl#913).
 // Without NCCL it logs once and returns {0, {}}. Empty function when both
 // gpu.nccl_ids and gpu.preflight are off (--preflight needs ids even when the
 // workers get none).

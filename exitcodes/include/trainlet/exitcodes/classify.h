@@ -86,7 +86,7 @@ struct Evidence {
   std::optional<std::string> hang = std::nullopt;
   // NVML's evidence of a GPU fault found after the first failure (gpu/health.h
   // HardwareEvidence: uncorrected ECC, Xid, a recovery action...): the failure
-  // is HARDWARE whatever the worker's code or stderr said (C30).
+  // is HARDWARE whatever the worker's code or stderr said (microsoft/pai#4314).
   std::optional<std::string> gpu_fault = std::nullopt;
 };
 

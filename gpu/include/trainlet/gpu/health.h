@@ -1,7 +1,7 @@
 // trainlet/gpu/health.h — GPU health from NVML, as evidence for the classifier.
 //
 // A GPU fault often looks like a user crash: a segfault, "CUDA error: unknown
-// error", exit 1 (C30). NVML (libnvml.so.1, loaded with dlopen into a function
+// error", exit 1 (microsoft/pai#4314). NVML (libnvml.so.1, loaded with dlopen into a function
 // table as NCCL's nvmlwrap.cc does) still knows: uncorrected ECC errors,
 // retired pages or remapped rows pending, the driver's recommended recovery
 // action (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, R550+), and Xid critical-error

@@ -7,7 +7,7 @@
 // includes nccl.h. A loaded Nccl is immutable and thread-safe; the library stays
 // loaded for the life of the process (NCCL keeps threads of its own).
 //
-// Unique ids (C26): an id is single-use. It encodes the address of a bootstrap
+// Unique ids (NVIDIA/nccl#1038): an id is single-use. It encodes the address of a bootstrap
 // root that ncclGetUniqueId starts as a thread in the *calling* process, and
 // that root serves one communicator creation. So the leader's agent makes fresh
 // ids for every rendezvous generation and never hands one out twice; the

@@ -1,8 +1,8 @@
 // trainlet/gpu/netif.h — the pod's network interfaces and NCCL/Gloo's choice of one.
 //
 // NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME are often set cluster-wide and
-// name an interface a node image does not have (C27), and NCCL's default pick
-// can be a veth or link-local interface peers cannot reach (C28). trainlet
+// name an interface a node image does not have (NVIDIA/nccl#1837), and NCCL's default pick
+// can be a veth or link-local interface peers cannot reach (NVIDIA/nccl#913). trainlet
 // checks a given value against the pod's real interfaces before anything
 // starts, and when none is given, exports the interface that routes to the
 // leader. Pure functions plus two thin syscall wrappers; all thread-safe.
