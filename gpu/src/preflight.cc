@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -66,11 +68,6 @@ std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
   return end != nullptr && *end == '\0' ? n : fallback;
 }
 
-struct Outcome {
-  nlohmann::json j;
-  int code = 0;
-};
-
 int Emit(nlohmann::json j, FailureClass c, const std::string& reason) {
   int code = c == FailureClass::kOk         ? 0
              : c == FailureClass::kHardware ? kExitHardware
@@ -83,197 +80,262 @@ int Emit(nlohmann::json j, FailureClass c, const std::string& reason) {
   return code;
 }
 
-}  // namespace
+// What the child is asked to do: TRAINLET_PREFLIGHT_* (preflight.h), set by RunPreflight.
+struct ChildConfig {
+  std::uint32_t rank = 0;
+  int local_rank = 0;
+  std::uint32_t world = 1;
+  std::chrono::milliseconds timeout{60'000};
+  bool require = false;
+  std::size_t bytes = 64 << 20;  // a multiple of 4: floats
+  double min_busbw = 0;          // GB/s
+};
 
-int PreflightChildMain() {
-  nlohmann::json j;
-  const std::uint32_t rank = static_cast<std::uint32_t>(EnvU64("TRAINLET_PREFLIGHT_RANK", 0));
-  const int local_rank = static_cast<int>(EnvU64("TRAINLET_PREFLIGHT_LOCAL_RANK", 0));
-  const std::uint32_t world = static_cast<std::uint32_t>(EnvU64("TRAINLET_PREFLIGHT_WORLD_SIZE", 1));
-  const auto timeout = std::chrono::milliseconds(EnvU64("TRAINLET_PREFLIGHT_TIMEOUT_MS", 60'000));
-  const bool require = EnvU64("TRAINLET_PREFLIGHT_REQUIRE_GPUS", 0) != 0;
-  const std::size_t bytes = std::max<std::size_t>(
+ChildConfig ReadChildConfig() {
+  ChildConfig c;
+  c.rank = static_cast<std::uint32_t>(EnvU64("TRAINLET_PREFLIGHT_RANK", 0));
+  c.local_rank = static_cast<int>(EnvU64("TRAINLET_PREFLIGHT_LOCAL_RANK", 0));
+  c.world = static_cast<std::uint32_t>(EnvU64("TRAINLET_PREFLIGHT_WORLD_SIZE", 1));
+  c.timeout = std::chrono::milliseconds(EnvU64("TRAINLET_PREFLIGHT_TIMEOUT_MS", 60'000));
+  c.require = EnvU64("TRAINLET_PREFLIGHT_REQUIRE_GPUS", 0) != 0;
+  c.bytes = std::max<std::size_t>(
       4, static_cast<std::size_t>(EnvU64("TRAINLET_PREFLIGHT_BYTES", 64 << 20)) / 4 * 4);
-  const char* min_busbw_s = Get("TRAINLET_PREFLIGHT_MIN_BUSBW");
-  const double min_busbw = min_busbw_s != nullptr ? std::atof(min_busbw_s) : 0.0;
-  const auto deadline = Clock::now() + timeout;
-  j["rank"] = rank;
-  j["local_rank"] = local_rank;
-  j["gpu"] = "GPU " + std::to_string(local_rank);
+  const char* min_busbw = Get("TRAINLET_PREFLIGHT_MIN_BUSBW");
+  c.min_busbw = min_busbw != nullptr ? std::atof(min_busbw) : 0.0;
+  return c;
+}
 
-  // 1. The device.
-  std::string libcuda = LibraryPath("TRAINLET_LIBCUDA", kDefaultLibCuda);
-  void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
-  auto no_gpu = [&](const std::string& why) {
-    if (require) return Emit(j, FailureClass::kHardware, "--require-gpus but no GPU: " + why);
-    j["skipped"] = true;
-    return Emit(j, FailureClass::kOk, "no GPU: preflight skipped (" + why + ")");
-  };
-  if (lib == nullptr) {
-    const char* e = ::dlerror();
-    return no_gpu(e != nullptr ? e : libcuda + " not found");
+// The GPU-UUID form nvidia-smi prints ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx").
+std::string UuidName(const unsigned char (&u)[16]) {
+  static const char* hex = "0123456789abcdef";
+  std::string s = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += hex[u[i] >> 4];
+    s += hex[u[i] & 15];
   }
-  Cuda cu;
-  auto sym = [lib](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
-    return fn != nullptr;
-  };
-  sym(cu.uuid, "cuDeviceGetUuid_v2") || sym(cu.uuid, "cuDeviceGetUuid");
-  sym(cu.error_name, "cuGetErrorName");
-  if (!(sym(cu.init, "cuInit") && sym(cu.device_get, "cuDeviceGet") &&
-        sym(cu.device_count, "cuDeviceGetCount") &&
-        sym(cu.ctx_retain, "cuDevicePrimaryCtxRetain") && sym(cu.ctx_set, "cuCtxSetCurrent") &&
-        sym(cu.mem_alloc, "cuMemAlloc_v2") && sym(cu.mem_free, "cuMemFree_v2") &&
-        sym(cu.htod, "cuMemcpyHtoD_v2") && sym(cu.dtoh, "cuMemcpyDtoH_v2") &&
-        sym(cu.stream_create, "cuStreamCreate") && sym(cu.stream_query, "cuStreamQuery"))) {
-    return Emit(j, FailureClass::kHardware, libcuda + " lacks a driver API entry point");
+  return s;
+}
+
+// One preflight child, its steps in order: the device (CUDA driver API, dlopen'd), NCCL's
+// communicator, an all-reduce checked for correctness, then its bandwidth. Each step returns
+// the exit status when the run ends there (after printing its JSON line), nullopt to go on.
+class PreflightChild {
+ public:
+  explicit PreflightChild(ChildConfig c) : c_(c), deadline_(Clock::now() + c.timeout) {
+    j_["rank"] = c_.rank;
+    j_["local_rank"] = c_.local_rank;
+    j_["gpu"] = "GPU " + std::to_string(c_.local_rank);
   }
-  if (int rc = cu.init(0); rc != 0) {
-    if (rc == 100) return no_gpu("cuInit: no CUDA-capable device");  // CUDA_ERROR_NO_DEVICE
-    return Emit(j, FailureClass::kHardware, "cuInit failed: " + CuName(cu, rc));
+
+  int Run() {
+    if (auto done = OpenDevice()) return *done;
+    if (auto done = SetUpBuffers()) return *done;
+    if (auto done = InitNccl()) return *done;
+    if (auto done = CheckAllReduce()) return *done;
+    return MeasureBandwidth();
   }
-  int count = 0;
-  if (int rc = cu.device_count(&count); rc != 0 || count == 0) {
-    return no_gpu("cuDeviceGetCount: " + (rc != 0 ? CuName(cu, rc) : std::string("0 devices")));
+
+ private:
+  std::optional<int> Fail(FailureClass c, const std::string& reason) { return Emit(j_, c, reason); }
+  std::optional<int> Abort(FailureClass c, const std::string& reason) {
+    nc_->CommAbort(comm_);
+    return Fail(c, reason);
   }
-  int dev = 0;
-  if (local_rank >= count) {
-    return Emit(j, FailureClass::kHardware,
-                "local rank " + std::to_string(local_rank) + " has no GPU: only " +
-                    std::to_string(count) + " visible");
+  int NoGpu(const std::string& why) {
+    if (c_.require) return Emit(j_, FailureClass::kHardware, "--require-gpus but no GPU: " + why);
+    j_["skipped"] = true;
+    return Emit(j_, FailureClass::kOk, "no GPU: preflight skipped (" + why + ")");
   }
-  if (int rc = cu.device_get(&dev, local_rank); rc != 0) {
-    return Emit(j, FailureClass::kHardware, "cuDeviceGet: " + CuName(cu, rc));
+
+  // Resolves the driver API entry points; false when one is missing.
+  bool LoadCuda(void* lib) {
+    auto sym = [lib](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
+      return fn != nullptr;
+    };
+    sym(cu_.uuid, "cuDeviceGetUuid_v2") || sym(cu_.uuid, "cuDeviceGetUuid");
+    sym(cu_.error_name, "cuGetErrorName");
+    return sym(cu_.init, "cuInit") && sym(cu_.device_get, "cuDeviceGet") &&
+           sym(cu_.device_count, "cuDeviceGetCount") &&
+           sym(cu_.ctx_retain, "cuDevicePrimaryCtxRetain") && sym(cu_.ctx_set, "cuCtxSetCurrent") &&
+           sym(cu_.mem_alloc, "cuMemAlloc_v2") && sym(cu_.mem_free, "cuMemFree_v2") &&
+           sym(cu_.htod, "cuMemcpyHtoD_v2") && sym(cu_.dtoh, "cuMemcpyDtoH_v2") &&
+           sym(cu_.stream_create, "cuStreamCreate") && sym(cu_.stream_query, "cuStreamQuery");
   }
-  if (unsigned char u[16]; cu.uuid != nullptr && cu.uuid(u, dev) == 0) {
-    static const char* hex = "0123456789abcdef";
-    std::string s = "GPU-";
-    for (int i = 0; i < 16; ++i) {
-      if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-      s += hex[u[i] >> 4];
-      s += hex[u[i] & 15];
+
+  // 1. The device: the driver, this local rank's GPU, its primary context.
+  std::optional<int> OpenDevice() {
+    const std::string libcuda = LibraryPath("TRAINLET_LIBCUDA", kDefaultLibCuda);
+    void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* e = ::dlerror();
+      return NoGpu(e != nullptr ? e : libcuda + " not found");
     }
-    j["gpu"] = s;
+    if (!LoadCuda(lib)) return Fail(FailureClass::kHardware, libcuda + " lacks a driver API entry point");
+    if (int rc = cu_.init(0); rc != 0) {
+      if (rc == 100) return NoGpu("cuInit: no CUDA-capable device");  // CUDA_ERROR_NO_DEVICE
+      return Fail(FailureClass::kHardware, "cuInit failed: " + CuName(cu_, rc));
+    }
+    int count = 0;
+    if (int rc = cu_.device_count(&count); rc != 0 || count == 0) {
+      return NoGpu("cuDeviceGetCount: " + (rc != 0 ? CuName(cu_, rc) : std::string("0 devices")));
+    }
+    if (c_.local_rank >= count) {
+      return Fail(FailureClass::kHardware, "local rank " + std::to_string(c_.local_rank) +
+                                               " has no GPU: only " + std::to_string(count) + " visible");
+    }
+    int dev = 0;
+    if (int rc = cu_.device_get(&dev, c_.local_rank); rc != 0) {
+      return Fail(FailureClass::kHardware, "cuDeviceGet: " + CuName(cu_, rc));
+    }
+    if (unsigned char u[16]; cu_.uuid != nullptr && cu_.uuid(u, dev) == 0) j_["gpu"] = UuidName(u);
+    void* ctx = nullptr;
+    if (int rc = cu_.ctx_retain(&ctx, dev); rc != 0) {
+      return Fail(FailureClass::kHardware, "cuDevicePrimaryCtxRetain: " + CuName(cu_, rc));
+    }
+    if (int rc = cu_.ctx_set(ctx); rc != 0) {
+      return Fail(FailureClass::kHardware, "cuCtxSetCurrent: " + CuName(cu_, rc));
+    }
+    return std::nullopt;
   }
-  void* ctx = nullptr;
-  void* stream = nullptr;
-  unsigned long long send = 0, recv = 0;
-  if (int rc = cu.ctx_retain(&ctx, dev); rc != 0) {
-    return Emit(j, FailureClass::kHardware, "cuDevicePrimaryCtxRetain: " + CuName(cu, rc));
-  }
-  if (int rc = cu.ctx_set(ctx); rc != 0) {
-    return Emit(j, FailureClass::kHardware, "cuCtxSetCurrent: " + CuName(cu, rc));
-  }
-  const std::size_t n = bytes / 4;
-  std::vector<float> host(n, static_cast<float>(rank + 1));
-  int rc = cu.mem_alloc(&send, bytes);
-  if (rc == 0) rc = cu.mem_alloc(&recv, bytes);
-  if (rc == 0) rc = cu.htod(send, host.data(), bytes);
-  if (rc == 0) rc = cu.stream_create(&stream, 0);
-  if (rc != 0) return Emit(j, FailureClass::kHardware, "CUDA setup: " + CuName(cu, rc));
 
-  // 2. NCCL.
-  auto ids = ParseWorkerNcclEnv([](const char* k) { return Get(k); });
-  if (!ids.ok()) return Emit(j, FailureClass::kConfig, ids.status().message());
-  if (ids->empty()) {
-    return Emit(j, FailureClass::kInfra,
-                "no NCCL unique id from the leader (is NCCL missing in the leader's image?)");
+  // The all-reduce's buffers (every element rank + 1) and a stream.
+  std::optional<int> SetUpBuffers() {
+    n_ = c_.bytes / 4;
+    std::vector<float> host(n_, static_cast<float>(c_.rank + 1));
+    int rc = cu_.mem_alloc(&send_, c_.bytes);
+    if (rc == 0) rc = cu_.mem_alloc(&recv_, c_.bytes);
+    if (rc == 0) rc = cu_.htod(send_, host.data(), c_.bytes);
+    if (rc == 0) rc = cu_.stream_create(&stream_, 0);
+    if (rc != 0) return Fail(FailureClass::kHardware, "CUDA setup: " + CuName(cu_, rc));
+    return std::nullopt;
   }
-  auto nccl = Nccl::Load(LibraryPath("TRAINLET_LIBNCCL", kDefaultLibNccl));
-  if (!nccl.ok()) return Emit(j, FailureClass::kInfra, nccl.status().message());
-  const Nccl& nc = **nccl;
-  j["nccl_version"] = nc.version();
-  if (nc.version() != ids->nccl_version) {
-    return Emit(j, FailureClass::kInfra,
-                "NCCL version " + std::to_string(nc.version()) + " differs from the leader's " +
-                    std::to_string(ids->nccl_version) + ": every pod needs the same NCCL");
+
+  // 2. NCCL: the leader's ids, the same library version, a non-blocking ncclCommInitRank.
+  std::optional<int> InitNccl() {
+    auto ids = ParseWorkerNcclEnv([](const char* k) { return Get(k); });
+    if (!ids.ok()) return Fail(FailureClass::kConfig, ids.status().message());
+    if (ids->empty()) {
+      return Fail(FailureClass::kInfra,
+                  "no NCCL unique id from the leader (is NCCL missing in the leader's image?)");
+    }
+    auto nccl = Nccl::Load(LibraryPath("TRAINLET_LIBNCCL", kDefaultLibNccl));
+    if (!nccl.ok()) return Fail(FailureClass::kInfra, nccl.status().message());
+    nc_ = *nccl;
+    j_["nccl_version"] = nc_->version();
+    if (nc_->version() != ids->nccl_version) {
+      return Fail(FailureClass::kInfra, "NCCL version " + std::to_string(nc_->version()) +
+                                            " differs from the leader's " +
+                                            std::to_string(ids->nccl_version) +
+                                            ": every pod needs the same NCCL");
+    }
+    NcclConfig config = MakeConfig(false);
+    const auto t0 = Clock::now();
+    int r = nc_->CommInitRank(&comm_, static_cast<int>(c_.world), ids->ids,
+                              static_cast<int>(c_.rank), &config);
+    if (r != kNcclSuccess && r != kNcclInProgress) {
+      if (comm_ != nullptr) nc_->CommAbort(comm_);
+      return Fail(r == kNcclUnhandledCudaError ? FailureClass::kHardware : FailureClass::kInfra,
+                  "ncclCommInitRank failed: " + NcclResultName(r));
+    }
+    if (auto done = Wait("NCCL init", false)) return done;
+    j_["init_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    return std::nullopt;
   }
-  Nccl::Comm comm = nullptr;
-  NcclConfig config = MakeConfig(false);
-  auto t0 = Clock::now();
-  // Waits for a non-blocking operation: polls the async error until it leaves
-  // ncclInProgress (and, with `query`, the stream is done); aborts at the deadline.
-  auto wait = [&](const char* what, bool query) -> std::optional<int> {
+
+  // Waits for a non-blocking operation: polls the async error until it leaves ncclInProgress
+  // (and, with `query`, the stream is done); aborts at the deadline.
+  std::optional<int> Wait(const char* what, bool query) {
     for (;;) {
       int async = kNcclSuccess;
-      int r = nc.CommGetAsyncError(comm, &async);
-      if (r != kNcclSuccess) async = r;
+      if (int r = nc_->CommGetAsyncError(comm_, &async); r != kNcclSuccess) async = r;
       if (async != kNcclSuccess && async != kNcclInProgress) {
-        nc.CommAbort(comm);
-        return Emit(j, async == kNcclUnhandledCudaError ? FailureClass::kHardware : FailureClass::kInfra,
-                    std::string(what) + " failed: " + NcclResultName(async));
+        return Abort(async == kNcclUnhandledCudaError ? FailureClass::kHardware : FailureClass::kInfra,
+                     std::string(what) + " failed: " + NcclResultName(async));
       }
       if (async == kNcclSuccess) {
         if (!query) return std::nullopt;
-        int q = cu.stream_query(stream);
+        int q = cu_.stream_query(stream_);
         if (q == 0) return std::nullopt;
         if (q != 600) {  // CUDA_ERROR_NOT_READY
-          nc.CommAbort(comm);
-          return Emit(j, FailureClass::kHardware, std::string(what) + ": " + CuName(cu, q));
+          return Abort(FailureClass::kHardware, std::string(what) + ": " + CuName(cu_, q));
         }
       }
-      if (Clock::now() >= deadline) {
-        nc.CommAbort(comm);
-        return Emit(j, FailureClass::kInfra,
-                    std::string(what) + " timed out after " + std::to_string(timeout.count() / 1000.0).substr(0, 5) +
-                        " s (ncclCommAbort); a peer did not join or the network is blocked");
+      if (Clock::now() >= deadline_) {
+        return Abort(FailureClass::kInfra,
+                     std::string(what) + " timed out after " +
+                         std::to_string(c_.timeout.count() / 1000.0).substr(0, 5) +
+                         " s (ncclCommAbort); a peer did not join or the network is blocked");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-  };
-  int r = nc.CommInitRank(&comm, static_cast<int>(world), ids->ids, static_cast<int>(rank), &config);
-  if (r != kNcclSuccess && r != kNcclInProgress) {
-    if (comm != nullptr) nc.CommAbort(comm);
-    return Emit(j, r == kNcclUnhandledCudaError ? FailureClass::kHardware : FailureClass::kInfra,
-                "ncclCommInitRank failed: " + NcclResultName(r));
   }
-  if (auto done = wait("NCCL init", false)) return *done;
-  j["init_ms"] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 
-  // 3. Correctness, then bandwidth.
-  auto all_reduce = [&]() -> std::optional<int> {
-    int rr = nc.AllReduceSumFloat(reinterpret_cast<void*>(send), reinterpret_cast<void*>(recv), n,
-                                  comm, stream);
-    if (rr != kNcclSuccess && rr != kNcclInProgress) {
-      nc.CommAbort(comm);
-      return Emit(j, FailureClass::kInfra, "ncclAllReduce failed: " + NcclResultName(rr));
+  std::optional<int> AllReduce() {
+    int r = nc_->AllReduceSumFloat(reinterpret_cast<void*>(send_), reinterpret_cast<void*>(recv_),
+                                   n_, comm_, stream_);
+    if (r != kNcclSuccess && r != kNcclInProgress) {
+      return Abort(FailureClass::kInfra, "ncclAllReduce failed: " + NcclResultName(r));
     }
-    return wait("all-reduce", true);
-  };
-  if (auto done = all_reduce()) return *done;
-  std::vector<float> out(n, 0.0f);
-  if (int rc = cu.dtoh(out.data(), recv, bytes); rc != 0) {
-    nc.CommAbort(comm);
-    return Emit(j, FailureClass::kHardware, "cuMemcpyDtoH: " + CuName(cu, rc));
+    return Wait("all-reduce", true);
   }
-  const double expected = static_cast<double>(world) * (world + 1) / 2;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (std::fabs(out[i] - expected) > 1e-3 * expected) {
-      nc.CommAbort(comm);
-      return Emit(j, FailureClass::kHardware,
-                  "all-reduce returned " + std::to_string(out[i]) + " at element " +
-                      std::to_string(i) + ", expected " + std::to_string(expected));
+
+  // 3. Correctness: every element is 1 + 2 + ... + world.
+  std::optional<int> CheckAllReduce() {
+    if (auto done = AllReduce()) return done;
+    std::vector<float> out(n_, 0.0f);
+    if (int rc = cu_.dtoh(out.data(), recv_, c_.bytes); rc != 0) {
+      return Abort(FailureClass::kHardware, "cuMemcpyDtoH: " + CuName(cu_, rc));
     }
+    const double expected = static_cast<double>(c_.world) * (c_.world + 1) / 2;
+    for (std::size_t i = 0; i < n_; ++i) {
+      if (std::fabs(out[i] - expected) > 1e-3 * expected) {
+        return Abort(FailureClass::kHardware, "all-reduce returned " + std::to_string(out[i]) +
+                                                  " at element " + std::to_string(i) +
+                                                  ", expected " + std::to_string(expected));
+      }
+    }
+    return std::nullopt;
   }
-  constexpr int kIters = 5;
-  auto tb = Clock::now();
-  for (int i = 0; i < kIters; ++i) {
-    if (auto done = all_reduce()) return *done;
+
+  // 4. Bandwidth: nccl-tests' bus bandwidth for all-reduce, algbw * 2 (n - 1) / n
+  // (NVIDIA/nccl-tests, doc/PERFORMANCE.md).
+  int MeasureBandwidth() {
+    constexpr int kIters = 5;
+    const auto tb = Clock::now();
+    for (int i = 0; i < kIters; ++i) {
+      if (auto done = AllReduce()) return *done;
+    }
+    double secs = std::chrono::duration<double>(Clock::now() - tb).count() / kIters;
+    double algbw = static_cast<double>(c_.bytes) / std::max(secs, 1e-9) / 1e9;
+    double busbw = c_.world > 1 ? algbw * 2.0 * (c_.world - 1) / c_.world : algbw;
+    j_["busbw_gbps"] = std::round(busbw * 100) / 100;
+    nc_->CommDestroy(comm_);
+    cu_.mem_free(send_);
+    cu_.mem_free(recv_);
+    if (c_.min_busbw > 0 && c_.world > 1 && busbw < c_.min_busbw) {
+      return Emit(j_, FailureClass::kInfra,
+                  "bus bandwidth " + std::to_string(busbw).substr(0, 6) + " GB/s is below " +
+                      "--preflight-min-busbw " + std::to_string(c_.min_busbw).substr(0, 6) + " GB/s");
+    }
+    return Emit(j_, FailureClass::kOk, "ok");
   }
-  double secs = std::chrono::duration<double>(Clock::now() - tb).count() / kIters;
-  double algbw = static_cast<double>(bytes) / std::max(secs, 1e-9) / 1e9;
-  double busbw = world > 1 ? algbw * 2.0 * (world - 1) / world : algbw;
-  j["busbw_gbps"] = std::round(busbw * 100) / 100;
-  nc.CommDestroy(comm);
-  cu.mem_free(send);
-  cu.mem_free(recv);
-  if (min_busbw > 0 && world > 1 && busbw < min_busbw) {
-    return Emit(j, FailureClass::kInfra,
-                "bus bandwidth " + std::to_string(busbw).substr(0, 6) + " GB/s is below " +
-                    "--preflight-min-busbw " + std::to_string(min_busbw).substr(0, 6) + " GB/s");
-  }
-  return Emit(j, FailureClass::kOk, "ok");
-}
+
+  const ChildConfig c_;
+  const Clock::time_point deadline_;
+  nlohmann::json j_;
+  Cuda cu_;
+  std::shared_ptr<const Nccl> nc_;
+  Nccl::Comm comm_ = nullptr;
+  void* stream_ = nullptr;
+  unsigned long long send_ = 0, recv_ = 0;
+  std::size_t n_ = 0;
+};
+
+}  // namespace
+
+int PreflightChildMain() { return PreflightChild(ReadChildConfig()).Run(); }
 
 bool ParsePreflightLine(const std::string& line, PreflightRank* out) {
   auto j = nlohmann::json::parse(line, nullptr, false);
@@ -296,72 +358,87 @@ bool ParsePreflightLine(const std::string& line, PreflightRank* out) {
   return true;
 }
 
-PreflightReport RunPreflight(const PreflightOptions& o) {
-  PreflightReport report;
-  struct Child {
-    pid_t pid = -1;
-    int fd = -1;
-    std::string out;
-    int status = 0;
-    bool done = false;
-  };
-  std::vector<Child> children(o.nproc_per_node);
-  const std::string pod = o.pod.empty() ? "this pod" : "pod " + o.pod;
-  auto fail_all = [&](Status s) {
-    for (auto& c : children) {
-      if (c.pid > 0 && !c.done) ::kill(c.pid, SIGKILL);
-    }
-    for (auto& c : children) {
-      if (c.pid > 0 && !c.done) ::waitpid(c.pid, &c.status, 0);
-      if (c.fd >= 0) ::close(c.fd);
-    }
-    report.status = std::move(s);
-    return report;
-  };
-  for (std::uint32_t lr = 0; lr < o.nproc_per_node; ++lr) {
-    std::map<std::string, std::string> env = o.env;
-    env["TRAINLET_PREFLIGHT_RANK"] = std::to_string(o.rank_base + lr);
-    env["TRAINLET_PREFLIGHT_LOCAL_RANK"] = std::to_string(lr);
-    env["TRAINLET_PREFLIGHT_WORLD_SIZE"] = std::to_string(o.world_size);
-    env["TRAINLET_PREFLIGHT_TIMEOUT_MS"] = std::to_string(o.timeout.count());
-    env["TRAINLET_PREFLIGHT_MIN_BUSBW"] = std::to_string(o.min_busbw_gbps);
-    env["TRAINLET_PREFLIGHT_REQUIRE_GPUS"] = o.require_gpus ? "1" : "0";
-    env["TRAINLET_PREFLIGHT_BYTES"] = std::to_string(o.bytes);
-    env.erase("TRAINLET_NCCL_UNIQUE_IDS");
-    for (const auto& [k, v] : WorkerNcclEnv(o.ids)) env[k] = v;
-    std::vector<std::string> kv;
-    for (const auto& [k, v] : env) kv.push_back(k + "=" + v);
-    std::vector<char*> envp;
-    for (auto& s : kv) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string arg0 = o.self_exe, arg1 = "preflight";
-    char* argv[] = {arg0.data(), arg1.data(), nullptr};
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return fail_all(Status::Infra("preflight: pipe failed"));
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_setsigmask(&attr, &none);
-    sigset_t all;
-    sigfillset(&all);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t pid = -1;
-    int rc = ::posix_spawn(&pid, o.self_exe.c_str(), &fa, &attr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    ::close(fds[1]);
-    if (rc != 0) {
-      ::close(fds[0]);
-      return fail_all(Status::Infra("preflight: cannot run " + o.self_exe + ": " + std::strerror(rc)));
-    }
-    children[lr].pid = pid;
-    children[lr].fd = fds[0];
+namespace {
+
+// One `trainlet preflight` child as RunPreflight sees it.
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;        // read end of its stdout
+  std::string out;
+  int status = 0;     // waitpid's
+  bool done = false;  // reaped
+};
+
+// Kills and reaps every child still running and closes their pipes.
+void KillAll(std::vector<Child>& children) {
+  for (auto& c : children) {
+    if (c.pid > 0 && !c.done) ::kill(c.pid, SIGKILL);
   }
+  for (auto& c : children) {
+    if (c.pid > 0 && !c.done) ::waitpid(c.pid, &c.status, 0);
+    if (c.fd >= 0) ::close(c.fd);
+    c.done = true;
+    c.fd = -1;
+  }
+}
+
+// The child's environment: the agent's, its TRAINLET_PREFLIGHT_* settings and the ids.
+std::vector<std::string> ChildEnv(const PreflightOptions& o, std::uint32_t local_rank) {
+  std::map<std::string, std::string> env = o.env;
+  env["TRAINLET_PREFLIGHT_RANK"] = std::to_string(o.rank_base + local_rank);
+  env["TRAINLET_PREFLIGHT_LOCAL_RANK"] = std::to_string(local_rank);
+  env["TRAINLET_PREFLIGHT_WORLD_SIZE"] = std::to_string(o.world_size);
+  env["TRAINLET_PREFLIGHT_TIMEOUT_MS"] = std::to_string(o.timeout.count());
+  env["TRAINLET_PREFLIGHT_MIN_BUSBW"] = std::to_string(o.min_busbw_gbps);
+  env["TRAINLET_PREFLIGHT_REQUIRE_GPUS"] = o.require_gpus ? "1" : "0";
+  env["TRAINLET_PREFLIGHT_BYTES"] = std::to_string(o.bytes);
+  env.erase("TRAINLET_NCCL_UNIQUE_IDS");
+  for (const auto& [k, v] : WorkerNcclEnv(o.ids)) env[k] = v;
+  std::vector<std::string> kv;
+  for (const auto& [k, v] : env) kv.push_back(k + "=" + v);
+  return kv;
+}
+
+// Spawns `<self_exe> preflight` for `local_rank` with its stdout on a pipe, default signal
+// mask and dispositions (posix_spawn(3): POSIX_SPAWN_SETSIGMASK, POSIX_SPAWN_SETSIGDEF).
+Status SpawnChild(const PreflightOptions& o, std::uint32_t local_rank, Child* child) {
+  std::vector<std::string> kv = ChildEnv(o, local_rank);
+  std::vector<char*> envp;
+  for (auto& s : kv) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string arg0 = o.self_exe, arg1 = "preflight";
+  char* argv[] = {arg0.data(), arg1.data(), nullptr};
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::Infra("preflight: pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  sigset_t all;
+  sigfillset(&all);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, o.self_exe.c_str(), &fa, &attr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    return Status::Infra("preflight: cannot run " + o.self_exe + ": " + std::strerror(rc));
+  }
+  child->pid = pid;
+  child->fd = fds[0];
+  return Status::Ok();
+}
+
+// Reads the children's output until every pipe is closed, then reaps them. Ends early, with
+// the status to report, on a pending SIGTERM/SIGINT (left pending), `cancel`, or the deadline.
+Status Collect(const PreflightOptions& o, const std::string& pod, std::vector<Child>& children) {
   // The children enforce `timeout` themselves; this margin covers CUDA set-up
   // and a child that hangs outside NCCL (a wedged driver).
   const auto deadline = Clock::now() + o.timeout + std::chrono::seconds(15);
@@ -375,16 +452,14 @@ PreflightReport RunPreflight(const PreflightOptions& o) {
     sigpending(&pending);
     if (sigismember(&pending, SIGTERM) || sigismember(&pending, SIGINT) ||
         (o.cancel != nullptr && o.cancel->load())) {
-      return fail_all(Status(FailureClass::kTerminated, "stopped during the GPU preflight"));
+      return Status(FailureClass::kTerminated, "stopped during the GPU preflight");
     }
     if (Clock::now() >= deadline) {
-      return fail_all(Status(FailureClass::kHardware,
-                             pod + ": GPU preflight children did not finish within " +
-                                 std::to_string(o.timeout.count() / 1000 + 15) +
-                                 " s (driver hung?)"));
+      return Status(FailureClass::kHardware, pod + ": GPU preflight children did not finish within " +
+                                                 std::to_string(o.timeout.count() / 1000 + 15) +
+                                                 " s (driver hung?)");
     }
-    int pr = ::poll(pfds.data(), pfds.size(), 100);
-    if (pr <= 0) continue;
+    if (::poll(pfds.data(), pfds.size(), 100) <= 0) continue;
     for (auto& p : pfds) {
       if (p.revents == 0) continue;
       for (auto& c : children) {
@@ -405,34 +480,38 @@ PreflightReport RunPreflight(const PreflightOptions& o) {
     }
     c.done = true;
   }
-  // Decide: hardware beats infra beats config; then the lowest rank.
-  const PreflightRank* worst = nullptr;
+  return Status::Ok();
+}
+
+// A child's result line, or, when it printed none, hardware: a CUDA call crashed it.
+PreflightRank RankOf(const PreflightOptions& o, std::uint32_t local_rank, const Child& c) {
+  PreflightRank r;
+  if (ParsePreflightLine(c.out.substr(0, c.out.find('\n')), &r)) return r;
+  r.rank = o.rank_base + local_rank;
+  r.local_rank = local_rank;
+  r.gpu = "GPU " + std::to_string(local_rank);
+  r.failure_class = FailureClass::kHardware;
+  r.reason = WIFSIGNALED(c.status)
+                 ? "preflight child died of signal " + std::to_string(WTERMSIG(c.status))
+                 : "preflight child exited " + std::to_string(WEXITSTATUS(c.status)) +
+                       " without a result";
+  return r;
+}
+
+// Decides the pod's outcome from its ranks: hardware beats infra beats config; then the
+// lowest rank. Fills status, summary and skipped.
+void Decide(const PreflightOptions& o, const std::string& pod, PreflightReport& report) {
   auto weight = [](FailureClass c) {
     return c == FailureClass::kHardware ? 3 : c == FailureClass::kInfra ? 2 : c == FailureClass::kOk ? 0 : 1;
   };
+  const PreflightRank* worst = nullptr;
   bool all_skipped = true;
   double min_bw = -1;
-  for (std::uint32_t lr = 0; lr < children.size(); ++lr) {
-    const Child& c = children[lr];
-    PreflightRank r;
-    std::string line = c.out.substr(0, c.out.find('\n'));
-    if (!ParsePreflightLine(line, &r)) {
-      r.rank = o.rank_base + lr;
-      r.local_rank = lr;
-      r.gpu = "GPU " + std::to_string(lr);
-      r.failure_class = FailureClass::kHardware;  // a CUDA call that crashed the process
-      r.reason = WIFSIGNALED(c.status)
-                     ? "preflight child died of signal " + std::to_string(WTERMSIG(c.status))
-                     : "preflight child exited " + std::to_string(WEXITSTATUS(c.status)) +
-                           " without a result";
-    }
+  for (const auto& r : report.ranks) {
     all_skipped = all_skipped && r.skipped;
     if (!r.skipped && r.failure_class == FailureClass::kOk) {
       min_bw = min_bw < 0 ? r.busbw_gbps : std::min(min_bw, r.busbw_gbps);
     }
-    report.ranks.push_back(r);
-  }
-  for (const auto& r : report.ranks) {
     if (weight(r.failure_class) > (worst ? weight(worst->failure_class) : 0)) worst = &r;
   }
   if (worst != nullptr) {
@@ -441,18 +520,42 @@ PreflightReport RunPreflight(const PreflightOptions& o) {
                                " (local rank " + std::to_string(worst->local_rank) + ", " +
                                worst->gpu + "): " + worst->reason);
     report.summary = report.status.message();
-    return report;
+    return;
   }
   report.skipped = all_skipped;
   if (all_skipped) {
     report.summary = report.ranks.empty() ? "no workers: preflight skipped"
                                           : report.ranks.front().reason;
-  } else {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "GPU preflight ok: %zu GPU(s), world %u, min busbw %.2f GB/s",
-                  report.ranks.size(), o.world_size, std::max(min_bw, 0.0));
-    report.summary = buf;
+    return;
   }
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "GPU preflight ok: %zu GPU(s), world %u, min busbw %.2f GB/s",
+                report.ranks.size(), o.world_size, std::max(min_bw, 0.0));
+  report.summary = buf;
+}
+
+}  // namespace
+
+PreflightReport RunPreflight(const PreflightOptions& o) {
+  PreflightReport report;
+  std::vector<Child> children(o.nproc_per_node);
+  const std::string pod = o.pod.empty() ? "this pod" : "pod " + o.pod;
+  for (std::uint32_t lr = 0; lr < o.nproc_per_node; ++lr) {
+    if (Status s = SpawnChild(o, lr, &children[lr]); !s.ok()) {
+      KillAll(children);
+      report.status = std::move(s);
+      return report;
+    }
+  }
+  if (Status s = Collect(o, pod, children); !s.ok()) {
+    KillAll(children);
+    report.status = std::move(s);
+    return report;
+  }
+  for (std::uint32_t lr = 0; lr < children.size(); ++lr) {
+    report.ranks.push_back(RankOf(o, lr, children[lr]));
+  }
+  Decide(o, pod, report);
   return report;
 }
 

@@ -403,8 +403,10 @@ void Resolver::Resolve(const std::string& name, Callback done) {
 
 void Resolver::Cancel() { impl_->Cancel(); }
 
-exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_executor ex,
-                                                               ResolverOptions options) {
+namespace {
+
+// Checks `options` (resolver.h) and returns the servers as c-ares' CSV ("" = resolv.conf's).
+exitcodes::Result<std::string> ValidateOptions(const ResolverOptions& options) {
   if (options.query_timeout.count() <= 0 || options.query_timeout.count() > INT_MAX) {
     return Status::Config("dns: query_timeout must be in (0, INT_MAX] ms");
   }
@@ -430,16 +432,24 @@ exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_execu
     if (!csv.empty()) csv += ',';
     csv += s;
   }
+  return csv;
+}
 
-  // ares_library_init() is not thread-safe; it is a no-op on Linux, but required.
+// ares_library_init() once per process: it is not thread-safe; a no-op on Linux, but required.
+Status InitAresLibrary() {
   static std::once_flag once;
   static int library_status = ARES_SUCCESS;
   std::call_once(once, [] { library_status = ares_library_init(ARES_LIB_INIT_ALL); });
   if (library_status != ARES_SUCCESS) {
     return Status::Infra(std::string("dns: ares_library_init: ") + ares_strerror(library_status));
   }
+  return Status::Ok();
+}
 
-  auto impl = std::make_shared<Impl>(std::move(ex));
+// A channel configured from `options` (ares_init_options(3)) whose sockets are reported to
+// `cb(data, ...)`; its servers are set separately.
+exitcodes::Result<ares_channel> InitChannel(ResolverOptions& options, ares_sock_state_cb cb,
+                                            void* data) {
   ares_options o{};
   int mask = ARES_OPT_FLAGS | ARES_OPT_SOCK_STATE_CB | ARES_OPT_TIMEOUTMS | ARES_OPT_TRIES;
   // Without NOCHECKRESP, c-ares 1.18 treats a SERVFAIL/REFUSED/NOTIMP answer as
@@ -447,8 +457,8 @@ exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_execu
   // losing the RCODE. With it, the RCODE reaches us (ARES_ESERVFAIL, ...) at the
   // cost of that failover; our callers retry with backoff anyway.
   o.flags = ARES_FLAG_NOCHECKRESP;
-  o.sock_state_cb = &Impl::SockStateThunk;
-  o.sock_state_cb_data = impl.get();
+  o.sock_state_cb = cb;
+  o.sock_state_cb_data = data;
   o.timeout = static_cast<int>(options.query_timeout.count());
   o.tries = options.tries;
   // ares_init_options() copies everything it is given.
@@ -476,14 +486,27 @@ exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_execu
   if (int rc = ares_init_options(&channel, &o, mask); rc != ARES_SUCCESS) {
     return Status::Infra(std::string("dns: ares_init_options: ") + ares_strerror(rc));
   }
-  impl->channel_ = channel;
-  if (!csv.empty()) {
-    if (int rc = ares_set_servers_ports_csv(channel, csv.c_str()); rc != ARES_SUCCESS) {
-      return Status::Config("dns: bad server list '" + csv + "': " + ares_strerror(rc));
+  return channel;
+}
+
+}  // namespace
+
+exitcodes::Result<std::unique_ptr<Resolver>> Resolver::Create(asio::any_io_executor ex,
+                                                               ResolverOptions options) {
+  auto csv = ValidateOptions(options);
+  if (!csv.ok()) return csv.status();
+  if (Status s = InitAresLibrary(); !s.ok()) return s;
+  auto impl = std::make_shared<Impl>(std::move(ex));
+  auto channel = InitChannel(options, &Impl::SockStateThunk, impl.get());
+  if (!channel.ok()) return channel.status();
+  impl->channel_ = *channel;
+  if (!csv->empty()) {
+    if (int rc = ares_set_servers_ports_csv(*channel, csv->c_str()); rc != ARES_SUCCESS) {
+      return Status::Config("dns: bad server list '" + *csv + "': " + ares_strerror(rc));
     }
   }
   impl->log_->debug("dns resolver: servers {}, query timeout {} ms, {} tries",
-                    csv.empty() ? std::string("from resolv.conf") : csv,
+                    csv->empty() ? std::string("from resolv.conf") : *csv,
                     options.query_timeout.count(), options.tries);
   return std::unique_ptr<Resolver>(new Resolver(std::move(impl)));
 }

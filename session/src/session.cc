@@ -148,74 +148,92 @@ bool Session::ReportError(ErrorClass cls, const std::string& message) {
   return std::rename(tmp.c_str(), impl_->error_file.c_str()) == 0;
 }
 
-Expected<ncclComm_t> Session::NcclComm(std::chrono::milliseconds timeout) {
-  Expected<ncclComm_t> out;
-  Impl& im = *impl_;
-  auto deadline = Clock::now() + timeout;
-  if (!im.nccl) {
-    std::string path = im.options.nccl_library;
-    if (path.empty()) path = Env("TRAINLET_LIBNCCL") ? Env("TRAINLET_LIBNCCL") : gpu::kDefaultLibNccl;
-    auto n = gpu::Nccl::Load(path);
-    if (!n.ok()) {
-      out.error = n.status().message();
-      return out;
-    }
-    im.nccl = std::move(n).value();
+namespace {
+
+// The failure of another Expected, as an Expected<T> without a value.
+template <typename T, typename U>
+Expected<T> Failed(const Expected<U>& from) {
+  Expected<T> out;
+  out.error = from.error;
+  out.timed_out = from.timed_out;
+  return out;
+}
+
+// libnccl, loaded once per session: options.nccl_library, else $TRAINLET_LIBNCCL, else the
+// default soname (gpu/nccl.h).
+Expected<std::shared_ptr<const gpu::Nccl>> LoadNccl(const SessionOptions& options) {
+  Expected<std::shared_ptr<const gpu::Nccl>> out;
+  std::string path = options.nccl_library;
+  if (path.empty()) path = Env("TRAINLET_LIBNCCL") ? Env("TRAINLET_LIBNCCL") : gpu::kDefaultLibNccl;
+  auto n = gpu::Nccl::Load(path);
+  if (!n.ok()) {
+    out.error = n.status().message();
+  } else {
+    out.value = std::move(n).value();
   }
-  const gpu::Nccl& nc = *im.nccl;
-  // The ids: trainlet's (once, same NCCL version), else rank 0's through the store.
-  std::vector<std::string> ids;
-  auto given = gpu::ParseWorkerNcclEnv([](const char* k) { return std::getenv(k); });
-  if (!given.ok()) {
-    out.error = given.status().message();
+  return out;
+}
+
+// Rank 0 makes the communicator's ids and publishes them under `key` as comma-separated hex.
+Expected<std::vector<std::string>> PublishIds(const gpu::Nccl& nc, int world_size,
+                                              StoreClient& client, const std::string& key,
+                                              std::chrono::milliseconds timeout) {
+  Expected<std::vector<std::string>> out;
+  auto made = nc.MakeUniqueIds(gpu::RootsFor(static_cast<std::uint32_t>(world_size)));
+  if (!made.ok()) {
+    out.error = made.status().message();
     return out;
   }
-  const int comm_index = im.comms++;
-  if (!im.trainlet_ids_used && !given->empty() && given->nccl_version == nc.version()) {
-    im.trainlet_ids_used = true;
-    ids = given->ids;
-    im.nccl_id_source = "trainlet";
-  } else {
-    std::string key = "trainlet/nccl/" + std::to_string(comm_index);
-    StoreError err;
-    if (im.rank == 0) {
-      auto made = nc.MakeUniqueIds(gpu::RootsFor(static_cast<std::uint32_t>(im.world_size)));
-      if (!made.ok()) {
-        out.error = made.status().message();
-        return out;
-      }
-      ids = made->ids;
-      std::string joined;
-      for (const auto& id : ids) joined += (joined.empty() ? "" : ",") + gpu::ToHex(id);
-      if (!im.client->Set(key, joined, timeout, &err)) {
-        out.error = err.message;
-        out.timed_out = err.timed_out;
-        return out;
-      }
-    } else {
-      auto joined = im.client->Get(key, timeout, &err);
-      if (!joined) {
-        out.error = "waiting for rank 0's NCCL unique id: " + err.message;
-        out.timed_out = err.timed_out;
-        return out;
-      }
-      std::size_t start = 0;
-      while (start <= joined->size()) {
-        std::size_t comma = std::min(joined->find(',', start), joined->size());
-        auto bytes = gpu::FromHex(std::string_view(*joined).substr(start, comma - start));
-        if (!bytes.ok() || bytes->size() != gpu::kUniqueIdBytes) {
-          out.error = "malformed NCCL unique id in the store";
-          return out;
-        }
-        ids.push_back(std::move(bytes).value());
-        start = comma + 1;
-      }
-    }
-    im.nccl_id_source = "store";
+  std::string joined;
+  for (const auto& id : made->ids) joined += (joined.empty() ? "" : ",") + gpu::ToHex(id);
+  StoreError err;
+  if (!client.Set(key, joined, timeout, &err)) {
+    out.error = err.message;
+    out.timed_out = err.timed_out;
+    return out;
   }
+  out.value = made->ids;
+  return out;
+}
+
+// Every other rank waits for rank 0's ids under `key`.
+Expected<std::vector<std::string>> FetchIds(StoreClient& client, const std::string& key,
+                                            std::chrono::milliseconds timeout) {
+  Expected<std::vector<std::string>> out;
+  StoreError err;
+  auto joined = client.Get(key, timeout, &err);
+  if (!joined) {
+    out.error = "waiting for rank 0's NCCL unique id: " + err.message;
+    out.timed_out = err.timed_out;
+    return out;
+  }
+  std::vector<std::string> ids;
+  std::size_t start = 0;
+  while (start <= joined->size()) {
+    std::size_t comma = std::min(joined->find(',', start), joined->size());
+    auto bytes = gpu::FromHex(std::string_view(*joined).substr(start, comma - start));
+    if (!bytes.ok() || bytes->size() != gpu::kUniqueIdBytes) {
+      out.error = "malformed NCCL unique id in the store";
+      return out;
+    }
+    ids.push_back(std::move(bytes).value());
+    start = comma + 1;
+  }
+  out.value = std::move(ids);
+  return out;
+}
+
+// ncclCommInitRank, non-blocking (gpu::MakeConfig(false)), polled with ncclCommGetAsyncError
+// until it completes, fails or `deadline` passes (`timeout` names it in the message); the
+// communicator is aborted on failure (NCCL user guide, "Communicators": a non-blocking init
+// is polled with ncclCommGetAsyncError; ncclCommAbort ends one in error).
+Expected<ncclComm_t> InitComm(const gpu::Nccl& nc, int world_size, int rank,
+                              const std::vector<std::string>& ids, Clock::time_point deadline,
+                              std::chrono::milliseconds timeout) {
+  Expected<ncclComm_t> out;
   gpu::Nccl::Comm comm = nullptr;
   gpu::NcclConfig config = gpu::MakeConfig(false);
-  int r = nc.CommInitRank(&comm, im.world_size, ids, im.rank, &config);
+  int r = nc.CommInitRank(&comm, world_size, ids, rank, &config);
   if (r != gpu::kNcclSuccess && r != gpu::kNcclInProgress) {
     if (comm != nullptr) nc.CommAbort(comm);
     out.error = "ncclCommInitRank failed: " + gpu::NcclResultName(r);
@@ -241,6 +259,40 @@ Expected<ncclComm_t> Session::NcclComm(std::chrono::milliseconds timeout) {
   }
   out.value = static_cast<ncclComm_t>(comm);
   return out;
+}
+
+}  // namespace
+
+Expected<ncclComm_t> Session::NcclComm(std::chrono::milliseconds timeout) {
+  Expected<ncclComm_t> out;
+  Impl& im = *impl_;
+  const auto deadline = Clock::now() + timeout;
+  if (!im.nccl) {
+    auto loaded = LoadNccl(im.options);
+    if (!loaded) return Failed<ncclComm_t>(loaded);
+    im.nccl = *loaded.value;
+  }
+  const gpu::Nccl& nc = *im.nccl;
+  // The ids: trainlet's (once, same NCCL version), else rank 0's through the store.
+  auto given = gpu::ParseWorkerNcclEnv([](const char* k) { return std::getenv(k); });
+  if (!given.ok()) {
+    out.error = given.status().message();
+    return out;
+  }
+  const int comm_index = im.comms++;
+  Expected<std::vector<std::string>> ids;
+  if (!im.trainlet_ids_used && !given->empty() && given->nccl_version == nc.version()) {
+    im.trainlet_ids_used = true;
+    ids.value = given->ids;
+    im.nccl_id_source = "trainlet";
+  } else {
+    const std::string key = "trainlet/nccl/" + std::to_string(comm_index);
+    ids = im.rank == 0 ? PublishIds(nc, im.world_size, *im.client, key, timeout)
+                       : FetchIds(*im.client, key, timeout);
+    if (!ids) return Failed<ncclComm_t>(ids);
+    im.nccl_id_source = "store";
+  }
+  return InitComm(nc, im.world_size, im.rank, *ids.value, deadline, timeout);
 }
 
 }  // namespace trainlet
