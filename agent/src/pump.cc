@@ -385,11 +385,11 @@ void OutputPump::ReportFileError(int err) {
   boost::asio::post(executor_, [f = on_file_error_, err] { f(err); });
 }
 
-void OutputPump::CheckFollowedSpace() {
+void OutputPump::CheckFollowedSpace(bool now) {
   if (file_error_reported_ || !on_file_error_) return;
-  const auto now = std::chrono::steady_clock::now();
-  if (now < next_space_check_) return;
-  next_space_check_ = now + std::chrono::seconds(1);
+  const auto t = std::chrono::steady_clock::now();
+  if (!now && t < next_space_check_) return;
+  next_space_check_ = t + std::chrono::seconds(1);
   // f_bavail: the blocks an unprivileged writer may still use (statvfs(3)).
   struct statvfs fs{};
   if (::fstatvfs(read_fd_, &fs) == 0 && fs.f_blocks > 0 && fs.f_bavail == 0) {
@@ -520,6 +520,7 @@ OutputPump::Read OutputPump::ReadSome() {
     // read to the end finishes the stream.
     if (n == 0 && watch_fd_ >= 0 && !final_read_) {
       if (writers_gone_.load(std::memory_order_acquire)) {
+        CheckFollowedSpace(/*now=*/true);  // a last look: its last look may predate the fill
         final_read_ = true;
         continue;
       }

@@ -262,8 +262,8 @@ class OutputPump {
   // Posts on_file_error_(err), the first time only.
   void ReportFileError(int err);
   // A followed file at its end: reports ENOSPC if its filesystem is full
-  // (fstatvfs(3)), looking at most once a second.
-  void CheckFollowedSpace();
+  // (fstatvfs(3)), looking at most once a second unless `now`.
+  void CheckFollowedSpace(bool now = false);
   // Writes the output read so far (a batch) in this pump's turn. more_input:
   // the last read returned data, so if another pump has the turn, returns at
   // once to read on (up to kMaxAhead). While it waits for the turn or for

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -444,6 +446,35 @@ TEST_F(SupervisorTest, WorkersGetTheirOomScoreAdj) {
   std::string now;
   self >> now;
   EXPECT_EQ(now, own) << "the agent's own score is left alone";
+}
+
+// A worker's own log file on a full disk (a 64 KiB tmpfs): one warning names
+// the file and the error, whatever the number of failed writes.
+TEST_F(SupervisorTest, AFullDiskUnderALogFileIsWarnedOnceNamingTheFile) {
+  const std::string disk = File("disk");
+  std::filesystem::create_directories(disk);
+  if (::mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "mounting a tmpfs needs CAP_SYS_ADMIN";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { ::umount2(dir.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  const std::string log = disk + "/0.err";
+  edit_specs_ = [&](std::vector<WorkerSpec>& specs) { specs[0].stderr_file = log; };
+  CapturedFd out(STDOUT_FILENO), err(STDERR_FILENO);  // the agent's log, the console copy
+  auto r = Run({"i=0; while [ $i -lt 2000 ]; do echo 'a worker line, on a disk that fills up' >&2;"
+                " i=$((i+1)); done; exit 0"},
+               5s);
+  out.Restore();
+  err.Restore();
+  EXPECT_EQ(r.exit_code, 0);
+  const std::string text = out.Text() + err.Text();
+  const std::string warning = "log file " + log + ": " + std::strerror(ENOSPC);
+  const std::size_t first = text.find(warning);
+  EXPECT_NE(first, std::string::npos) << text.substr(0, 2000);
+  EXPECT_EQ(text.find(warning, first + 1), std::string::npos) << "warned more than once";
+  EXPECT_NE(text.find("[rank0]: a worker line, on a disk that fills up"), std::string::npos);
 }
 
 TEST_F(SupervisorTest, SignalDeathIs128PlusSignal) {
