@@ -494,6 +494,12 @@ void PrintExitCodes() {
     std::printf("%-12s %-5s %s\n", std::string(exitcodes::ClassName(row.failure_class)).c_str(),
                 code.c_str(), std::string(row.meaning).c_str());
   }
+  // The one code trainlet never exits with itself (README, Exit codes).
+  std::printf(
+      "\n137 (SIGKILL from outside) is not trainlet's. Where the kernel kills the whole\n"
+      "container at an OOM (cgroup v2 memory.oom.group 1: Kubernetes >= 1.28 on cgroup v2,\n"
+      "unless singleProcessOOMKill; trainlet says so at start), 137 means OOM. Elsewhere the\n"
+      "workers' oom_score_adj is above trainlet's: the kernel picks a worker, trainlet exits 77.\n");
 }
 
 // torchrun's flags, validated, in trainlet's terms.

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -35,10 +36,13 @@ std::optional<std::uint64_t> CounterIn(const std::string& dir, const std::string
   return std::nullopt;
 }
 
-}  // namespace
+// The memory cgroup's paths in a /proc/self/cgroup text: the v1 memory
+// controller's and the v2 unified one's (cgroups(7)).
+struct CgroupPaths {
+  std::optional<std::string> v1, v2;
+};
 
-std::optional<std::uint64_t> ReadOomKillCount(const std::string& proc_self_cgroup,
-                                              const std::string& root) {
+CgroupPaths MemoryCgroupPaths(const std::string& proc_self_cgroup) {
   std::istringstream is(proc_self_cgroup);
   std::string line;
   std::optional<std::string> v1, v2;
@@ -55,6 +59,58 @@ std::optional<std::uint64_t> ReadOomKillCount(const std::string& proc_self_cgrou
       if (c == "memory") v1 = path;
     }
   }
+  return {v1, v2};
+}
+
+// The lowest `file` limit in `top` + `path` and its ancestors up to `top` (a
+// child cgroup never gets more than its parents allow).
+std::optional<std::uint64_t> LowestLimit(const std::string& top, const std::string& path,
+                                         const std::string& file) {
+  // v1 reports "no limit" as LONG_MAX rounded down to the page size.
+  constexpr std::uint64_t kUnlimited = std::uint64_t{1} << 62;
+  std::optional<std::uint64_t> lowest;
+  std::filesystem::path rel = std::filesystem::path(path).lexically_normal().relative_path();
+  for (;;) {
+    if (auto content = ReadSmallFile(top + "/" + (rel / file).string())) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(content->c_str(), &end, 10);
+      if (end != content->c_str() && v < kUnlimited && (!lowest || v < *lowest)) lowest = v;
+    }
+    if (rel.empty()) break;
+    rel = rel.has_filename() ? rel.parent_path() : rel.parent_path().parent_path();
+  }
+  return lowest;
+}
+
+}  // namespace
+
+MemoryCgroup ReadMemoryCgroup(const std::string& proc_self_cgroup, const std::string& root) {
+  const CgroupPaths paths = MemoryCgroupPaths(proc_self_cgroup);
+  MemoryCgroup m;
+  if (paths.v1) {
+    m.limit = LowestLimit(root + "/memory", *paths.v1, "memory.limit_in_bytes");
+  } else if (paths.v2) {
+    m.v2 = true;
+    const std::string dir = root + *paths.v2;
+    m.limit = LowestLimit(root, *paths.v2, "memory.max");
+    for (const std::string& d : {dir, root}) {
+      if (auto g = ReadSmallFile(d + "/memory.oom.group")) {
+        m.oom_group = g->rfind("1", 0) == 0;
+        break;
+      }
+    }
+  }
+  return m;
+}
+
+MemoryCgroup ReadMemoryCgroup() {
+  auto self = ReadSmallFile("/proc/self/cgroup");
+  return self ? ReadMemoryCgroup(*self) : MemoryCgroup{};
+}
+
+std::optional<std::uint64_t> ReadOomKillCount(const std::string& proc_self_cgroup,
+                                              const std::string& root) {
+  const auto [v1, v2] = MemoryCgroupPaths(proc_self_cgroup);
   if (v1) {
     if (auto n = CounterIn(root + "/memory" + *v1, root + "/memory", "memory.oom_control")) {
       return n;

@@ -22,6 +22,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include "file_util.h"
 #include "output.h"
 #include "resident.h"
 #include "trainlet/agent/evidence.h"
@@ -94,6 +95,7 @@ class Pod {
     spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}' attempt {}, {}",
                  id.index, id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
                  ::getpid() == 1 ? "PID 1" : "child subreaper");
+    PlanMemory();
     // Output never blocks the loop; what is still queued for a slow reader at
     // exit gets a bounded chance (exiting before the kubelet's SIGKILL matters
     // more).
@@ -125,6 +127,26 @@ class Pod {
   }
 
  private:
+  // Reads the memory cgroup once: the workers' oom_score_adj and the output
+  // read-ahead follow from it (supervisor.h), and where the kernel would end
+  // the whole cgroup at an OOM (memory.oom.group 1) it says so, since the
+  // agent then cannot report the OOM (exit 137, `trainlet exit-codes`).
+  void PlanMemory() {
+    const MemoryCgroup m = ReadMemoryCgroup();
+    int agent_adj = 0;
+    if (auto adj = ReadSmallFile("/proc/self/oom_score_adj")) agent_adj = std::atoi(adj->c_str());
+    worker_oom_score_adj_ = WorkerOomScoreAdj(agent_adj);
+    const std::size_t streams = 2 * static_cast<std::size_t>(options_.identity.nproc_per_node);
+    read_ahead_bytes_ = ReadAheadBytes(m.limit, streams);
+    spdlog::debug("memory limit {}: output read-ahead {} KiB per stream, workers' oom_score_adj {}",
+                  m.limit ? std::to_string(*m.limit >> 20) + " MiB" : "none",
+                  read_ahead_bytes_ >> 10, worker_oom_score_adj_);
+    if (m.oom_group) {
+      spdlog::info("memory.oom.group is 1: at an OOM the kernel kills every process of this "
+                   "container, trainlet too: exit 137 (OOMKilled), no report of trainlet's");
+    }
+  }
+
   // ---- Events in, actions out ----
 
   // Every gang event goes through here: the pod's own stall is checked first,
@@ -448,6 +470,8 @@ class Pod {
     std::vector<WorkerSpec> specs = std::move(made).value();
     SupervisorOptions so;
     so.grace = options_.grace;
+    so.read_ahead_bytes = read_ahead_bytes_;
+    so.worker_oom_score_adj = worker_oom_score_adj_;
     if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
     so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
       if (epoch != epoch_) return;
@@ -984,6 +1008,8 @@ class Pod {
   std::string error_dir_;
   std::uint32_t rank_base_ = 0;
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
+  std::size_t read_ahead_bytes_ = kReadAheadMax;  // PlanMemory
+  int worker_oom_score_adj_ = 0;                   // PlanMemory
   std::optional<std::uint64_t> oom_kills_at_failure_;  // counted up to the first failure
   Clock::time_point workers_started_;
   std::map<std::string, double> phase_ms_;

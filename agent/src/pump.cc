@@ -8,6 +8,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,7 +121,8 @@ char* LinePrefixer::Grow(std::size_t n) {
   return out_.get() + size_;
 }
 
-void LinePrefixer::PutLine(std::string_view a, std::string_view b, std::string_view end) {
+void LinePrefixer::PutLine(std::string_view a, std::string_view b, std::string_view end,
+                           bool more) {
   ++lines_;
   if (format_ == Format::kJson) {
     char* o = Reserve(prefix_.size());
@@ -128,9 +130,17 @@ void LinePrefixer::PutLine(std::string_view a, std::string_view b, std::string_v
     size_ += prefix_.size();
     PutEscaped(a);
     PutEscaped(b);
-    o = Reserve(3);
-    std::memcpy(o, "\"}\n", 3);
-    size_ += 3;
+    // A piece of a split line says which, so that a reader can join them
+    // (README, --worker-log-format json).
+    const std::string part = part_ == 0 ? std::string()
+                                        : ",\"part\":" + std::to_string(part_) +
+                                              ",\"last\":" + (more ? "false" : "true");
+    const std::string_view close = "\"}\n";
+    o = Reserve(close.size() + part.size());
+    std::memcpy(o, close.data(), 1);
+    std::memcpy(o + 1, part.data(), part.size());
+    std::memcpy(o + 1 + part.size(), close.data() + 1, 2);
+    size_ += close.size() + part.size();
     return;
   }
   char* o = Reserve(prefix_.size() + a.size() + b.size() + end.size());
@@ -227,10 +237,9 @@ void LinePrefixer::Feed(std::string_view data) {
       CutLongLine();
       return;
     }
-    const char* q = static_cast<const char*>(nl) + 1;
-    PutLine(partial_, std::string_view(p, static_cast<std::size_t>(q - p)), {});
-    partial_.clear();
-    p = q;
+    const char* q = static_cast<const char*>(nl);
+    EndLine(std::string_view(p, static_cast<std::size_t>(q - p)), "\n");
+    p = q + 1;
   }
   p = PutCompleteLines(p, end);
   if (p < end) {
@@ -262,8 +271,7 @@ void LinePrefixer::FeedEachLine(std::string_view data) {
         ++size_;
       }
     } else {
-      PutLine(partial_, line, data.substr(q, end_len));
-      partial_.clear();
+      EndLine(line, data.substr(q, end_len));
     }
     p = q + end_len;
   }
@@ -283,6 +291,11 @@ const char* LinePrefixer::PutCompleteLines(const char* p, const char* const end)
     const void* nl = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
     if (nl == nullptr) break;
     const std::size_t n = static_cast<std::size_t>(static_cast<const char*>(nl) + 1 - p);
+    if (n - 1 > max_line_) {  // rare: cut where a line fed in pieces would be
+      EndLine(std::string_view(p, n - 1), "\n");
+      p += n;
+      continue;
+    }
     char* o = Reserve(plen + n);
     std::memcpy(o, prefix_.data(), plen);
     std::memcpy(o + plen, p, n);
@@ -294,10 +307,25 @@ const char* LinePrefixer::PutCompleteLines(const char* p, const char* const end)
 }
 
 void LinePrefixer::CutLongLine() {
-  while (partial_.size() >= max_line_) {
-    PutLine(std::string_view(partial_).substr(0, max_line_), {}, "\n");
+  // Only while more than max_line_ bytes wait: a line of exactly max_line_
+  // bytes whose end comes in the next read is not cut.
+  while (partial_.size() > max_line_) {
+    ++part_;
+    PutLine(std::string_view(partial_).substr(0, max_line_), {}, "\n", /*more=*/true);
     partial_.erase(0, max_line_);
   }
+}
+
+void LinePrefixer::EndLine(std::string_view b, std::string_view end) {
+  if (partial_.size() + b.size() > max_line_) {
+    partial_.append(b);
+    CutLongLine();
+    b = {};
+  }
+  if (part_ > 0) ++part_;
+  PutLine(partial_, b, end);
+  partial_.clear();
+  part_ = 0;
 }
 
 void LinePrefixer::Consume(std::size_t n) {
@@ -308,8 +336,7 @@ void LinePrefixer::Consume(std::size_t n) {
 
 void LinePrefixer::Finish() {
   if (partial_.empty()) return;
-  PutLine(partial_, {}, "\n");
-  partial_.clear();
+  EndLine({}, "\n");
 }
 
 OutputPump::OutputPump(int read_fd, int out_fd, std::string prefix, std::size_t tail_bytes,
@@ -344,11 +371,29 @@ void OutputPump::WriteFile(std::string_view data) {
     ssize_t w = ::write(file_fd_, data.data(), data.size());
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {  // ENOSPC, EIO, ...: the file stops here, the console goes on
+      ReportFileError(w < 0 ? errno : ENOSPC);  // write(2) returns 0 only when nothing fits
       ::close(file_fd_);
       file_fd_ = -1;
       return;
     }
     data.remove_prefix(static_cast<std::size_t>(w));
+  }
+}
+
+void OutputPump::ReportFileError(int err) {
+  if (std::exchange(file_error_reported_, true) || !on_file_error_) return;
+  boost::asio::post(executor_, [f = on_file_error_, err] { f(err); });
+}
+
+void OutputPump::CheckFollowedSpace(bool now) {
+  if (file_error_reported_ || !on_file_error_) return;
+  const auto t = std::chrono::steady_clock::now();
+  if (!now && t < next_space_check_) return;
+  next_space_check_ = t + std::chrono::seconds(1);
+  // f_bavail: the blocks an unprivileged writer may still use (statvfs(3)).
+  struct statvfs fs{};
+  if (::fstatvfs(read_fd_, &fs) == 0 && fs.f_blocks > 0 && fs.f_bavail == 0) {
+    ReportFileError(ENOSPC);
   }
 }
 
@@ -361,6 +406,7 @@ OutputPump::~OutputPump() {
 }
 
 void OutputPump::Start(boost::asio::any_io_executor executor, std::function<void()> on_close) {
+  executor_ = executor;
   thread_ = std::thread([this, executor, on_close = std::move(on_close)]() mutable {
     Run();
     boost::asio::post(executor, std::move(on_close));
@@ -463,7 +509,7 @@ OutputPump::Read OutputPump::ReadSome() {
       }
       if (file_fd_ >= 0) WriteFile(data);
       if (out_fd_ >= 0) lines_.Feed(data);
-      full_.store(lines_.output().size() >= kMaxAhead, std::memory_order_release);
+      full_.store(lines_.output().size() >= max_ahead_, std::memory_order_release);
       return Read::kData;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -474,10 +520,12 @@ OutputPump::Read OutputPump::ReadSome() {
     // read to the end finishes the stream.
     if (n == 0 && watch_fd_ >= 0 && !final_read_) {
       if (writers_gone_.load(std::memory_order_acquire)) {
+        CheckFollowedSpace(/*now=*/true);  // a last look: its last look may predate the fill
         final_read_ = true;
         continue;
       }
       if (DrainWatch()) continue;
+      CheckFollowedSpace();
       return Read::kNothing;
     }
     // EOF: every writer (the worker and whatever inherited its stdout) is gone;
@@ -508,7 +556,10 @@ void OutputPump::Run() {
     if (Pending() == 0) {
       if (eof_) break;
       if (r == Read::kData) continue;  // only an unfinished line so far
-      if (WaitFor(-1, 0, true) == Wait::kStop) break;
+      // A followed file is looked at once a second while its space is not
+      // known to be gone: a write that fails adds nothing to watch.
+      const bool watch_space = watch_fd_ >= 0 && on_file_error_ && !file_error_reported_;
+      if (WaitFor(-1, 0, true, watch_space ? 1000 : -1) == Wait::kStop) break;
       continue;
     }
     if (!Emit(r == Read::kData)) break;
@@ -611,12 +662,12 @@ bool OutputPump::WriteBatch() {
         .fetch_add(lines_.TakeLineCount(), std::memory_order_relaxed);
     lines_.ClearOutput();
     // A backed-up output can have grown the buffer to a few MiB: not kept.
-    if (lines_.capacity() > 2 * kMaxAhead) lines_.ReleaseMemory();
+    if (lines_.capacity() > 2 * max_ahead_) lines_.ReleaseMemory();
   } else {
     lines_.Consume(sent_);  // at most kMaxAhead and one read's worth stay
   }
   sent_ = 0;
-  full_.store(lines_.output().size() >= kMaxAhead, std::memory_order_release);
+  full_.store(lines_.output().size() >= max_ahead_, std::memory_order_release);
   return true;
 }
 
@@ -624,13 +675,13 @@ bool OutputPump::EndLineAtStop() {
   // Stopped inside a line (a long line in several writes, or a partial write on
   // a socket or terminal): end it, so the next writer's text (another rank,
   // the agent's own log) starts on a line of its own. The output was full a
-  // moment ago: give a slow reader up to 50 ms to make room for the '\n'; a
-  // stalled one keeps the line unended.
+  // moment ago: give a slow reader up to end_line_wait_ (50 ms) to make room
+  // for the '\n'; a stalled one keeps the line unended.
   if (sent_ == 0 || lines_.output()[sent_ - 1] == '\n' || lines_.output()[sent_ - 1] == '\r') {
     return false;
   }
   const int fd = private_fd_ >= 0 ? private_fd_ : out_fd_;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  const auto give_up = std::chrono::steady_clock::now() + end_line_wait_;
   for (;;) {
     pollfd p{fd, POLLOUT, 0};
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -21,7 +21,9 @@
 // spdlog sink belongs to the event-loop thread).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -51,11 +53,16 @@ class LinePrefixer {
   // object per line, "<prefix><line as a JSON string's content>\"}\n": the
   // prefix then opens the object and the string, e.g.
   // {"rank":3,"stream":"stderr","line":" (JsonLinePrefix). The line's end is
-  // not part of the string; bytes that are not UTF-8 become U+FFFD.
+  // not part of the string; bytes that are not UTF-8 become U+FFFD. The
+  // records of a split line (max_line) carry its piece's number from 1 and
+  // whether it is the last: ...,"line":"...","part":1,"last":false}.
   enum class Format { kText, kJson };
-  // max_line: an unfinished line that reaches this many bytes is cut there (it
-  // goes out with a '\n' added and the rest becomes the next line): long lines
-  // are split, never dropped, and memory stays bounded.
+  // max_line: a line of more than this many bytes (its end not counted) is cut
+  // into pieces of exactly max_line bytes and a last, shorter or equal, piece;
+  // each cut piece goes out with a '\n' added. Where it is cut depends on the
+  // line alone, never on how the bytes were fed. Long lines are split, never
+  // dropped, and memory stays bounded (an unfinished line keeps at most
+  // max_line bytes).
   LinePrefixer(std::string prefix, std::size_t max_line, Format format = Format::kText);
   // Appends every line that `data` completes to output(), each after the
   // prefix; the first one starts with what earlier calls left unfinished. The
@@ -85,12 +92,16 @@ class LinePrefixer {
   const char* PutCompleteLines(const char* p, const char* end);
   // Feed() for data with a '\r', or in kJson.
   void FeedEachLine(std::string_view data);
-  // Appends one line: prefix + a + b + end (kText), or the JSON object.
-  void PutLine(std::string_view a, std::string_view b, std::string_view end);
+  // Appends one line: prefix + a + b + end (kText), or the JSON object (with
+  // part_ and `more` when the line is split).
+  void PutLine(std::string_view a, std::string_view b, std::string_view end, bool more = false);
+  // Ends the line partial_ + b with `end` (its line break): cut first if longer
+  // than max_line_.
+  void EndLine(std::string_view b, std::string_view end);
   // Appends `s` escaped for a JSON string (RFC 8259 section 7), invalid UTF-8
   // replaced; at most 6 bytes per input byte.
   void PutEscaped(std::string_view s);
-  // Sends out the unfinished line in max_line_ pieces while it is that long.
+  // Sends out max_line_ pieces of the unfinished line while it is longer.
   void CutLongLine();
   // Makes room for `n` more bytes of output; returns where they go. Inline:
   // it runs once per line.
@@ -108,6 +119,7 @@ class LinePrefixer {
   std::unique_ptr<char[]> out_;  // not zeroed: only what is written is touched
   std::size_t size_ = 0, capacity_ = 0;
   std::uint64_t lines_ = 0;  // see TakeLineCount
+  std::uint64_t part_ = 0;   // pieces of the current line cut so far (CutLongLine)
 };
 
 // Turns at one output, shared by the pumps that write to it (pump.cc). The
@@ -157,8 +169,9 @@ class OutputPump {
  public:
   static constexpr std::size_t kReadBytes = 64 * 1024;  // one read of the worker's pipe
   static constexpr std::size_t kMaxLine = 64 * 1024;    // longer lines are split, never dropped
-  // Output buffered, at most (plus one read's worth): then the pump stops
-  // reading and the worker waits on its own writes (backpressure).
+  // Output buffered, at most (plus one read's worth), unless SetMaxAhead says
+  // less: then the pump stops reading and the worker waits on its own writes
+  // (backpressure).
   static constexpr std::size_t kMaxAhead = 1024 * 1024;
 
   // read_fd: the pipe's read end, owned (closed by the pump). out_fd: the agent's
@@ -179,6 +192,23 @@ class OutputPump {
   // file, worker_logs.h), before the console gets it: where the file cannot
   // be followed (OpenFollowedFile gave no watch). Call before Start().
   void SetFile(int fd) { file_fd_ = fd; }
+  // The read-ahead bound in bytes (default and at most kMaxAhead; at least
+  // kReadBytes): sized to the agent's memory limit (supervisor.h,
+  // ReadAheadBytes). Call before Start().
+  void SetMaxAhead(std::size_t bytes) {
+    max_ahead_ = std::clamp(bytes, kReadBytes, kMaxAhead);
+  }
+  // How long a Stop() inside a line waits for room to end it (default 50 ms).
+  // Call before Start().
+  void SetEndLineWait(std::chrono::milliseconds wait) { end_line_wait_ = wait; }
+  // `on_error` (an errno value) is posted to Start()'s executor once, at the
+  // first failed write to the log file: SetFile's file (the write's error;
+  // the file is dropped, the console goes on), or, for a followed file
+  // (Follow), when its filesystem has no space left (ENOSPC, looked at when
+  // the pump reaches the file's end and at least once a second): the
+  // worker's own writes then fail, and the console, which copies the file,
+  // misses what they lose. Call before Start().
+  void OnFileError(std::function<void(int)> on_error) { on_file_error_ = std::move(on_error); }
   // Follows a file instead of reading a pipe: read_fd (the constructor's) is
   // the agent's own read-only description of a regular file that the worker
   // writes itself, and watch_fd (owned) an inotify(7) instance watching it
@@ -226,8 +256,14 @@ class OutputPump {
   bool DrainWatch();
   // Tail() of a followed file: its last tail_limit_ bytes (pread(2)).
   std::string FileTail() const;
-  // Writes `data` to file_fd_ in full; on an error the file is closed and dropped.
+  // Writes `data` to file_fd_ in full; on an error the file is closed and
+  // dropped, and the error reported (ReportFileError).
   void WriteFile(std::string_view data);
+  // Posts on_file_error_(err), the first time only.
+  void ReportFileError(int err);
+  // A followed file at its end: reports ENOSPC if its filesystem is full
+  // (fstatvfs(3)), looking at most once a second unless `now`.
+  void CheckFollowedSpace(bool now = false);
   // Writes the output read so far (a batch) in this pump's turn. more_input:
   // the last read returned data, so if another pump has the turn, returns at
   // once to read on (up to kMaxAhead). While it waits for the turn or for
@@ -244,11 +280,17 @@ class OutputPump {
   std::size_t Pending() const { return lines_.output().size() - sent_; }
   // The whole buffer (what a partly written batch still holds too) counts:
   // with one read's growth (prefixes of short lines), it stays near kMaxAhead.
-  bool CanReadAhead() const { return !eof_ && lines_.output().size() < kMaxAhead; }
+  bool CanReadAhead() const { return !eof_ && lines_.output().size() < max_ahead_; }
 
   int read_fd_;
   int out_fd_;
   int file_fd_ = -1;  // SetFile()
+  std::size_t max_ahead_ = kMaxAhead;                     // SetMaxAhead()
+  std::chrono::milliseconds end_line_wait_{50};           // SetEndLineWait()
+  std::function<void(int)> on_file_error_;                // OnFileError()
+  bool file_error_reported_ = false;                      // pump thread only
+  std::chrono::steady_clock::time_point next_space_check_{};  // CheckFollowedSpace
+  boost::asio::any_io_executor executor_;                 // Start()'s
   int watch_fd_ = -1;  // Follow(): inotify on the file that read_fd_ reads
   int gone_fd_ = -1;   // Follow(): eventfd, readable after WritersGone()
   std::atomic<bool> writers_gone_{false};  // WritersGone()
@@ -271,7 +313,7 @@ class OutputPump {
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> full_{false};  // kMaxAhead buffered: reading paused (CaughtUp)
+  std::atomic<bool> full_{false};  // max_ahead_ buffered: reading paused (CaughtUp)
   std::thread thread_;
 };
 

@@ -278,6 +278,34 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   return out;
 }
 
+// Raises a just-spawned worker's oom_score_adj (proc(5)). The worker has only
+// just exec'd (posix_spawn returns once the child has called execve; the
+// fork path, a moment later): it has allocated next to nothing yet, and the
+// score is in place long before it can need much. Setting it between fork and
+// exec instead would need code there (STYLE.md: only setpgid and the mask).
+// Best effort: a worker that cannot be written (another uid) keeps the agent's.
+void SetOomScoreAdj(pid_t pid, int adj) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/oom_score_adj";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  const std::string value = std::to_string(adj);
+  if (fd < 0 || ::write(fd, value.data(), value.size()) < 0) {
+    spdlog::debug("{}: {}", path, std::strerror(errno));
+  }
+  if (fd >= 0) ::close(fd);
+}
+
+// The first failed write to a worker's log file (OutputPump::OnFileError),
+// once per file.
+void LogFileError(const std::string& file, bool followed, int err) {
+  if (followed) {
+    spdlog::warn("log file {}: {}: the worker's writes to it fail, and its console copy, which "
+                 "reads the file, misses what they lose", file, std::strerror(err));
+  } else {
+    spdlog::warn("log file {}: write failed: {}: output from here on is not in the file; the "
+                 "console copy goes on", file, std::strerror(err));
+  }
+}
+
 }  // namespace
 
 std::vector<pid_t> ListDescendants(pid_t root, bool children_only) {
@@ -400,9 +428,16 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
     } else {
       pumps.push_back(std::make_unique<OutputPump>(std::exchange(s.read, -1), out, spec.prefix, tail));
     }
-    if (s.watch >= 0) pumps.back()->Follow(std::exchange(s.watch, -1));
-    if (s.file >= 0) pumps.back()->SetFile(std::exchange(s.file, -1));
-    if (is_err) stderr_pumps.push_back(pumps.back().get());
+    OutputPump& pump = *pumps.back();
+    pump.SetMaxAhead(options.read_ahead_bytes);
+    const std::string& file = is_err ? spec.stderr_file : spec.stdout_file;
+    const bool followed = s.watch >= 0;
+    if (followed) pump.Follow(std::exchange(s.watch, -1));
+    if (s.file >= 0) pump.SetFile(std::exchange(s.file, -1));
+    if (!file.empty()) {
+      pump.OnFileError([file, followed](int err) { LogFileError(file, followed, err); });
+    }
+    if (is_err) stderr_pumps.push_back(&pump);
   }
   for (std::size_t i = first; i < pumps.size(); ++i) {
     try {
@@ -760,6 +795,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
       result = Status::Config(CannotExecuteMessage(spec.argv[0], rc));
       break;
     }
+    if (im.options.worker_oom_score_adj) SetOomScoreAdj(pid, *im.options.worker_oom_score_adj);
     im.workers.push_back({pid, static_cast<int>(rank)});
     if (im.options.capture_output) {
       result = im.StartPumps(spec, rank, streams);
@@ -777,6 +813,18 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     im.workers.clear();
   }
   return result;
+}
+
+std::size_t ReadAheadBytes(std::optional<std::uint64_t> memory_limit, std::size_t streams) {
+  if (!memory_limit) return kReadAheadMax;
+  const std::uint64_t each =
+      *memory_limit / kReadAheadShareOfLimit / std::max<std::size_t>(streams, 1);
+  return static_cast<std::size_t>(
+      std::clamp<std::uint64_t>(each, kReadAheadMin, kReadAheadMax));
+}
+
+int WorkerOomScoreAdj(int agent_adj) {
+  return std::clamp(agent_adj + kWorkerOomScoreAdjAbove, -1000, 1000);
 }
 
 }  // namespace trainlet::agent

@@ -52,6 +52,40 @@ TEST_F(EvidenceTest, CgroupNamespaceFallsBackToTheRoot) {
   EXPECT_EQ(ReadOomKillCount("0::/not/visible/here\n", Root()), 1u);
 }
 
+// The memory limit the read-ahead is sized to: the lowest of the cgroup and
+// its visible ancestors; v1's "unlimited" and v2's "max" are none.
+TEST_F(EvidenceTest, MemoryLimitIsTheLowestOnThePath) {
+  Write("memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1: unlimited
+  Write("memory/kubepods/memory.limit_in_bytes", "1073741824\n");
+  Write("memory/kubepods/pod1/memory.limit_in_bytes", "2147483648\n");
+  MemoryCgroup v1 = ReadMemoryCgroup("12:cpu:/x\n4:memory:/kubepods/pod1\n0::/\n", Root());
+  EXPECT_EQ(v1.limit, 1073741824u) << "the parent's limit binds";
+  EXPECT_FALSE(v1.v2);
+  EXPECT_FALSE(v1.oom_group);
+  EXPECT_EQ(ReadMemoryCgroup("4:memory:/\n", Root()).limit, std::nullopt) << "unlimited";
+
+  Write("kubepods.slice/memory.max", "max\n");
+  Write("kubepods.slice/pod2/memory.max", "536870912\n");
+  Write("kubepods.slice/pod2/memory.oom.group", "1\n");
+  MemoryCgroup v2 = ReadMemoryCgroup("0::/kubepods.slice/pod2\n", Root());
+  EXPECT_EQ(v2.limit, 536870912u);
+  EXPECT_TRUE(v2.v2);
+  EXPECT_TRUE(v2.oom_group);
+  Write("kubepods.slice/pod2/memory.oom.group", "0\n");
+  EXPECT_FALSE(ReadMemoryCgroup("0::/kubepods.slice/pod2\n", Root()).oom_group);
+  EXPECT_EQ(ReadMemoryCgroup("0::/kubepods.slice\n", Root()).limit, std::nullopt) << "max";
+}
+
+TEST_F(EvidenceTest, MemoryLimitInACgroupNamespaceIsAtTheRoot) {
+  Write("memory.max", "268435456\n");
+  Write("memory.oom.group", "1\n");
+  MemoryCgroup m = ReadMemoryCgroup("0::/\n", Root());
+  EXPECT_EQ(m.limit, 268435456u);
+  EXPECT_TRUE(m.oom_group);
+  EXPECT_EQ(ReadMemoryCgroup("0::/not/visible/here\n", Root()).limit, 268435456u);
+  EXPECT_EQ(ReadMemoryCgroup("garbage", Root()).limit, std::nullopt);
+}
+
 TEST_F(EvidenceTest, NoCounterIsNoEvidence) {
   EXPECT_EQ(ReadOomKillCount("0::/x\n", Root()), std::nullopt);
   EXPECT_EQ(ReadOomKillCount("garbage", Root()), std::nullopt);

