@@ -538,6 +538,9 @@ struct TorchrunSettings {
   std::string local_addr;
   WorkerLogOptions logs;
   bool virtual_local_rank = false;
+  // TORCHELASTIC_SIGNALS_TO_HANDLE for the workers: the flag's value, else torch's default
+  // (torch/distributed/launcher/api.py sets it in the agent's environment).
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 };
 
 // torchrun's log-file flags and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
@@ -631,6 +634,7 @@ exitcodes::Status ReadTorchrunFlags(const Flags& f, const std::map<std::string, 
   }
   if (auto st = NoEffectFlags(f, env); !st.ok()) return st;
   if (auto v = Given(f, "signals-to-handle", env, &f.signals_to_handle)) {
+    out->signals_to_handle = *v;
     std::stringstream list(*v);
     for (std::string item; std::getline(list, item, ',');) {
       auto sig = ParseSignal(Source(f, "signals-to-handle", env), item);
@@ -717,6 +721,16 @@ bool TrainerModeFromEnv(const std::map<std::string, std::string>& env) {
     }
   }
   return false;
+}
+
+// A subcommand's name where the trainer goes (`trainlet --nnodes 1 local`):
+// what to write instead, or "".
+std::string SubcommandHint(const SplitArgs& trainer, const std::map<std::string, std::string>& env) {
+  const std::string first = trainer.trainer.empty() ? "" : trainer.trainer.front();
+  if (std::find(kSubcommands.begin(), kSubcommands.end(), first) == kSubcommands.end()) return "";
+  return "; `" + first + "` is a subcommand only as the first argument (trainlet " + first +
+         " ...)" + (TrainerModeFromEnv(env) ? " and without PET_MODULE/PET_NO_PYTHON/PET_RUN_PATH"
+                                              : "");
 }
 
 std::string GivenTwice(const std::string& flag) {
@@ -1103,14 +1117,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   const SplitArgs& trainer = is_local ? local_split : split;
   auto command = TrainerArgv(trainer, mode);
   if (!command.ok()) {
-    std::string m = command.status().message();
-    const std::string first = trainer.trainer.empty() ? "" : trainer.trainer.front();
-    if (std::find(kSubcommands.begin(), kSubcommands.end(), first) != kSubcommands.end()) {
-      m += "; `" + first + "` is a subcommand only as the first argument (trainlet " + first +
-           " ...)" + (TrainerModeFromEnv(env) ? " and without PET_MODULE/PET_NO_PYTHON/PET_RUN_PATH"
-                                                : "");
-    }
-    return config_error(m);
+    return config_error(command.status().message() + SubcommandHint(trainer, env));
   }
   f.command = *command;
   const bool runs_python = mode.run_path || mode.module || !(mode.no_python || trainer.dash_dash);
@@ -1244,8 +1251,9 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.nproc_per_node = *nproc;
     lo.command = f.command;
     // The agents check it too, but only here is the script known as one.
-    if (auto s = CheckLaunch(f.command, LaunchCheckFor(local_split, mode), env, {},
-                             WorkingDirectory());
+    LaunchCheck check = LaunchCheckFor(local_split, mode);
+    check.script_hint = SubcommandHint(local_split, env);
+    if (auto s = CheckLaunch(f.command, check, env, {}, WorkingDirectory());
         !s.ok()) {
       return config_error(s.message());
     }
@@ -1352,6 +1360,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.identity = *identity;
   po.command = f.command;
   po.launch_check = LaunchCheckFor(split, mode);
+  po.launch_check.script_hint = SubcommandHint(split, env);
   po.interpreter = interpreter;
   std::optional<std::uint16_t> free_jax_port;
   if (auto st = ChoosePorts(f, env, tr, &po, &free_jax_port); !st.ok()) {
@@ -1381,6 +1390,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   if (tr.join_timeout && f.opts.at("rdzv-timeout")->count() == 0) po.rdzv_timeout = *tr.join_timeout;
   po.grace = *grace;
   po.env = env;
+  po.env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = tr.signals_to_handle;
   if (auto st = CheckVirtualLocalRank(po); !st.ok()) return config_error(st.message());
   po.codes = codes;
   po.markers = markers;

@@ -125,7 +125,8 @@ Status CheckLaunch(const std::vector<std::string>& argv, const LaunchCheck& chec
                             (check.script.front() == '/' ? std::string()
                                                          : " in " + cwd +
                                                                " (the workers' working directory)") +
-                            ": " + std::strerror(e) + ProgramHint(check.script, path_var));
+                            ": " + std::strerror(e) + ProgramHint(check.script, path_var) +
+                            check.script_hint);
     }
   }
   if (!logs.log_dir.empty()) {

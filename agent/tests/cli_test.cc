@@ -229,7 +229,7 @@ TEST(CliTest, WorkersGetTorchrunEnvironment) {
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[rank1\]: 1/1/2/2/0/1/127\.0\.0\.1/(\d+)/0/1)")))
       << r.out;
   EXPECT_NE(m[1], "29500") << r.out;
-  EXPECT_NE(r.out.find("[rank0]: 1/0/2/2/0/0/127.0.0.1/" + m[1].str() + "/0/1"), std::string::npos)
+  EXPECT_NE(r.out.find("[rank0]: 0/0/2/2/0/0/127.0.0.1/" + m[1].str() + "/0/1"), std::string::npos)
       << "one MASTER_PORT for every worker: " << r.out;
   EXPECT_NE(r.out.find("[rank0]: has-files"), std::string::npos) << r.out;
 }
@@ -813,41 +813,43 @@ TEST(CliTest, EveryTorchrunFlagOfTheTrackedVersion) {
     int code = 0;
     std::string expected;                   // in the output
   };
+  auto U = [](std::string value, std::string trainer = "-- true", int code = 0,
+              std::string expected = "") { return Use{value, trainer, code, expected}; };
   const std::map<std::string, Use> uses = {
-      {"--nnodes", {"1:1"}},
-      {"--nproc-per-node", {"2"}},
-      {"--rdzv-backend", {"c10d"}},
-      {"--rdzv-endpoint", {"localhost:0"}},  // torchtitan's run_train.sh
-      {"--rdzv-id", {"job"}},
-      {"--rdzv-conf", {"join_timeout=30,last_call_timeout=5,is_host=1", "-- true", 0,
-       "last_call_timeout=5 has no effect"}},
-      {"--standalone", {""}},
-      {"--max-restarts", {"0"}},
-      {"--monitor-interval", {"5"}},
-      {"--start-method", {"fork"}},
-      {"--event-log-handler", {"null"}},
-      {"--role", {"trainer"}},
-      {"-m", {"", "json.tool -h", 0, "json.tool"}},
-      {"--no-python", {"", "true"}},
-      {"--run-path", {"", dir + "/t.py", 0, "[rank0]: ran"}},
-      {"--log-dir", {dir + "/logs"}},
-      {"-r", {"0"}},
-      {"-t", {"0"}},
-      {"--log-line-prefix-template", {"<$rank> ", "-- echo hi", 0, "<0> hi"}},
-      {"--local-ranks-filter", {"0"}},
-      {"--duplicate-stdout-filters", {"a,b", "-- true", 0, "has no effect"}},
-      {"--duplicate-stderr-filters", {"a", "-- true", 0, "has no effect"}},
-      {"--node-rank", {"0"}},
-      {"--master-addr", {"127.0.0.1"}},
-      {"--master-port", {FreePort()}},
-      {"--local-addr", {"127.0.0.1"}},
-      {"--logs-specs", {"custom", "-- true", 78, "a torchrun.logs_specs plugin is Python"}},
-      {"--numa-binding", {"node", "-- true", 0, "has no effect: trainlet binds no CPUs"}},
-      {"--signals-to-handle", {"SIGTERM,SIGINT,SIGUSR1"}},
-      {"--shutdown-timeout", {"5"}},
-      {"--virtual-local-rank", {"", "-- sh -c 'echo lr=$LOCAL_RANK/$CUDA_VISIBLE_DEVICES'", 0,
-       "[rank0]: lr=0/0"}},
-      {"--print-completion", {"bash", "", 0, "no shell completion script"}},
+      {"--nnodes", U("1:1")},
+      {"--nproc-per-node", U("2")},
+      {"--rdzv-backend", U("c10d")},
+      {"--rdzv-endpoint", U("localhost:0")},  // torchtitan's run_train.sh
+      {"--rdzv-id", U("job")},
+      {"--rdzv-conf", U("join_timeout=30,last_call_timeout=5,is_host=1", "-- true", 0,
+       "last_call_timeout=5 has no effect")},
+      {"--standalone", U("")},
+      {"--max-restarts", U("0")},
+      {"--monitor-interval", U("5")},
+      {"--start-method", U("fork")},
+      {"--event-log-handler", U("null")},
+      {"--role", U("trainer")},
+      {"-m", U("", "json.tool -h", 0, "json.tool")},
+      {"--no-python", U("", "true")},
+      {"--run-path", U("", dir + "/t.py", 0, "[rank0]: ran")},
+      {"--log-dir", U(dir + "/logs")},
+      {"-r", U("0")},
+      {"-t", U("0")},
+      {"--log-line-prefix-template", U("<$rank> ", "-- echo hi", 0, "<0> hi")},
+      {"--local-ranks-filter", U("0")},
+      {"--duplicate-stdout-filters", U("a,b", "-- true", 0, "has no effect")},
+      {"--duplicate-stderr-filters", U("a", "-- true", 0, "has no effect")},
+      {"--node-rank", U("0", "--nnodes 1 -- true")},
+      {"--master-addr", U("127.0.0.1")},
+      {"--master-port", U(FreePort())},
+      {"--local-addr", U("127.0.0.1")},
+      {"--logs-specs", U("custom", "-- true", 78, "a torchrun.logs_specs plugin is Python")},
+      {"--numa-binding", U("node", "-- true", 0, "has no effect: trainlet binds no CPUs")},
+      {"--signals-to-handle", U("SIGTERM,SIGINT,SIGUSR1")},
+      {"--shutdown-timeout", U("5")},
+      {"--virtual-local-rank", U("", "-- sh -c 'echo lr=$LOCAL_RANK/$CUDA_VISIBLE_DEVICES'", 0,
+       "[rank0]: lr=0/0")},
+      {"--print-completion", U("bash", "", 0, "no shell completion script")},
   };
   const auto flags = TorchrunList("value"), switches = TorchrunList("switch");
   ASSERT_GT(flags.size() + switches.size(), 30u) << TORCHRUN_FLAGS;

@@ -398,9 +398,6 @@ TEST(WorkerEnvironment, JaxVariables) {
   EXPECT_FALSE(EnvMap(WorkerEnvironment({}, p)).contains("JAX_COORDINATOR_ADDRESS"));
 }
 
-}  // namespace
-}  // namespace trainlet::agent
-
 // Every --rdzv-conf key torch's rendezvous backends read (the list
 // scripts/torchrun-flags took from the tracked torch) is accepted, with a
 // value torch accepts; each has a meaning here or says why it has none.
@@ -425,3 +422,6 @@ TEST(ParseRdzvConf, EveryKeyOfTheTrackedTorch) {
   }
   EXPECT_GT(n, 10u) << TORCHRUN_FLAGS;
 }
+
+}  // namespace
+}  // namespace trainlet::agent
