@@ -385,5 +385,24 @@ class FieldLinesTest(SideBySide):
                     self.assertNotEqual(l["workers"]["rank0.json"]["env"]["MASTER_PORT"], "29500")
 
 
+class TrackedFlagListTest(unittest.TestCase):
+    """agent/tests/data/torchrun-flags.txt (the unit tests' list of every torchrun flag and
+    rendezvous key) is what scripts/torchrun-flags reads from the installed torch 2.x."""
+
+    def test_the_checked_in_list_is_the_installed_torchs(self):
+        site = glob.glob(os.path.join(os.path.dirname(os.path.dirname(TORCH2_PYTHON)), "lib",
+                                      "python3*", "site-packages", "torch"))
+        if not site:
+            self.skipTest(f"no torch 2.x beside {TORCH2_PYTHON} (scripts/install-torch)")
+        repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        now = subprocess.run([PYTHON, os.path.join(repo, "scripts", "torchrun-flags"), site[0]],
+                             capture_output=True, text=True, check=True).stdout
+        with open(os.path.join(repo, "agent", "tests", "data", "torchrun-flags.txt")) as f:
+            listed = f.read()
+        self.assertEqual(now.splitlines()[0], listed.splitlines()[0],
+                         "the installed torch is not the tracked one: update README and the list")
+        self.assertEqual(now, listed)
+
+
 if __name__ == "__main__":
     unittest.main()
