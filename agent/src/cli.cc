@@ -35,6 +35,7 @@
 #include "trainlet/agent/pod.h"
 #include "trainlet/agent/supervision_policy.h"
 #include "trainlet/agent/torchrun.h"
+#include "trainlet/agent/worker_env.h"
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/exitcodes/policy.h"
@@ -69,7 +70,7 @@ std::optional<std::string> ReadFile(const std::string& path) {
 struct Flags {
   std::string node_rank, nnodes, nproc_per_node, master_addr, job_id, attempt, gang;
   std::string podinfo_file, podinfo_dir = "/etc/podinfo";
-  std::string rdzv_port = "29400", master_port = "29500";
+  std::string rdzv_port = "29400", master_port;
   std::string rdzv_timeout = "600", grace_period = "25";
   std::string log_level;
   std::string log_format = "text", worker_log_format = "text";
@@ -89,6 +90,9 @@ struct Flags {
   std::string monitor_interval = "0.1", start_method = "spawn", event_log_handler = "null";
   std::string log_dir, redirects = "0", tee = "0", local_ranks_filter;
   std::string local_addr, signals_to_handle, shutdown_timeout, logs_specs, numa_binding;
+  std::string log_line_prefix_template, duplicate_stdout_filters, duplicate_stderr_filters;
+  std::string print_completion;
+  bool virtual_local_rank = false;
   std::string python, jax_port = "29600";
   bool standalone = false, module = false, no_python = false, run_path = false;
   std::vector<std::string> command;
@@ -181,9 +185,34 @@ struct TorchrunFlag {
   const char* short_name = "";
 };
 
+// torchrun's log-file flags, in the pod form and in `local`.
+void AddLogFileFlags(CLI::App& app, Flags& f) {
+  static const TorchrunFlag kFlags[] = {
+      {"log-dir", &Flags::log_dir,
+       "keep each worker's output in <dir>/<run-id>_<suffix>/attempt_<restart>/"
+       "<local-rank>/{stdout,stderr}.log (with --redirects / --tee)"},
+      {"redirects", &Flags::redirects,
+       "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local "
+       "rank as 0:1,1:2", "r"},
+      {"tee", &Flags::tee, "streams to files and the console (as --redirects)", "t"},
+      {"local-ranks-filter", &Flags::local_ranks_filter,
+       "0,1,...: only these local ranks' output reaches the console (files keep all)"},
+      {"log-line-prefix-template", &Flags::log_line_prefix_template,
+       "the console prefix, with ${role_name}, ${rank}, ${local_rank}, ${hostname} (wins "
+       "over TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE; default [rank<N>]: ; none: "
+       "--worker-log-format plain)"},
+  };
+  for (const TorchrunFlag& t : kFlags) {
+    AddTorchrunFlag(app, f, t.name, &(f.*t.target), t.help, t.short_name);
+  }
+}
+
 void AddTorchrunFlags(CLI::App& app, Flags& f) {
   AddTorchrunSwitch(app, f, "standalone", &f.standalone,
                     "a gang of this pod alone, on free loopback ports");
+  AddTorchrunSwitch(app, f, "virtual-local-rank", &f.virtual_local_rank,
+                    "every worker gets LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES its own GPU (the "
+                    "local rank's entry of this pod's list)");
   static const TorchrunFlag kFlags[] = {
       {"rdzv-backend", &Flags::rdzv_backend,
        "static, c10d, etcd, etcd-v2: all served by trainlet's own rendezvous"},
@@ -199,15 +228,6 @@ void AddTorchrunFlags(CLI::App& app, Flags& f) {
       {"start-method", &Flags::start_method,
        "spawn|fork|forkserver, accepted: every worker is a fresh process"},
       {"event-log-handler", &Flags::event_log_handler, "only 'null'"},
-      {"log-dir", &Flags::log_dir,
-       "keep each worker's output in <dir>/<run-id>_<suffix>/attempt_<restart>/"
-       "<local-rank>/{stdout,stderr}.log (with --redirects / --tee)"},
-      {"redirects", &Flags::redirects,
-       "streams to files only: 0 none, 1 stdout, 2 stderr, 3 both, or per local "
-       "rank as 0:1,1:2", "r"},
-      {"tee", &Flags::tee, "streams to files and the console (as --redirects)", "t"},
-      {"local-ranks-filter", &Flags::local_ranks_filter,
-       "0,1,...: only these local ranks' output reaches the console (files keep all)"},
       {"local-addr", &Flags::local_addr,
        "on the leader (index 0): the address every trainer gets as MASTER_ADDR"},
       {"signals-to-handle", &Flags::signals_to_handle,
@@ -216,7 +236,14 @@ void AddTorchrunFlags(CLI::App& app, Flags& f) {
       {"shutdown-timeout", &Flags::shutdown_timeout,
        "as --grace-period; also TORCH_ELASTIC_SHUTDOWN_TIMEOUT"},
       {"logs-specs", &Flags::logs_specs, "refused: no Python plugins"},
-      {"numa-binding", &Flags::numa_binding, "refused: no NUMA binding"},
+      {"numa-binding", &Flags::numa_binding,
+       "node|socket|exclusive|core-complex: accepted, no effect (trainlet binds no CPUs)"},
+      {"duplicate-stdout-filters", &Flags::duplicate_stdout_filters,
+       "accepted, no effect: no filtered copy of the output is written"},
+      {"duplicate-stderr-filters", &Flags::duplicate_stderr_filters,
+       "accepted, no effect: no filtered copy of the output is written"},
+      {"print-completion", &Flags::print_completion,
+       "SHELL: prints no completion script (a comment), exits 0"},
   };
   for (const TorchrunFlag& t : kFlags) {
     AddTorchrunFlag(app, f, t.name, &(f.*t.target), t.help, t.short_name);
@@ -269,9 +296,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "message as \"summary\" (default text)")
       ->check(CLI::IsMember({"text", "json"}));
   AddFlag(app, f, "worker-log-format", &f.worker_log_format,
-          "text|json: json wraps each worker output line as {\"rank\":R,\"stream\":...,"
-          "\"line\":...} instead of the [rankR]: prefix (default text)")
-      ->check(CLI::IsMember({"text", "json"}));
+          "text|json|plain: json wraps each worker output line as {\"rank\":R,\"stream\":...,"
+          "\"line\":...} instead of the [rankR]: prefix; plain writes it as the worker did, "
+          "no prefix (torchrun's console without --tee) (default text)")
+      ->check(CLI::IsMember({"text", "json", "plain"}));
   AddFlag(app, f, "exit-code", &f.exit_codes,
           "CLASS=CODE, repeatable or comma-separated: change a class's exit code "
           "(`trainlet exit-codes`)")
@@ -298,6 +326,11 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
           "writable)");
   AddTrainerFlags(app, f);
+  AddLogFileFlags(app, f);
+  AddFlag(app, f, "health-port", &f.health_port,
+          "serve /readyz (the gang has formed) and /livez (no hang) over HTTP on this port; "
+          "0 = off (default); see also `trainlet probe`; under `local`, agent i serves on "
+          "PORT+i");
   if (local) return;
   AddTorchrunFlags(app, f);
   AddFlag(app, f, "node-rank", &f.node_rank,
@@ -308,7 +341,8 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "derived from this pod's FQDN (<prefix>-0.<subdomain>...)");
   AddFlag(app, f, "rdzv-port", &f.rdzv_port, "the leader's rendezvous port (default 29400)");
   AddFlag(app, f, "master-port", &f.master_port,
-          "MASTER_PORT for the trainers' own store; also PET_MASTER_PORT (default 29500)");
+          "MASTER_PORT for the trainers' own store; also PET_MASTER_PORT, MASTER_PORT (default: "
+          "a port the leader finds free and hands to every pod, so it never clashes)");
   AddFlag(app, f, "jax-port", &f.jax_port,
           "on the leader: the port handed to every worker in JAX_COORDINATOR_ADDRESS "
           "(MASTER_ADDR:PORT, for jax.distributed.initialize); 0 = no JAX_* variables "
@@ -316,9 +350,6 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "job-id", &f.job_id,
           "the job's identity; pods of other jobs are refused (default: the leader's host "
           "label)");
-  AddFlag(app, f, "health-port", &f.health_port,
-          "serve /readyz (the gang has formed) and /livez (no hang) over HTTP on this port; "
-          "0 = off (default); see also `trainlet probe`");
   AddFlag(app, f, "token-file", &f.token_file,
           "file holding a shared secret (e.g. a mounted Secret): leader and members prove it "
           "to each other by HMAC-SHA256; it never crosses the wire or reaches a log");
@@ -512,7 +543,63 @@ struct TorchrunSettings {
   std::chrono::milliseconds read_timeout{0};
   std::string local_addr;
   WorkerLogOptions logs;
+  bool virtual_local_rank = false;
+  // TORCHELASTIC_SIGNALS_TO_HANDLE for the workers: the flag's value, else torch's default
+  // (torch/distributed/launcher/api.py sets it in the agent's environment).
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 };
+
+// torchrun's log-file flags and TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
+// (worker_logs.h), validated; in the pod form and in `local`.
+exitcodes::Status ReadLogFlags(const Flags& f, const std::map<std::string, std::string>& env,
+                               WorkerLogOptions* out) {
+  auto value = [&](const char* name, const std::string& v) {
+    return Given(f, name, env, &v).value_or(v);
+  };
+  out->log_dir = Given(f, "log-dir", env, &f.log_dir).value_or("");
+  auto redirects = ParseStd(Source(f, "redirects", env), value("redirects", f.redirects));
+  if (!redirects.ok()) return redirects.status();
+  auto tee = ParseStd(Source(f, "tee", env), value("tee", f.tee));
+  if (!tee.ok()) return tee.status();
+  auto filter = ParseLocalRanksFilter(Source(f, "local-ranks-filter", env),
+                                      value("local-ranks-filter", f.local_ranks_filter));
+  if (!filter.ok()) return filter.status();
+  out->redirects = *redirects;
+  out->tee = *tee;
+  out->local_ranks_filter = *filter;
+  // torch 2.15 run.py: the flag wins over the variable; empty means the default.
+  if (auto v = Given(f, "log-line-prefix-template", env, &f.log_line_prefix_template);
+      v && !v->empty()) {
+    out->prefix_template = *v;
+  } else if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+    out->prefix_template = it->second;
+  }
+  return exitcodes::Status::Ok();
+}
+
+// torchrun's flags that mean nothing here: said once, or refused where torch
+// would refuse the value too.
+exitcodes::Status NoEffectFlags(const Flags& f, const std::map<std::string, std::string>& env) {
+  if (auto v = Given(f, "numa-binding", env, &f.numa_binding)) {
+    // torch/numa/binding.py AffinityMode.
+    static const std::set<std::string> kModes = {"node", "socket", "exclusive", "core-complex"};
+    if (!kModes.contains(*v)) {
+      return exitcodes::Status::Config(Source(f, "numa-binding", env) + "='" + *v +
+                                       "' is not one of node, socket, exclusive, core-complex");
+    }
+    spdlog::info("{}={} has no effect: trainlet binds no CPUs (bind in the trainer, or run "
+                 "numactl: --no-python numactl ... python3 train.py)",
+                 Source(f, "numa-binding", env), *v);
+  }
+  for (auto [name, value] : {std::pair{"duplicate-stdout-filters", &f.duplicate_stdout_filters},
+                             std::pair{"duplicate-stderr-filters", &f.duplicate_stderr_filters}}) {
+    if (auto v = Given(f, name, env, value); v && !v->empty()) {
+      spdlog::info("{}='{}' has no effect: trainlet writes no filtered copy of the output",
+                   Source(f, name, env), *v);
+    }
+  }
+  return exitcodes::Status::Ok();
+}
 
 exitcodes::Status ReadTorchrunFlags(const Flags& f, const std::map<std::string, std::string>& env,
                                     TorchrunSettings* out) {
@@ -526,6 +613,9 @@ exitcodes::Status ReadTorchrunFlags(const Flags& f, const std::map<std::string, 
   auto standalone = GivenSwitch(f, "standalone", env, f.standalone);
   if (!standalone.ok()) return standalone.status();
   out->standalone = *standalone;
+  auto virtual_rank = GivenSwitch(f, "virtual-local-rank", env, f.virtual_local_rank);
+  if (!virtual_rank.ok()) return virtual_rank.status();
+  out->virtual_local_rank = *virtual_rank;
   const std::string backend = value("rdzv-backend", f.rdzv_backend);
   if (backend != "static" && backend != "c10d" && backend != "etcd" && backend != "etcd-v2") {
     return refuse("rdzv-backend", backend, "not a rendezvous backend trainlet stands in for "
@@ -548,11 +638,9 @@ exitcodes::Status ReadTorchrunFlags(const Flags& f, const std::map<std::string, 
     return refuse("logs-specs", *v, "a torchrun.logs_specs plugin is Python; trainlet writes "
                   "torchrun's default layout (--log-dir, --redirects, --tee)");
   }
-  if (auto v = Given(f, "numa-binding", env, &f.numa_binding)) {
-    return refuse("numa-binding", *v, "trainlet does no NUMA binding (bind in the trainer, or "
-                  "run numactl: --no-python numactl ... python3 train.py)");
-  }
+  if (auto st = NoEffectFlags(f, env); !st.ok()) return st;
   if (auto v = Given(f, "signals-to-handle", env, &f.signals_to_handle)) {
+    out->signals_to_handle = *v;
     std::stringstream list(*v);
     for (std::string item; std::getline(list, item, ',');) {
       auto sig = ParseSignal(Source(f, "signals-to-handle", env), item);
@@ -573,6 +661,7 @@ exitcodes::Status ReadTorchrunFlags(const Flags& f, const std::map<std::string, 
   if (auto v = Given(f, "rdzv-conf", env, &f.rdzv_conf)) {
     auto conf = ParseRdzvConf(Source(f, "rdzv-conf", env), *v);
     if (!conf.ok()) return conf.status();
+    for (const auto& note : conf->no_effect) spdlog::info("{}: {}", Source(f, "rdzv-conf", env), note);
     if (conf->join_timeout) {
       auto t = ParseSeconds(Source(f, "rdzv-conf", env) + " join_timeout", *conf->join_timeout);
       if (!t.ok()) return t.status();
@@ -589,21 +678,7 @@ exitcodes::Status ReadTorchrunFlags(const Flags& f, const std::map<std::string, 
     out->role = *v;
   }
   if (auto v = Given(f, "local-addr", env, &f.local_addr)) out->local_addr = *v;
-  // Log files (worker_logs.h).
-  out->logs.log_dir = Given(f, "log-dir", env, &f.log_dir).value_or("");
-  auto redirects = ParseStd(Source(f, "redirects", env), value("redirects", f.redirects));
-  if (!redirects.ok()) return redirects.status();
-  auto tee = ParseStd(Source(f, "tee", env), value("tee", f.tee));
-  if (!tee.ok()) return tee.status();
-  auto filter = ParseLocalRanksFilter(Source(f, "local-ranks-filter", env),
-                                      value("local-ranks-filter", f.local_ranks_filter));
-  if (!filter.ok()) return filter.status();
-  out->logs.redirects = *redirects;
-  out->logs.tee = *tee;
-  out->logs.local_ranks_filter = *filter;
-  if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
-    out->logs.prefix_template = it->second;
-  }
+  if (auto st = ReadLogFlags(f, env, &out->logs); !st.ok()) return st;
   return Status::Ok();
 }
 
@@ -654,6 +729,16 @@ bool TrainerModeFromEnv(const std::map<std::string, std::string>& env) {
   return false;
 }
 
+// A subcommand's name where the trainer goes (`trainlet --nnodes 1 local`):
+// what to write instead, or "".
+std::string SubcommandHint(const SplitArgs& trainer, const std::map<std::string, std::string>& env) {
+  const std::string first = trainer.trainer.empty() ? "" : trainer.trainer.front();
+  if (std::find(kSubcommands.begin(), kSubcommands.end(), first) == kSubcommands.end()) return "";
+  return "; `" + first + "` is a subcommand only as the first argument (trainlet " + first +
+         " ...)" + (TrainerModeFromEnv(env) ? " and without PET_MODULE/PET_NO_PYTHON/PET_RUN_PATH"
+                                              : "");
+}
+
 std::string GivenTwice(const std::string& flag) {
   return flag + " is given more than once: trainlet's own flags take one value (torchrun's "
          "flags take the last one, as argparse does)";
@@ -693,6 +778,140 @@ std::string SelfExe() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "trainlet";
+}
+
+// MASTER_PORT as given: --master-port, TRAINLET_MASTER_PORT, PET_MASTER_PORT,
+// else MASTER_PORT in the environment; nullopt: the leader picks a free one.
+exitcodes::Result<std::optional<std::uint16_t>> GivenMasterPort(
+    const Flags& f, const std::map<std::string, std::string>& env) {
+  std::string what = Source(f, "master-port", env);
+  std::optional<std::string> v = Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT");
+  if (!v && env.contains("MASTER_PORT")) v = env.at("MASTER_PORT"), what = "MASTER_PORT";
+  if (!v) return std::optional<std::uint16_t>();
+  auto port = ParsePort(what, *v);
+  if (!port.ok()) return port.status();
+  return std::optional(*port);
+}
+
+// The rendezvous port, MASTER_PORT (0: the leader picks a free one and hands
+// it out, leader.h) and, for --standalone, JAX's port. Errors: config (bad or
+// clashing ports, port 0 that other pods would have to know), infra (no free
+// loopback port).
+exitcodes::Status ChoosePorts(const Flags& f, const std::map<std::string, std::string>& env,
+                              const TorchrunSettings& tr, PodOptions* po,
+                              std::optional<std::uint16_t>* free_jax_port) {
+  using exitcodes::Status;
+  auto rdzv_port = ParsePort(Source(f, "rdzv-port", env), f.rdzv_port);
+  if (!rdzv_port.ok()) return rdzv_port.status();
+  // The rendezvous port: --rdzv-port or --rdzv-endpoint's, as for the leader.
+  std::vector<Candidate> ports;
+  if (f.opts.at("rdzv-port")->count() > 0) {
+    ports.push_back({std::to_string(*rdzv_port), Source(f, "rdzv-port", env),
+                     *OriginOf(f, "rdzv-port", env)});
+  }
+  if (tr.endpoint && tr.endpoint_port_given && !tr.standalone) {
+    ports.push_back({std::to_string(tr.endpoint->port), Source(f, "rdzv-endpoint", env),
+                     *OriginOf(f, "rdzv-endpoint", env)});
+  }
+  auto port_choice = ChooseCandidate("the rendezvous port", ports);
+  if (!port_choice.ok()) return port_choice.status();
+  LogOverridden(ports, *port_choice);
+  auto master_port = GivenMasterPort(f, env);
+  if (!master_port.ok()) return master_port.status();
+  po->rdzv_port = *port_choice ? static_cast<std::uint16_t>(std::stoul((*port_choice)->value))
+                               : *rdzv_port;
+  po->master_port = master_port->value_or(0);
+  if (tr.standalone) {
+    // A free rendezvous port and JAX coordinator port, unless given: two
+    // standalone runs on one machine must not collide (torchrun's --standalone).
+    const std::vector<std::uint16_t> free = FreeLoopbackPorts(2);
+    if (free.empty()) return Status::Infra("--standalone: no free loopback port");
+    po->rdzv_port = free[0];
+    if (f.opts.at("jax-port")->count() == 0) *free_jax_port = free[1];
+    return Status::Ok();
+  }
+  if (po->rdzv_port == 0 && po->identity.nnodes > 1) {
+    // torch's endpoint parser takes 0 (a free port), but a member must know it.
+    return Status::Config((*port_choice)->source + " gives port 0 (a free port), which only a "
+                          "gang of one pod can use: the other " +
+                          std::to_string(po->identity.nnodes - 1) + " pod(s) would have to "
+                          "know it; give the port they dial");
+  }
+  if (*master_port && po->master_port == po->rdzv_port) {
+    // torchrun's static rendezvous shares MASTER_PORT with its store (Kubeflow
+    // Trainer sets PET_MASTER_PORT=29400); trainlet's rendezvous needs its own.
+    if (port_choice->has_value()) {
+      return Status::Config("the rendezvous port (" + (*port_choice)->source + ") and "
+                            "MASTER_PORT are both " + std::to_string(po->master_port) +
+                            ": trainlet's rendezvous and the trainers' store need two ports; "
+                            "leave MASTER_PORT unset and the leader picks a free one");
+    }
+    po->rdzv_port = static_cast<std::uint16_t>(po->master_port == 65535 ? 65534
+                                                                         : po->master_port + 1);
+    spdlog::info("MASTER_PORT is {}: the rendezvous uses port {}", po->master_port, po->rdzv_port);
+  }
+  return Status::Ok();
+}
+
+// `trainlet local`'s log files and health ports: validated here, handed to
+// every agent (health: agent i on PORT+i).
+exitcodes::Status LocalLogsAndHealth(const Flags& f, const std::map<std::string, std::string>& env,
+                                     LocalOptions* lo) {
+  WorkerLogOptions logs;
+  if (auto st = ReadLogFlags(f, env, &logs); !st.ok()) return st;
+  for (auto [name, value] : {std::pair{"log-dir", &f.log_dir}, std::pair{"redirects", &f.redirects},
+                             std::pair{"tee", &f.tee},
+                             std::pair{"local-ranks-filter", &f.local_ranks_filter},
+                             std::pair{"log-line-prefix-template", &f.log_line_prefix_template}}) {
+    if (auto v = Given(f, name, env, value)) {
+      lo->pass_through.insert(lo->pass_through.end(), {"--" + std::string(name), *v});
+    }
+  }
+  if (f.health_port != "0") {
+    auto port = ParsePort(Source(f, "health-port", env), f.health_port);
+    if (!port.ok()) return port.status();
+    if (*port + lo->nnodes - 1 > 65535) {
+      return exitcodes::Status::Config(Source(f, "health-port", env) + "='" + f.health_port +
+                                       "': agent i serves on PORT+i, past 65535");
+    }
+    lo->health_port = *port;
+  }
+  return exitcodes::Status::Ok();
+}
+
+// `trainlet local` sets each agent's identity and ports itself: a variable
+// for a flag it does not take would be ignored, so it is refused. `pod` and
+// `local` are the two forms' flags.
+exitcodes::Status RefuseUnusedLocalEnv(const Flags& pod, const Flags& local,
+                                       const std::map<std::string, std::string>& env) {
+  for (const auto& [name, o] : pod.opts) {
+    if (local.opts.contains(name)) continue;
+    for (const std::string& var : {EnvName("TRAINLET_", name), PetName(pod, name)}) {
+      if (!var.empty() && env.contains(var)) {
+        return exitcodes::Status::Config(
+            var + " is set, but `trainlet local` has no --" + name + ": it sets each agent's "
+            "identity and ports itself; unset it, or run the pod form (trainlet without local)");
+      }
+    }
+  }
+  return exitcodes::Status::Ok();
+}
+
+// --virtual-local-rank gives local rank i the i-th entry of the pod's GPU
+// list: torch refuses a list with fewer entries than workers, and so do we.
+exitcodes::Status CheckVirtualLocalRank(const PodOptions& po) {
+  if (!po.virtual_local_rank) return exitcodes::Status::Ok();
+  for (const char* var : {"HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
+    auto it = po.env.find(var);
+    if (it == po.env.end() || it->second.empty()) continue;
+    if (SplitDeviceList(it->second).size() < po.identity.nproc_per_node) {
+      return exitcodes::Status::Config(
+          "--virtual-local-rank: " + std::string(var) + "='" + it->second + "' has fewer GPUs "
+          "than the " + std::to_string(po.identity.nproc_per_node) + " workers of this pod");
+    }
+    break;
+  }
+  return exitcodes::Status::Ok();
 }
 
 }  // namespace
@@ -840,6 +1059,10 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     return ConfigError(e.what());
   }
 
+  if (flags.opts.at("print-completion")->count() > 0) {  // torchrun's; exits, as there
+    std::puts("# trainlet has no shell completion script (torchrun's --print-completion)");
+    return 0;
+  }
   if (exit_codes->parsed()) {
     PrintExitCodes();
     return 0;
@@ -893,24 +1116,18 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     if (!on.ok()) return config_error(on.status().message());
     *slot = *on;
   }
-  if (f.opts.at("python")->count() > 0) {
-    mode.python = f.python;
-  } else if (env.contains("PYTHON_EXEC")) {
-    mode.python = env.at("PYTHON_EXEC");
-  }
+  const Interpreter python = ChooseInterpreter(
+      f.opts.at("python")->count() > 0 ? std::optional(f.python) : std::nullopt, env, SelfExe(),
+      [](const std::string& path) { return ::access(path.c_str(), F_OK) == 0; });
+  mode.python = python.path;
   const SplitArgs& trainer = is_local ? local_split : split;
   auto command = TrainerArgv(trainer, mode);
   if (!command.ok()) {
-    std::string m = command.status().message();
-    const std::string first = trainer.trainer.empty() ? "" : trainer.trainer.front();
-    if (std::find(kSubcommands.begin(), kSubcommands.end(), first) != kSubcommands.end()) {
-      m += "; `" + first + "` is a subcommand only as the first argument (trainlet " + first +
-           " ...)" + (TrainerModeFromEnv(env) ? " and without PET_MODULE/PET_NO_PYTHON/PET_RUN_PATH"
-                                                : "");
-    }
-    return config_error(m);
+    return config_error(command.status().message() + SubcommandHint(trainer, env));
   }
   f.command = *command;
+  const bool runs_python = mode.run_path || mode.module || !(mode.no_python || trainer.dash_dash);
+  const std::string interpreter = runs_python ? python.path + " (" + python.why + ")" : "";
   // A flag means what it says on its own, or is refused.
   for (auto [flag, needs, on] :
        {std::tuple{"preflight-timeout", "--preflight", f.preflight},
@@ -1040,8 +1257,9 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.nproc_per_node = *nproc;
     lo.command = f.command;
     // The agents check it too, but only here is the script known as one.
-    if (auto s = CheckLaunch(f.command, LaunchCheckFor(local_split, mode), env, {},
-                             WorkingDirectory());
+    LaunchCheck check = LaunchCheckFor(local_split, mode);
+    check.script_hint = SubcommandHint(local_split, env);
+    if (auto s = CheckLaunch(f.command, check, env, {}, WorkingDirectory());
         !s.ok()) {
       return config_error(s.message());
     }
@@ -1075,6 +1293,10 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.pass_through.insert(lo.pass_through.end(), {"--log-format", f.log_format,
                                                    "--worker-log-format", f.worker_log_format});
     if (f.require_gpus) lo.pass_through.push_back("--require-gpus");
+    if (auto st = LocalLogsAndHealth(f, env, &lo); !st.ok()) return config_error(st.message());
+    if (auto st = RefuseUnusedLocalEnv(flags, f, env); !st.ok()) return config_error(st.message());
+    lo.json_logs = f.log_format == "json";
+    lo.interpreter = interpreter;
     return RunLocal(lo);
   }
 
@@ -1144,53 +1366,11 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.identity = *identity;
   po.command = f.command;
   po.launch_check = LaunchCheckFor(split, mode);
-  auto rdzv_port = ParsePort(Source(f, "rdzv-port", env), f.rdzv_port);
-  if (!rdzv_port.ok()) return config_error(rdzv_port.status().message());
-  // The rendezvous port: --rdzv-port or --rdzv-endpoint's, as for the leader.
-  std::vector<Candidate> ports;
-  if (f.opts.at("rdzv-port")->count() > 0) {
-    ports.push_back({std::to_string(*rdzv_port), Source(f, "rdzv-port", env),
-                     *OriginOf(f, "rdzv-port", env)});
-  }
-  if (tr.endpoint && tr.endpoint_port_given && !tr.standalone) {
-    ports.push_back({std::to_string(tr.endpoint->port), Source(f, "rdzv-endpoint", env),
-                     *OriginOf(f, "rdzv-endpoint", env)});
-  }
-  auto port_choice = ChooseCandidate("the rendezvous port", ports);
-  if (!port_choice.ok()) return config_error(port_choice.status().message());
-  LogOverridden(ports, *port_choice);
-  auto master_port = ParsePort(
-      Source(f, "master-port", env),
-      Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT").value_or(f.master_port));
-  if (!master_port.ok()) return config_error(master_port.status().message());
-  po.rdzv_port = *port_choice ? static_cast<std::uint16_t>(std::stoul((*port_choice)->value))
-                              : *rdzv_port;
-  po.master_port = *master_port;
-  const bool rdzv_port_given = port_choice->has_value();
+  po.launch_check.script_hint = SubcommandHint(split, env);
+  po.interpreter = interpreter;
   std::optional<std::uint16_t> free_jax_port;
-  if (tr.standalone) {
-    // Free ports for the rendezvous, MASTER_PORT and JAX's coordinator, unless given:
-    // two standalone runs on one machine must not collide (torchrun's --standalone).
-    const std::vector<std::uint16_t> free = FreeLoopbackPorts(3);
-    if (free.empty()) {
-      return StartupError(exitcodes::FailureClass::kInfra, "--standalone: no free loopback port",
-                          codes, f.termination_log, index_hint);
-    }
-    po.rdzv_port = free[0];
-    if (Given(f, "master-port", env, &f.master_port, "PET_MASTER_PORT") == std::nullopt) {
-      po.master_port = free[1];
-    }
-    if (f.opts.at("jax-port")->count() == 0) free_jax_port = free[2];
-  } else if (po.master_port == po.rdzv_port) {
-    // torchrun's static rendezvous shares MASTER_PORT with its store (Kubeflow
-    // Trainer sets PET_MASTER_PORT=29400); trainlet's rendezvous needs its own.
-    if (rdzv_port_given) {
-      return config_error("the rendezvous port (" + (*port_choice)->source + ") and MASTER_PORT "
-                          "are both " + std::to_string(po.master_port) +
-                          ": trainlet's rendezvous and the trainers' store need two ports");
-    }
-    po.rdzv_port = static_cast<std::uint16_t>(po.master_port == 65535 ? 65534 : po.master_port + 1);
-    spdlog::info("MASTER_PORT is {}: the rendezvous uses port {}", po.master_port, po.rdzv_port);
+  if (auto st = ChoosePorts(f, env, tr, &po, &free_jax_port); !st.ok()) {
+    return StartupError(st.failure_class(), st.message(), codes, f.termination_log, index_hint);
   }
   po.gpu_count = gpu_count;
   if (f.jax_port == "0") {
@@ -1207,12 +1387,17 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     }
   }
   po.logs = tr.logs;
+  po.logs.console_prefix = f.worker_log_format != "plain";
+  po.logs.hostname = in.hostname;
+  po.virtual_local_rank = tr.virtual_local_rank;
   po.local_addr = tr.local_addr;
   po.rdzv_read_timeout = tr.read_timeout;
   po.rdzv_timeout = *rdzv_timeout;
   if (tr.join_timeout && f.opts.at("rdzv-timeout")->count() == 0) po.rdzv_timeout = *tr.join_timeout;
   po.grace = *grace;
   po.env = env;
+  po.env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = tr.signals_to_handle;
+  if (auto st = CheckVirtualLocalRank(po); !st.ok()) return config_error(st.message());
   po.codes = codes;
   po.markers = markers;
   po.termination_log = f.termination_log;

@@ -27,13 +27,28 @@ int ExecutableError(const std::string& file) {
 
 }  // namespace
 
+namespace {
+
+// A missing script that is a program on PATH ("python3 train.py", "sh -c"):
+// how to run it as a program, as torchrun would not either.
+std::string ProgramHint(const std::string& script, const std::optional<std::string>& path_var) {
+  if (script.find('/') != std::string::npos || FindExecutable(script, path_var).path.empty()) {
+    return "";
+  }
+  return "; '" + script + "' is a program on PATH: a bare first argument is a script for the "
+         "interpreter (as in torchrun); run a program after -- (trainlet [options] -- " + script +
+         " ...) or with --no-python";
+}
+
+}  // namespace
+
 LaunchCheck LaunchCheckFor(const SplitArgs& split, const TrainerMode& mode) {
   LaunchCheck c;
   if (split.trainer.empty()) return c;
   const std::string& first = split.trainer.front();
   const std::string interpreter =
-      "; it is the Python interpreter (--python, TRAINLET_PYTHON or PYTHON_EXEC; default "
-      "python3)";
+      "; it is the Python interpreter (--python, TRAINLET_PYTHON, PYTHON_EXEC, else the "
+      "Python environment trainlet is installed in, else python3 on PATH)";
   // The same order of modes as TrainerArgv.
   if (mode.run_path) {
     c.script = first;
@@ -94,8 +109,9 @@ Status CheckLaunch(const std::vector<std::string>& argv, const LaunchCheck& chec
                    const std::string& cwd) {
   if (argv.empty()) return Status::Config("no trainer command");
   auto path = env.find("PATH");
-  const ExecutableLookup found =
-      FindExecutable(argv[0], path == env.end() ? std::nullopt : std::optional(path->second));
+  const std::optional<std::string> path_var =
+      path == env.end() ? std::nullopt : std::optional(path->second);
+  const ExecutableLookup found = FindExecutable(argv[0], path_var);
   if (found.error != 0) {
     return Status::Config(CannotExecuteMessage(argv[0], found.error) + check.program_hint);
   }
@@ -109,7 +125,8 @@ Status CheckLaunch(const std::vector<std::string>& argv, const LaunchCheck& chec
                             (check.script.front() == '/' ? std::string()
                                                          : " in " + cwd +
                                                                " (the workers' working directory)") +
-                            ": " + std::strerror(e));
+                            ": " + std::strerror(e) + ProgramHint(check.script, path_var) +
+                            check.script_hint);
     }
   }
   if (!logs.log_dir.empty()) {

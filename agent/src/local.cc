@@ -80,13 +80,20 @@ int RunLocal(const LocalOptions& o) {
         "--rdzv-timeout",    std::to_string(o.rdzv_timeout.count() / 1000.0),
         "--log-level",       o.log_level};
     argv.insert(argv.end(), o.pass_through.begin(), o.pass_through.end());
+    if (o.health_port != 0) argv.insert(argv.end(), {"--health-port", std::to_string(o.health_port + i)});
     argv.push_back("--");
     argv.insert(argv.end(), o.command.begin(), o.command.end());
     agents.push_back({argv, env, ""});
   }
-  spdlog::set_pattern("[trainlet local %Y-%m-%dT%H:%M:%S.%e %l] %v");
-  spdlog::info("local: {} pod(s) x {} worker(s), rendezvous on 127.0.0.1:{}", o.nnodes,
-               o.nproc_per_node, rdzv_port);
+  // JSON lines keep the formatter ConfigureLogging set (log_format.h).
+  if (!o.json_logs) spdlog::set_pattern("[trainlet local %Y-%m-%dT%H:%M:%S.%e %l] %v");
+  spdlog::info("local: {} pod(s) x {} worker(s), rendezvous on 127.0.0.1:{}{}{}", o.nnodes,
+               o.nproc_per_node, rdzv_port,
+               o.interpreter.empty() ? "" : ", python " + o.interpreter,
+               o.health_port == 0 ? ""
+                                  : ", health ports " + std::to_string(o.health_port) + ".." +
+                                        std::to_string(o.health_port + o.nnodes - 1) +
+                                        " (agent i on " + std::to_string(o.health_port) + "+i)");
 
   boost::asio::io_context io;
   ScopedOutputSinks sinks(io);

@@ -92,9 +92,10 @@ class Pod {
       // init, so we can reap them (prctl(2), PR_SET_CHILD_SUBREAPER).
       ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     }
-    spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}' attempt {}, {}",
+    spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}' attempt {}, {}{}",
                  id.index, id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
-                 ::getpid() == 1 ? "PID 1" : "child subreaper");
+                 ::getpid() == 1 ? "PID 1" : "child subreaper",
+                 options_.interpreter.empty() ? "" : ", python " + options_.interpreter);
     PlanMemory();
     // Output never blocks the loop; what is still queued for a slow reader at
     // exit gets a bounded chance (exiting before the kubelet's SIGKILL matters
@@ -436,7 +437,8 @@ class Pod {
                         .role_rank_base = id.role_rank_base,
                         .role_world_size = id.role_world_size,
                         .jax_port = a.jax_port,
-                        .gpu_count = options_.gpu_count};
+                        .gpu_count = options_.gpu_count,
+                        .virtual_local_rank = options_.virtual_local_rank};
       auto env = WorkerEnvironment(base_env, p);
       if (options_.hang_timeout.count() > 0 && !error_dir.empty()) {
         std::string hb = error_dir + "/heartbeat-" + std::to_string(lr);

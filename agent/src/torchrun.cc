@@ -1,6 +1,7 @@
 #include "trainlet/agent/torchrun.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 
 #include "trainlet/agent/identity.h"
@@ -154,13 +155,8 @@ Result<std::vector<std::string>> TrainerArgv(const SplitArgs& split, const Train
     argv = {mode.python, "-u", "-m", first};
   } else if (mode.no_python || split.dash_dash) {
     argv = {first};
-  } else if (first.size() > 3 && first.ends_with(".py")) {
-    argv = {mode.python, "-u", first};
   } else {
-    return Status::Config(
-        "'" + first + "' is not a Python script (*.py), which is what a bare first argument "
-        "means (torchrun's training_script): to run a program give it after -- (trainlet "
-        "[options] -- " + first + " ...) or use --no-python; a module: -m " + first);
+    argv = {mode.python, "-u", first};  // torchrun: any training_script, .py or not
   }
   argv.insert(argv.end(), rest.begin(), rest.end());
   return argv;
@@ -264,12 +260,75 @@ Result<Endpoint> ParseEndpoint(const std::string& what, const std::string& value
     return e;
   }
   auto n = ParseCount(what, port, 65535);
-  if (!n.ok() || *n == 0) {
-    return Status::Config(what + "='" + value + "': '" + port + "' is not a port (1-65535)");
+  if (!n.ok()) {
+    return Status::Config(what + "='" + value + "': '" + port + "' is not a port (0-65535, 0: "
+                          "a free one)");
   }
   e.port = static_cast<std::uint16_t>(*n);
   return e;
 }
+
+const std::vector<RdzvConfKey>& RdzvConfKeys() {
+  // trainlet has one gang of a fixed size, its own rendezvous and its own
+  // heartbeats; these say why a key of torch's changes nothing here.
+  static constexpr std::string_view kFixed =
+      "a trainlet gang forms when its last pod arrives (MIN = MAX)";
+  static constexpr std::string_view kOwnBeat =
+      "trainlet's rendezvous has its own heartbeat (tunables.h)";
+  static constexpr std::string_view kNoStore =
+      "trainlet's rendezvous is not a TCPStore; the trainers' store is torch's own";
+  static constexpr std::string_view kNoEtcd = "trainlet has no etcd backend";
+  static const std::vector<RdzvConfKey> kKeys = {
+      {"join_timeout", RdzvValue::kSeconds, ""},
+      {"timeout", RdzvValue::kSeconds, ""},
+      {"read_timeout", RdzvValue::kSeconds, ""},
+      {"last_call_timeout", RdzvValue::kSeconds, kFixed},
+      {"close_timeout", RdzvValue::kSeconds, kFixed},
+      {"heartbeat_timeout", RdzvValue::kSeconds, kOwnBeat},
+      {"keep_alive_interval", RdzvValue::kSeconds, kOwnBeat},
+      {"keep_alive_max_attempt", RdzvValue::kSeconds, kOwnBeat},
+      {"is_host", RdzvValue::kBool,
+       "trainlet chooses the leader itself (README, Coming from torchrun)"},
+      {"use_libuv", RdzvValue::kBool, kNoStore},  // torch 2.2-2.3's c10d backend
+      {"store_type", RdzvValue::kText, kNoStore},
+      {"rank", RdzvValue::kText, "the node rank comes from --node-rank or the pod's index"},
+      {"cas_backoff_max_seconds", RdzvValue::kText, kOwnBeat},
+      {"protocol", RdzvValue::kText, kNoEtcd},
+      {"cacert", RdzvValue::kText, kNoEtcd},
+      {"cert", RdzvValue::kText, kNoEtcd},
+      {"key", RdzvValue::kText, kNoEtcd},
+      {"ca_cert", RdzvValue::kText, kNoEtcd},
+      {"ssl_cert", RdzvValue::kText, kNoEtcd},
+      {"ssl_cert_key", RdzvValue::kText, kNoEtcd},
+      {"etcd_prefix", RdzvValue::kText, kNoEtcd},
+  };
+  return kKeys;
+}
+
+namespace {
+
+// torch's RendezvousParameters.get_as_bool (rendezvous/api.py).
+bool IsTorchBool(std::string v) {
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  static const std::set<std::string> kBools = {"1", "true", "t", "yes", "y",
+                                               "0", "false", "f", "no", "n"};
+  return kBools.contains(v);
+}
+
+Status CheckRdzvValue(const std::string& what, const RdzvConfKey& k, const std::string& v) {
+  // get_as_int: a whole number (timeouts > 0 for the ones trainlet uses).
+  if (k.value == RdzvValue::kSeconds && (!IsSeconds(v) || std::strtod(v.c_str(), nullptr) <= 0)) {
+    return Status::Config(what + ": " + std::string(k.key) + "='" + v +
+                          "' is not a number of seconds");
+  }
+  if (k.value == RdzvValue::kBool && !IsTorchBool(v)) {
+    return Status::Config(what + ": " + std::string(k.key) + "='" + v +
+                          "' is not a boolean (1, 0, true, false, yes, no)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<RdzvConf> ParseRdzvConf(const std::string& what, const std::string& value) {
   RdzvConf conf;
@@ -282,30 +341,53 @@ Result<RdzvConf> ParseRdzvConf(const std::string& what, const std::string& value
       return Status::Config(what + "='" + value + "': '" + item + "' is not KEY=VALUE");
     }
     std::string key = item.substr(0, eq), v = item.substr(eq + 1);
-    std::optional<std::string>* slot = key == "join_timeout"   ? &conf.join_timeout
-                                       : key == "timeout"      ? &timeout
-                                       : key == "read_timeout" ? &conf.read_timeout
-                                                               : nullptr;
-    if (slot == nullptr) {
-      return Status::Config(what + ": key '" + key + "' has no equivalent in trainlet (known: "
-                            "join_timeout, timeout, read_timeout; the leader is always the pod "
-                            "of index 0, on its own rendezvous)");
+    const auto& keys = RdzvConfKeys();
+    auto k = std::find_if(keys.begin(), keys.end(), [&](const auto& r) { return r.key == key; });
+    if (k == keys.end()) {
+      std::string known;
+      for (const auto& r : keys) known += (known.empty() ? "" : ", ") + std::string(r.key);
+      return Status::Config(what + ": key '" + key + "' is not one of torch's rendezvous "
+                            "settings (" + known + ")");
     }
-    if (!IsSeconds(v) || std::strtod(v.c_str(), nullptr) <= 0) {
-      return Status::Config(what + ": " + key + "='" + v + "' is not a number of seconds");
+    if (auto s = CheckRdzvValue(what, *k, v); !s.ok()) return s;
+    if (!k->no_effect.empty()) {
+      conf.no_effect.push_back(item + " has no effect: " + std::string(k->no_effect));
+      continue;
     }
-    *slot = v;
+    (key == "join_timeout" ? conf.join_timeout : key == "timeout" ? timeout : conf.read_timeout) = v;
   }
   if (!conf.join_timeout) conf.join_timeout = timeout;
   return conf;
 }
 
+Interpreter ChooseInterpreter(const std::optional<std::string>& flag,
+                              const std::map<std::string, std::string>& env,
+                              const std::string& self_exe,
+                              const std::function<bool(const std::string&)>& exists) {
+  if (flag) return {*flag, "--python"};
+  if (auto it = env.find("PYTHON_EXEC"); it != env.end() && !it->second.empty()) {
+    return {it->second, "PYTHON_EXEC"};
+  }
+  // <venv>/bin/trainlet: <venv>/bin/python3 and <venv>/pyvenv.cfg (PEP 405).
+  if (auto slash = self_exe.rfind('/'); slash != std::string::npos && slash > 0) {
+    const std::string bin = self_exe.substr(0, slash);
+    const auto up = bin.rfind('/');
+    const std::string root = up == std::string::npos ? "." : bin.substr(0, up);
+    if (exists(bin + "/python3") && exists(root + "/pyvenv.cfg")) {
+      return {bin + "/python3", "the Python environment of " + self_exe};
+    }
+  }
+  return {"python3", "PATH"};
+}
+
 std::string ExpandPrefixTemplate(std::string_view tmpl, const std::string& role_name,
-                                 std::uint32_t rank, std::uint32_t local_rank) {
+                                 std::uint32_t rank, std::uint32_t local_rank,
+                                 const std::string& hostname) {
   auto lookup = [&](std::string_view id) -> std::optional<std::string> {
     if (id == "role_name") return role_name;
     if (id == "rank") return std::to_string(rank);
     if (id == "local_rank") return std::to_string(local_rank);
+    if (id == "hostname") return hostname;
     return std::nullopt;
   };
   auto ident_char = [](char c, bool first) {

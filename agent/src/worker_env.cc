@@ -4,6 +4,39 @@
 
 namespace trainlet::agent {
 
+namespace {
+
+void VirtualLocalRank(const std::map<std::string, std::string>& base, std::uint32_t local_rank,
+                      std::map<std::string, std::string>& env) {
+  env["LOCAL_RANK"] = "0";
+  auto hip = base.find("HIP_VISIBLE_DEVICES");
+  const bool use_hip = hip != base.end() && !hip->second.empty();
+  auto list = use_hip ? hip : base.find("CUDA_VISIBLE_DEVICES");
+  std::string gpu = std::to_string(local_rank);
+  if (list != base.end()) {
+    std::vector<std::string> ids = SplitDeviceList(list->second);
+    if (local_rank < ids.size()) gpu = ids[local_rank];
+  }
+  env["CUDA_VISIBLE_DEVICES"] = gpu;
+  if (use_hip) env["HIP_VISIBLE_DEVICES"] = gpu;
+}
+
+}  // namespace
+
+std::vector<std::string> SplitDeviceList(const std::string& list) {
+  std::vector<std::string> ids;
+  std::size_t start = 0;
+  for (;;) {
+    auto comma = list.find(',', start);
+    std::string id = list.substr(start, comma - start);
+    id.erase(0, id.find_first_not_of(" \t"));
+    id.erase(id.find_last_not_of(" \t") + 1);
+    ids.push_back(id);
+    if (comma == std::string::npos) return ids;
+    start = comma + 1;
+  }
+}
+
 std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
                                            const WorkerPlacement& p) {
   std::map<std::string, std::string> env = base;
@@ -24,6 +57,7 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
   set("TORCHELASTIC_RUN_ID", p.run_id);
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(p.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(p.max_restarts));
+  if (p.virtual_local_rank) VirtualLocalRank(base, p.local_rank, env);
   // The trainers' rank 0 hosts the store itself (init_process_group env://).
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);

@@ -52,9 +52,10 @@ std::vector<WorkerStreams> PlanWorkerStreams(const WorkerLogOptions& o, const st
   for (std::uint32_t lr = 0; lr < nproc; ++lr) {
     WorkerStreams& w = out[lr];
     const std::uint32_t rank = rank_base + lr;
-    w.prefix = o.prefix_template.empty()
+    w.prefix = !o.console_prefix            ? ""
+               : o.prefix_template.empty()
                    ? "[rank" + std::to_string(rank) + "]: "
-                   : ExpandPrefixTemplate(o.prefix_template, role_name, rank, lr);
+                   : ExpandPrefixTemplate(o.prefix_template, role_name, rank, lr, o.hostname);
     // As torchrun: a teed stream is also redirected, into the same file.
     const int tee = o.tee.For(lr), to_file = o.redirects.For(lr) | tee;
     const std::string dir = dirs + "/" + std::to_string(lr) + "/";

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,21 +112,30 @@ TEST(CliTest, BadInputIsOneLineExit78AtOnce) {
                                  "--rdzv_conf, --rdzv_endpoint, --rdzv_id"},
       {"", "--grace 3 -- true", "unknown option '--grace' (did you mean --grace-period?)"},
       {"", "--nproc x train.py", "--nproc-per-node='x'"},
-      {"", "python3 train.py", "'python3' is not a Python script"},
-      {"", "./run.sh", "--no-python"},
+      // A bare first argument is a script, .py or not (torchrun's training_script):
+      // one that is not there is refused, saying how to run a program instead.
+      {"", "python3 train.py", "'python3' is a program on PATH: a bare first argument is a "
+                               "script for the interpreter"},
+      {"", "./run.sh", "cannot open the training script './run.sh'"},
       {"", "--no-python -m pkg.mod", "cannot be used together"},
       {"", "--nnodes 2:4 train.py", "MIN:MAX range with MIN < MAX is not supported"},
       {"PET_NNODES=1:3", "train.py", "PET_NNODES='1:3'"},
       {"", "--rdzv-backend zookeeper train.py", "--rdzv-backend='zookeeper'"},
       {"PET_RDZV_BACKEND=x", "train.py", "PET_RDZV_BACKEND='x'"},
-      {"", "--rdzv-conf is_host=1 train.py", "'is_host' has no equivalent"},
+      {"", "--rdzv-conf is_hots=1 train.py", "key 'is_hots' is not one of torch's rendezvous "
+                                              "settings (join_timeout, timeout, read_timeout,"},
+      {"", "--rdzv-conf is_host=maybe train.py", "is_host='maybe' is not a boolean"},
       {"", "--rdzv-conf join_timeout=soon train.py", "join_timeout='soon'"},
-      {"", "--rdzv-endpoint host:0 train.py", "'0' is not a port"},
+      // Port 0 (torch: a free port) where other pods would have to know it.
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint host:0 -- true",
+       "--rdzv-endpoint gives port 0 (a free port), which only a gang of one pod can use"},
       {"", "--start-method thread train.py", "--start-method='thread'"},
       {"", "--monitor-interval x train.py", "--monitor-interval='x'"},
       {"", "--event-log-handler console train.py", "--event-log-handler='console'"},
       {"", "--logs-specs mine train.py", "--logs-specs='mine'"},
-      {"", "--numa_binding node train.py", "--numa-binding='node'"},
+      {"", "--numa_binding fast train.py", "--numa-binding='fast' is not one of node, socket"},
+      {"CUDA_VISIBLE_DEVICES=3", "--virtual-local-rank --nproc-per-node 2 -- true",
+       "--virtual-local-rank: CUDA_VISIBLE_DEVICES='3' has fewer GPUs than the 2 workers"},
       {"", "--signals-to-handle SIGTERM,SIGALRM train.py", "'SIGALRM' is not one of the signals"},
       {"", "--redirects 5 train.py", "--redirects='5'"},
       {"", "-t 0:9 train.py", "--tee='0:9'"},
@@ -131,8 +146,9 @@ TEST(CliTest, BadInputIsOneLineExit78AtOnce) {
       {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=-1", "train.py", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT='-1'"},
       {"", "--role '' train.py", "--role='': a role needs a name"},
       {"", "--gang a=1 --role r train.py", "--role/PET_ROLE with --gang"},
-      {"", "--rdzv-port 29500 train.py", "need two ports"},
-      {"", "--jax-port 29500 -- true", "JAX's coordinator needs a port of its own"},
+      {"", "--rdzv-port 29500 --master-port 29500 train.py", "need two ports"},
+      {"", "--master-port 29500 --jax-port 29500 -- true",
+       "JAX's coordinator needs a port of its own"},
       {"", "--jax-port x -- true", "--jax-port='x'"},
       {"", "--log-dir /dev/null/x -r 3 -- true", "--log-dir '/dev/null/x'"},
       // trainlet's own flags mean what they say on their own, or are refused.
@@ -207,7 +223,13 @@ TEST(CliTest, WorkersGetTorchrunEnvironment) {
                        "test -n \"$TORCHELASTIC_ERROR_FILE\" && test -n \"$TORCHELASTIC_RUN_ID\" "
                        "&& echo has-files'");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("[rank1]: 1/1/2/2/0/1/127.0.0.1/29500/0/1"), std::string::npos) << r.out;
+  // MASTER_PORT: a port the leader found free (no --master-port), not 29500.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\[rank1\]: 1/1/2/2/0/1/127\.0\.0\.1/(\d+)/0/1)")))
+      << r.out;
+  EXPECT_NE(m[1], "29500") << r.out;
+  EXPECT_NE(r.out.find("[rank0]: 0/0/2/2/0/0/127.0.0.1/" + m[1].str() + "/0/1"), std::string::npos)
+      << "one MASTER_PORT for every worker: " << r.out;
   EXPECT_NE(r.out.find("[rank0]: has-files"), std::string::npos) << r.out;
 }
 
@@ -500,7 +522,10 @@ std::string Slurp(const std::string& path) {
 TEST(CliTest, ParsingStopsAtTheTrainerCommand) {
   Outcome r = Trainlet("", "--nproc_per_node 1 sh -c 'echo args:$*' sh --log-level debug "
                            "--nnodes 9 2>&1");
-  EXPECT_EQ(r.code, 78) << r.out;  // a bare program is not a script: refused, not guessed
+  // A bare first argument is a script for python (torchrun's); `sh` is none here: refused,
+  // saying how to run a program, not guessed.
+  EXPECT_EQ(r.code, 78) << r.out;
+  EXPECT_NE(r.out.find("'sh' is a program on PATH"), std::string::npos) << r.out;
   r = Trainlet("", "--nproc_per_node 1 --no-python sh -c 'echo args:$*' sh --log-level debug "
                    "--nnodes 9");
   EXPECT_EQ(r.code, 0) << r.out;
@@ -744,4 +769,212 @@ TEST(CliTest, RendezvousEndpointAndTheLeadersOtherSources) {
     EXPECT_NE(o.out.find(r.expected), std::string::npos) << r.env << " " << r.args << "\n"
                                                          << o.out;
   }
+}
+
+namespace {
+
+// A TCP port free on loopback now (bound to 0, then closed).
+std::string FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return std::to_string(ntohs(a.sin_port));
+}
+
+// The lines of agent/tests/data/torchrun-flags.txt (scripts/torchrun-flags)
+// that start with `kind`, without it.
+std::vector<std::vector<std::string>> TorchrunList(const std::string& kind) {
+  std::ifstream in(TORCHRUN_FLAGS);
+  std::vector<std::vector<std::string>> out;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string first;
+    words >> first;
+    if (first != kind) continue;
+    out.emplace_back(std::istream_iterator<std::string>(words), std::istream_iterator<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+// Every flag of the torchrun that README names (the list scripts/torchrun-flags
+// took from its run.py), in each of its spellings, is accepted with torchrun's
+// values; what it means here is README's table. A flag added to the list
+// without a row here fails the test, naming it.
+TEST(CliTest, EveryTorchrunFlagOfTheTrackedVersion) {
+  const std::string dir = "/tmp/cli-test-flags-" + std::to_string(::getpid());
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream(dir + "/t.py") << "print('ran')\n";
+  struct Use {
+    std::string value;                      // the flag's value ("" for a switch)
+    std::string trainer = "-- true";        // what follows
+    int code = 0;
+    std::string expected;                   // in the output
+  };
+  auto U = [](std::string value, std::string trainer = "-- true", int code = 0,
+              std::string expected = "") { return Use{value, trainer, code, expected}; };
+  const std::map<std::string, Use> uses = {
+      {"--nnodes", U("1:1")},
+      {"--nproc-per-node", U("2")},
+      {"--rdzv-backend", U("c10d")},
+      {"--rdzv-endpoint", U("localhost:0")},  // torchtitan's run_train.sh
+      {"--rdzv-id", U("job")},
+      {"--rdzv-conf", U("join_timeout=30,last_call_timeout=5,is_host=1", "-- true", 0,
+       "last_call_timeout=5 has no effect")},
+      {"--standalone", U("")},
+      {"--max-restarts", U("0")},
+      {"--monitor-interval", U("5")},
+      {"--start-method", U("fork")},
+      {"--event-log-handler", U("null")},
+      {"--role", U("trainer")},
+      {"-m", U("", "json.tool -h", 0, "json.tool")},
+      {"--no-python", U("", "true")},
+      {"--run-path", U("", dir + "/t.py", 0, "[rank0]: ran")},
+      {"--log-dir", U(dir + "/logs")},
+      {"-r", U("0")},
+      {"-t", U("0")},
+      {"--log-line-prefix-template", U("<$rank> ", "-- echo hi", 0, "<0> hi")},
+      {"--local-ranks-filter", U("0")},
+      {"--duplicate-stdout-filters", U("a,b", "-- true", 0, "has no effect")},
+      {"--duplicate-stderr-filters", U("a", "-- true", 0, "has no effect")},
+      {"--node-rank", U("0", "--nnodes 1 -- true")},
+      {"--master-addr", U("127.0.0.1")},
+      {"--master-port", U(FreePort())},
+      {"--local-addr", U("127.0.0.1")},
+      {"--logs-specs", U("custom", "-- true", 78, "a torchrun.logs_specs plugin is Python")},
+      {"--numa-binding", U("node", "-- true", 0, "has no effect: trainlet binds no CPUs")},
+      {"--signals-to-handle", U("SIGTERM,SIGINT,SIGUSR1")},
+      {"--shutdown-timeout", U("5")},
+      {"--virtual-local-rank", U("", "-- sh -c 'echo lr=$LOCAL_RANK/$CUDA_VISIBLE_DEVICES'", 0,
+       "[rank0]: lr=0/0")},
+      {"--print-completion", U("bash", "", 0, "no shell completion script")},
+  };
+  const auto flags = TorchrunList("value"), switches = TorchrunList("switch");
+  ASSERT_GT(flags.size() + switches.size(), 30u) << TORCHRUN_FLAGS;
+  for (const auto* list : {&flags, &switches}) {
+    for (const auto& spellings : *list) {
+      for (const std::string& name : spellings) {
+        const std::string& key = spellings.front();  // the row: torchrun's first spelling
+        auto it = uses.find(key);
+        ASSERT_NE(it, uses.end()) << "no row for torchrun's " << name << " (" << key << ")";
+        const Use& u = it->second;
+        const std::string args = name + (u.value.empty() ? "" : " '" + u.value + "'") + " " +
+                                 u.trainer;
+        Outcome o = Trainlet("", args);
+        EXPECT_EQ(o.code, u.code) << args << "\n" << o.out;
+        EXPECT_EQ(o.out.find("unknown option"), std::string::npos) << args << "\n" << o.out;
+        EXPECT_NE(o.out.find(u.expected), std::string::npos) << args << "\n" << o.out;
+      }
+    }
+  }
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// The interpreter, in torchrun's order: --python, PYTHON_EXEC, the venv the
+// binary runs from (pip's layout: <venv>/bin/trainlet, <venv>/bin/python3,
+// <venv>/pyvenv.cfg), else python3 on PATH; the start line says which.
+TEST(CliTest, TheInterpreterOfTheVenvTrainletRunsFrom) {
+  const std::string bin = TRAINLET_BIN;
+  const std::string venv = bin.substr(0, bin.rfind('/')) + "/venv-test-" + std::to_string(::getpid());
+  std::filesystem::create_directories(venv + "/bin");
+  std::ofstream(venv + "/pyvenv.cfg") << "home = /usr/bin\n";
+  std::ofstream(venv + "/bin/python3") << "#!/bin/sh\necho \"venv-py:$*\"\n";
+  ::chmod((venv + "/bin/python3").c_str(), 0755);
+  std::error_code ec;
+  std::filesystem::create_hard_link(bin, venv + "/bin/trainlet", ec);
+  if (ec) std::filesystem::copy_file(bin, venv + "/bin/trainlet");
+  std::ofstream(venv + "/train") << "";  // a script without .py: runs with the interpreter too
+  const std::string run = "env -i PATH=/usr/bin:/bin HOSTNAME=x TRAINLET_LIBNCCL=/nonexistent " +
+                          venv + "/bin/trainlet " + venv + "/train --epochs 3 2>&1";
+  FILE* p = ::popen(run.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
+  EXPECT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
+  EXPECT_NE(out.find("[rank0]: venv-py:-u " + venv + "/train --epochs 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("python " + venv + "/bin/python3 (the Python environment of " + venv +
+                     "/bin/trainlet)"),
+            std::string::npos)
+      << out;
+  // PYTHON_EXEC wins over the venv; the start line says so.
+  Outcome o = Trainlet("PYTHON_EXEC=" + venv + "/bin/python3", venv + "/train");
+  EXPECT_NE(o.out.find("python " + venv + "/bin/python3 (PYTHON_EXEC)"), std::string::npos) << o.out;
+  std::filesystem::remove_all(venv);
+}
+
+// --worker-log-format plain: worker lines as written (torchrun's console
+// without --tee), so a trainer's JSON lines stay JSON.
+TEST(CliTest, PlainWorkerLinesHaveNoPrefix) {
+  Outcome r = Trainlet("", "--worker-log-format plain --nproc-per-node 2 -- sh -c "
+                           "'echo \"{\\\"rank\\\": $RANK}\"'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\n{\"rank\": 1}\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[rank"), std::string::npos) << r.out;
+}
+
+// `trainlet local` takes the log-file flags and --health-port (agent i on
+// PORT+i) as the pod form does, and refuses variables it would ignore.
+TEST(CliTest, LocalTakesLogFilesHealthPortsAndRefusesWhatItIgnores) {
+  const std::string dir = "/tmp/cli-test-local-" + std::to_string(::getpid());
+  const std::string port = FreePort();
+  Outcome r = Trainlet("", "local --nnodes 2 --log-dir " + dir + " --tee 3 --local-ranks-filter 0 "
+                           "--health-port " + port + " --no-python sh -c 'echo out$RANK'");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("health ports " + port + ".." + std::to_string(std::stoi(port) + 1)),
+            std::string::npos)
+      << r.out;
+  FILE* ls = ::popen(("cat " + dir + "/*/attempt_0/0/stdout.log | sort").c_str(), "r");
+  char buf[256] = {};
+  std::string files;
+  while (std::fgets(buf, sizeof buf, ls)) files += buf;
+  ::pclose(ls);
+  EXPECT_EQ(files, "out0\nout1\n") << r.out;  // each agent's run folder
+  std::system(("rm -rf " + dir).c_str());
+  for (const char* env : {"TRAINLET_NODE_RANK=1", "PET_MASTER_ADDR=h", "TRAINLET_RDZV_ENDPOINT=h"}) {
+    Outcome o = Trainlet(env, "local --nnodes 2 -- true");
+    EXPECT_EQ(o.code, 78) << env << ": " << o.out;
+    EXPECT_NE(o.out.find(std::string(env).substr(0, std::string(env).find('=')) +
+                         " is set, but `trainlet local` has no --"),
+              std::string::npos)
+        << o.out;
+  }
+  // TRAINLET_TEE is honoured now (it was ignored without a word).
+  Outcome t = Trainlet("TRAINLET_TEE=x", "local -- true");
+  EXPECT_EQ(t.code, 78) << t.out;
+  EXPECT_NE(t.out.find("TRAINLET_TEE='x'"), std::string::npos) << t.out;
+  // JSON: local's own lines too.
+  Outcome j = Trainlet("", "local --log-format json -- true");
+  EXPECT_EQ(j.code, 0) << j.out;
+  EXPECT_NE(j.out.find("{\"time\""), std::string::npos) << j.out;
+  EXPECT_EQ(j.out.find("[trainlet local"), std::string::npos) << j.out;
+}
+
+// One truth for exit codes: every row `trainlet exit-codes` prints is a row of
+// the README's table, word for word.
+TEST(CliTest, ExitCodesAreTheReadmesTable) {
+  Outcome e = Trainlet("", "exit-codes");
+  ASSERT_EQ(e.code, 0) << e.out;
+  std::ifstream in(TRAINLET_README);
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream lines(e.out);
+  std::string line;
+  std::getline(lines, line);  // the header
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::string cls, code, meaning;
+    words >> cls >> code;
+    std::getline(words >> std::ws, meaning);
+    const std::string row = "| " + cls + " | " + (code == "*" ? "its code" : code) + " | " +
+                            meaning + " |";
+    EXPECT_NE(readme.find(row), std::string::npos) << "README lacks: " << row;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 9);
 }

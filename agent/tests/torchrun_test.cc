@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -162,19 +165,45 @@ TEST(TrainerArgv, TorchrunsFourWays) {
   EXPECT_EQ(rp[5], "x");
 }
 
-TEST(TrainerArgv, DashDashRunsAsGivenAndBareProgramsAreRefused) {
+TEST(TrainerArgv, DashDashRunsAsGivenAndAnyBareScriptRunsWithPython) {
   TrainerMode m;
   EXPECT_EQ(*TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, true, "", {}, {}}, m),
             (std::vector<std::string>{"python3", "t.py"}));
-  auto bare = TrainerArgv(SplitArgs{{}, {"python3", "t.py"}, false, "", {}, {}}, m);
-  ASSERT_FALSE(bare.ok());
-  EXPECT_NE(bare.status().message().find("not a Python script"), std::string::npos);
-  EXPECT_NE(bare.status().message().find("--no-python"), std::string::npos);
+  // torchrun's training_script: any path, .py or not, runs with the interpreter.
+  for (const char* script : {"train", "./bin/launch_train", "t.pyw", "/abs/run"}) {
+    EXPECT_EQ(*TrainerArgv(SplitArgs{{}, {script, "--x"}, false, "", {}, {}}, m),
+              (std::vector<std::string>{"python3", "-u", script, "--x"}))
+        << script;
+  }
   m.module = m.no_python = true;
   auto both = TrainerArgv(SplitArgs{{}, {"x"}, false, "", {}, {}}, m);
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.status().message().find("cannot be used together"), std::string::npos);
   EXPECT_FALSE(TrainerArgv(SplitArgs{}, TrainerMode{}).ok());
+}
+
+TEST(ChooseInterpreter, TorchrunsOrder) {
+  std::set<std::string> files = {"/v/bin/python3", "/v/pyvenv.cfg", "/sys/bin/python3"};
+  auto exists = [&](const std::string& p) { return files.contains(p); };
+  const std::map<std::string, std::string> none, exec = {{"PYTHON_EXEC", "/e/python"}};
+  auto flag = ChooseInterpreter("/f/python", exec, "/v/bin/trainlet", exists);
+  EXPECT_EQ(flag.path, "/f/python");
+  EXPECT_EQ(flag.why, "--python");
+  auto env = ChooseInterpreter(std::nullopt, exec, "/v/bin/trainlet", exists);
+  EXPECT_EQ(env.path, "/e/python");
+  EXPECT_EQ(env.why, "PYTHON_EXEC");
+  auto venv = ChooseInterpreter(std::nullopt, none, "/v/bin/trainlet", exists);
+  EXPECT_EQ(venv.path, "/v/bin/python3");
+  EXPECT_EQ(venv.why, "the Python environment of /v/bin/trainlet");
+  // A python3 beside it but no pyvenv.cfg above (/usr/local/bin): not a venv.
+  auto sys = ChooseInterpreter(std::nullopt, none, "/sys/bin/trainlet", exists);
+  EXPECT_EQ(sys.path, "python3");
+  EXPECT_EQ(sys.why, "PATH");
+  files.erase("/v/bin/python3");  // a venv without python3 (broken): PATH
+  EXPECT_EQ(ChooseInterpreter(std::nullopt, none, "/v/bin/trainlet", exists).path, "python3");
+  // An empty PYTHON_EXEC is no interpreter.
+  EXPECT_EQ(ChooseInterpreter(std::nullopt, {{"PYTHON_EXEC", ""}}, "trainlet", exists).why,
+            "PATH");
 }
 
 TEST(ParseNnodes, NAndNColonN) {
@@ -220,7 +249,9 @@ TEST(ParseEndpoint, HostPortAndDefaults) {
   EXPECT_EQ(v6.host, "fd00::1");
   EXPECT_EQ(v6.port, 99);
   EXPECT_EQ(ParseEndpoint("e", "[fd00::1]", 29400)->port, 29400);
-  for (const char* bad : {":1", "h:0", "h:x", "h:70000", "[fd00::1", "[::1]x"}) {
+  // Port 0 is torch's "a free port": kept, for the caller to judge.
+  EXPECT_EQ(ParseEndpoint("e", "localhost:0", 29400)->port, 0);
+  for (const char* bad : {":1", "h:x", "h:70000", "[fd00::1", "[::1]x"}) {
     EXPECT_FALSE(ParseEndpoint("e", bad, 29400).ok()) << bad;
   }
   EXPECT_EQ(ParseEndpoint("e", "[::1]:29400", 1)->host, "::1");
@@ -235,30 +266,44 @@ TEST(ParseEndpoint, HostPortAndDefaults) {
                        Row{"fd00::1", "more than one ':'"},
                        Row{"127.0.0.1:", "e='127.0.0.1:': the port after ':' is empty"},
                        Row{"[::1]:", "the port after ':' is empty"},
-                       Row{"h:65536", "'65536' is not a port (1-65535)"},
-                       Row{"h:99999999999", "'99999999999' is not a port (1-65535)"}}) {
+                       Row{"h:65536", "'65536' is not a port (0-65535"},
+                       Row{"h:99999999999", "'99999999999' is not a port (0-65535"}}) {
     auto e = ParseEndpoint("e", r.value, 29400);
     ASSERT_FALSE(e.ok()) << r.value;
     EXPECT_NE(e.status().message().find(r.message), std::string::npos) << e.status().message();
   }
 }
 
-TEST(ParseRdzvConf, KnownKeysOnly) {
+TEST(ParseRdzvConf, EveryTorchKeyAcceptedUnknownRefused) {
   auto c = *ParseRdzvConf("--rdzv-conf", "join_timeout=900,read_timeout=30");
   EXPECT_EQ(*c.join_timeout, "900");
   EXPECT_EQ(*c.read_timeout, "30");
+  EXPECT_TRUE(c.no_effect.empty());
   EXPECT_EQ(*ParseRdzvConf("c", "timeout=60")->join_timeout, "60");
-  auto other = ParseRdzvConf("--rdzv-conf", "is_host=1");
+  // join_timeout wins over timeout, in either order.
+  EXPECT_EQ(*ParseRdzvConf("c", "join_timeout=5,timeout=60")->join_timeout, "5");
+  auto mixed = *ParseRdzvConf("c", "is_host=1,last_call_timeout=5,use_libuv=False");
+  EXPECT_EQ(mixed.no_effect.size(), 3u);
+  EXPECT_EQ(mixed.no_effect[0].rfind("is_host=1 has no effect: ", 0), 0u) << mixed.no_effect[0];
+  EXPECT_FALSE(mixed.join_timeout);
+  auto other = ParseRdzvConf("--rdzv-conf", "is_hots=1");
   ASSERT_FALSE(other.ok());
-  EXPECT_NE(other.status().message().find("'is_host' has no equivalent"), std::string::npos);
+  EXPECT_NE(other.status().message().find("key 'is_hots' is not one of torch's rendezvous "
+                                          "settings (join_timeout, timeout, read_timeout, "),
+            std::string::npos)
+      << other.status().message();
   EXPECT_FALSE(ParseRdzvConf("c", "join_timeout=soon").ok());
   EXPECT_FALSE(ParseRdzvConf("c", "join_timeout").ok());
+  EXPECT_FALSE(ParseRdzvConf("c", "is_host=maybe").ok());
+  EXPECT_FALSE(ParseRdzvConf("c", "last_call_timeout=-1").ok());
 }
 
 TEST(ExpandPrefixTemplate, PythonStringTemplateSafeSubstitute) {
   EXPECT_EQ(ExpandPrefixTemplate("[${role_name}${rank}|$local_rank] ", "trainer", 7, 3),
             "[trainer7|3] ");
   EXPECT_EQ(ExpandPrefixTemplate("$$ ${nope} $rankx ${rank", "r", 1, 0), "$ ${nope} $rankx ${rank");
+  // torch 2.15's ${hostname}: the node's name, as its run.py documents.
+  EXPECT_EQ(ExpandPrefixTemplate("${hostname}:${rank}: ", "r", 3, 1, "r12i0n8"), "r12i0n8:3: ");
 }
 
 TEST(NearestOption, SuggestsCloseNamesOnly) {
@@ -351,6 +396,31 @@ TEST(WorkerEnvironment, JaxVariables) {
   EXPECT_FALSE(env.contains("JAX_LOCAL_DEVICE_IDS"));
   p.jax_port = 0;
   EXPECT_FALSE(EnvMap(WorkerEnvironment({}, p)).contains("JAX_COORDINATOR_ADDRESS"));
+}
+
+// Every --rdzv-conf key torch's rendezvous backends read (the list
+// scripts/torchrun-flags took from the tracked torch) is accepted, with a
+// value torch accepts; each has a meaning here or says why it has none.
+TEST(ParseRdzvConf, EveryKeyOfTheTrackedTorch) {
+  std::ifstream in(TORCHRUN_FLAGS);
+  std::size_t n = 0;
+  for (std::string kind, key; in >> kind;) {
+    if (kind != "rdzv-conf") {
+      std::getline(in, key);
+      continue;
+    }
+    in >> key;
+    ++n;
+    const auto& keys = RdzvConfKeys();
+    auto k = std::find_if(keys.begin(), keys.end(), [&](const auto& r) { return r.key == key; });
+    ASSERT_NE(k, keys.end()) << "torch's rendezvous key " << key << " is not in RdzvConfKeys";
+    const std::string value = k->value == RdzvValue::kBool ? "true" : "30";
+    auto c = ParseRdzvConf("--rdzv-conf", key + "=" + value);
+    ASSERT_TRUE(c.ok()) << key << ": " << c.status().message();
+    EXPECT_EQ(c->no_effect.size(), k->no_effect.empty() ? 0u : 1u) << key;
+    EXPECT_TRUE(c->join_timeout || c->read_timeout || !c->no_effect.empty()) << key;
+  }
+  EXPECT_GT(n, 10u) << TORCHRUN_FLAGS;
 }
 
 }  // namespace

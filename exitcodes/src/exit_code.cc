@@ -23,20 +23,26 @@ int DefaultExitCode(FailureClass c) {
 }
 
 const std::vector<ContractRow>& ContractTable() {
+  // The README's table says the same, word for word (cli_test checks it).
   static const std::vector<ContractRow> table = {
-      {FailureClass::kOk, kExitOk, "every local worker exited 0 and no stop was requested"},
-      {FailureClass::kBug, kExitBug, "software defect: a worker exited 42 (retrying cannot help)"},
+      {FailureClass::kOk, kExitOk,
+       "every local worker exited 0 and no stop was requested"},
+      {FailureClass::kBug, kExitBug,
+       "software defect: a worker exited with a code in --fatal-exit-codes (default 42), or its error says so (ModuleNotFoundError, ImportError, SyntaxError, ...): retrying cannot help"},
       {FailureClass::kConfig, kExitConfig,
-       "trainlet's own input is invalid (env, flags, command not found): retrying cannot help"},
+       "trainlet's own input is invalid (env, flags, command not found or not executable): retrying cannot help"},
       {FailureClass::kInfra, kExitInfra,
-       "retriable infrastructure fault: DNS, leader unreachable, rendezvous timeout"},
-      {FailureClass::kHardware, kExitHardware, "GPU or driver fault"},
-      {FailureClass::kPeerFailed, kExitPeerFailed, "another pod of the gang failed"},
+       "retriable infrastructure fault: DNS, leader unreachable, rendezvous timeout, NCCL/network errors"},
+      {FailureClass::kHardware, kExitHardware,
+       "GPU or driver fault (uncorrectable ECC, fallen off the bus, Xid, ...)"},
+      {FailureClass::kPeerFailed, kExitPeerFailed,
+       "this pod was healthy and stopped because another pod of the gang failed first (or the leader was lost)"},
       {FailureClass::kOom, kExitOom,
-       "a worker, or a process of one, was killed by the memory cgroup's OOM killer"},
+       "the first worker failed (killed, or exiting on its own) after the memory cgroup counted an OOM kill"},
       {FailureClass::kTerminated, kExitTerminated,
-       "trainlet received SIGTERM (preemption, eviction, deletion)"},
-      {FailureClass::kWorker, -1, "any other worker failure: the worker's code, or 128+signal"},
+       "trainlet received SIGTERM or SIGINT (preemption, eviction, deletion) before any failure; trainlet local exits 128+signal (130 on Ctrl-C), as a shell does"},
+      {FailureClass::kWorker, -1,
+       "any other worker failure: the first failing worker's exit code, or 128+signal"},
   };
   return table;
 }

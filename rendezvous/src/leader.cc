@@ -171,10 +171,13 @@ int BacklogFor(std::uint32_t nnodes) {
 }
 
 // Whether `port` can be bound on every interface now (bound, then closed at
-// once), as a trainer's listener would.
-boost::system::error_code ProbeBind(const asio::any_io_executor& executor, std::uint16_t port) {
+// once), as a trainer's listener would; port 0: the kernel's choice, in *bound.
+boost::system::error_code ProbeBind(const asio::any_io_executor& executor, std::uint16_t port,
+                                    std::uint16_t* bound) {
   tcp::acceptor probe(executor);
-  return OpenAndBind(probe, port);
+  boost::system::error_code ec = OpenAndBind(probe, port);
+  if (!ec) *bound = probe.local_endpoint(ec).port();
+  return ec;
 }
 
 }  // namespace
@@ -220,10 +223,15 @@ void Leader::BindAndAccept() {
       busy = "rendezvous port " + std::to_string(port_);
     }
   }
-  if (!ec && im.options.check_master_port && !im.master_port_free) {
-    ec = ProbeBind(im.executor, im.options.master_port);
+  const bool pick_master_port = im.options.master_port == 0;
+  if (!ec && (im.options.check_master_port || pick_master_port) && !im.master_port_free) {
+    std::uint16_t bound = 0;
+    ec = ProbeBind(im.executor, im.options.master_port, &bound);
     if (!ec) {
       im.master_port_free = true;
+      // torch 1.13's agent does the same for its workers (elastic/agent/server/
+      // api.py _set_master_addr_port: _get_socket_with_port).
+      if (pick_master_port) im.options.master_port = bound;
     } else {
       busy = "MASTER_PORT " + std::to_string(im.options.master_port) +
              " (where rank 0's store must listen)";

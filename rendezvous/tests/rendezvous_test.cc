@@ -775,6 +775,39 @@ TEST_F(RendezvousTest, BusyMasterPortIsInfraNamingIt) {
   ExpectLeaderFailsAsInfraNaming(leader, HelloFor(0, 1), "MASTER_PORT " + std::to_string(master));
 }
 
+// No MASTER_PORT given (LeaderOptions::master_port 0): the leader picks one
+// free on its host and every pod of the round gets the same one, never 0.
+TEST_F(RendezvousTest, MasterPortZeroIsAFreePortHandedToEveryPod) {
+  LeaderOptions lo;
+  lo.master_port = 0;
+  lo.check_master_port = true;
+  auto leader = MakeLeader(3, 0, "", lo);
+  Outcome own;
+  std::map<int, Outcome> got;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i : {1u, 2u}) {
+    members.push_back(MakeMember(HelloFor(i, 3), leader->port()));
+    members.back()->Start([&got, i](auto r) { got[i] = r; });
+  }
+  RunUntil([&] { return own && got.size() == 2; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  const std::uint16_t port = (*own)->master_port;
+  EXPECT_NE(port, 0);
+  EXPECT_NE(port, leader->port());
+  for (std::uint32_t i : {1u, 2u}) {
+    ASSERT_TRUE(got[i] && got[i]->ok()) << i;
+    EXPECT_EQ((*got[i])->master_port, port) << i;
+  }
+  // Free now, as rank 0's store needs it (on every interface, as TCPStore binds).
+  boost::system::error_code ec;
+  asio::ip::tcp::acceptor store(io_);
+  store.open(asio::ip::tcp::v4(), ec);
+  store.set_option(asio::ip::tcp::acceptor::reuse_address(true), ec);
+  store.bind({asio::ip::address_v4::any(), port}, ec);
+  EXPECT_FALSE(ec) << ec.message();
+}
+
 // A leader address that accepts TCP but never answers (a frozen process: the
 // kernel completes the handshake on its listening socket) held the member
 // until its deadline with an empty "last error".

@@ -108,7 +108,8 @@ class SinglePodPrecheckTest(unittest.TestCase):
             with self.subTest(args=args, env=env):
                 reason = self.assertConfigBeforeRendezvous(
                     args, "cannot execute the trainer command '/nonexistent/python'", env=env)
-                self.assertIn("--python, TRAINLET_PYTHON or PYTHON_EXEC", reason)
+                self.assertIn("--python, TRAINLET_PYTHON, PYTHON_EXEC, else the Python environment "
+                              "trainlet is installed in", reason)
 
     def test_log_dir_that_cannot_be_made(self):
         self.assertConfigBeforeRendezvous(

@@ -15,6 +15,7 @@
 
 import json
 import os
+import re
 import time
 import unittest
 
@@ -93,14 +94,48 @@ class WireFaultsTest(PodsimTestCase):
         with self.cluster(pods=1) as c:
             holder = "python3 -c 'import socket,time; s=socket.socket(); " \
                      "s.bind((\"0.0.0.0\", 29500)); s.listen(1); time.sleep(600)' & sleep 0.5; exec \"$@\""
-            argv = ["sh", "-c", holder, "pod"] + self.argv(c, 0, BIND_MASTER, nnodes=1,
-                                                           rdzv_timeout=3)
+            # Given explicitly: without --master-port the leader picks a free one
+            # (test_a_busy_29500_and_a_rendezvous_on_29500_need_no_master_port).
+            argv = ["sh", "-c", holder, "pod"] + self.trainlet(
+                "--termination-log", self.tlog(c, 0), "--master-port", "29500",
+                cmd=BIND_MASTER, nnodes=1, rdzv_timeout=3)
             pod = c.start_pod(0, argv)
             self.assertExit(pod, 30, 75)
             s = self.summary(c, 0)
             self.assertEqual(s["class"], "infra", str(s))
             self.assertIn("MASTER_PORT 29500", s["reason"])
             self.assertNotRegex(pod.stderr(), r"\[rank0\]", "no trainer was started")
+
+    def test_a_busy_29500_and_a_rendezvous_on_29500_need_no_master_port(self):
+        # The Slurm DDP example and torchtitan's multi-node script: --rdzv_endpoint HOST:29500,
+        # which was 78 ("the rendezvous port and MASTER_PORT are both 29500"); and 29500 held
+        # by another process on the leader's pod, which was 75 at the rendezvous deadline.
+        with self.cluster(pods=2) as c:
+            leader_host = c.pod_ip(0)
+            holder = "python3 -c 'import socket,time; s=socket.socket(); " \
+                     "s.bind((\"0.0.0.0\", 29501)); s.listen(1); time.sleep(600)' & sleep 0.5; exec \"$@\""
+            pods = []
+            for i in range(2):
+                argv = self.trainlet("--termination-log", self.tlog(c, i), "--rdzv-backend",
+                                     "c10d", "--rdzv-endpoint", f"{leader_host}:29500",
+                                     "--node-rank", str(i), cmd=BIND_MASTER, nnodes=2,
+                                     rdzv_timeout=60)
+                pods.append(c.start_pod(i, ["sh", "-c", holder, "pod"] + argv))
+            for pod in pods:
+                self.assertExit(pod, 60, 0)
+            # Rank 0's store got a port the leader found free: neither 29500 (the
+            # rendezvous) nor the held 29501 (where MASTER_PORT + 1 used to go).
+            ports = re.findall(r"MASTER_PORT=(\d+)", pods[1].stderr())
+            self.assertTrue(ports, pods[1].stderr())
+            self.assertNotIn(ports[0], ("29500", "29501"))
+
+    def test_port_0_that_other_pods_would_need_is_refused(self):
+        with self.cluster(pods=1) as c:
+            argv = self.trainlet("--termination-log", self.tlog(c, 0), "--rdzv-endpoint",
+                                 f"{c.pod_ip(0)}:0", "--node-rank", "0", cmd=["true"], nnodes=2)
+            pod = c.start_pod(0, argv)
+            self.assertExit(pod, 30, 78)
+            self.assertIn("only a gang of one pod can use", self.summary(c, 0)["reason"])
 
     def test_missing_leader_name_says_what_to_fix(self):
         with self.cluster(pods=2) as c:

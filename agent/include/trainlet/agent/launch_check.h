@@ -25,6 +25,9 @@ struct LaunchCheck {
   // Appended to the "cannot execute" line of argv[0]: how to fix it (the
   // interpreter's flags; `-- train.py` without an executable train.py).
   std::string program_hint;
+  // Appended to the "cannot open the training script" line (the caller's:
+  // a subcommand's name given where a script goes).
+  std::string script_hint;
 };
 
 // The check for the trainer that TrainerArgv(split, mode) makes. Pure.

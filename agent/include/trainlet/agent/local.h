@@ -23,6 +23,9 @@ struct LocalOptions {
   std::string log_level = "info";
   std::string self_exe;  // path of the trainlet binary (/proc/self/exe)
   std::vector<std::string> pass_through;  // flags every agent gets (--exit-code, --marker, ...)
+  std::uint16_t health_port = 0;  // agent i gets --health-port health_port+i; 0: none
+  bool json_logs = false;         // --log-format json: local's own lines too
+  std::string interpreter;        // said in the start line (PodOptions::interpreter)
 };
 
 // Blocks until every agent is gone; returns the exit code.

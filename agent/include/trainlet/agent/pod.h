@@ -51,7 +51,7 @@ struct PodOptions {
   std::vector<std::string> command;  // the trainer: argv of every worker
   LaunchCheck launch_check;          // checked with `command` before the rendezvous
   std::uint16_t rdzv_port = 29400;   // leader's rendezvous port
-  std::uint16_t master_port = 29500;  // MASTER_PORT for the trainers' own store
+  std::uint16_t master_port = 0;  // MASTER_PORT for the trainers' store; 0: the leader picks a free one
   std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
   std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
   // In-place restarts (torchrun's --max-restarts): after a failure of class
@@ -100,6 +100,10 @@ struct PodOptions {
   // On the leader: the port handed out for JAX_COORDINATOR_ADDRESS (0 = no JAX_* variables).
   std::uint16_t jax_port = 29600;
   std::uint32_t gpu_count = 0;  // GPUs found at start (JAX_LOCAL_DEVICE_IDS); 0 = unknown
+  // Said at the end of the start line: the workers' interpreter and where it
+  // came from (torchrun.h ChooseInterpreter), when they run one; "" = nothing.
+  std::string interpreter;
+  bool virtual_local_rank = false;  // torchrun's --virtual-local-rank (WorkerPlacement)
 };
 
 int RunPod(const PodOptions& options);

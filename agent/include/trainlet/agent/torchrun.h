@@ -101,17 +101,32 @@ struct TrainerMode {
   std::string python = "python3";  // the interpreter (PATH lookup when it has no '/')
 };
 
-// The worker's argv, torchrun's way:
+// The worker's argv, torchrun's way (torch/distributed/run.py config_from_args):
 //   -m M args          -> python -u -m M args
 //   --no-python P args -> P args
 //   --run-path S args  -> python -u -c <runpy.run_path(S) with sys.argv=[S, args]> S args
-//   S.py args          -> python -u S.py args
+//   S args             -> python -u S args (any path, .py or not, as torchrun's
+//                         training_script)
 //   -- cmd args        -> cmd args (no mode flag given: as given)
-// Errors: no trainer; -m with --no-python (torchrun refuses it too); a bare
-// first positional that is not a *.py script, without "--" or a mode flag (the
-// message says how to run a program: after --, or with --no-python).
+// Errors: no trainer; -m with --no-python (torchrun refuses it too).
 [[nodiscard]] exitcodes::Result<std::vector<std::string>> TrainerArgv(const SplitArgs& split,
                                                                       const TrainerMode& mode);
+
+// The workers' interpreter, in torchrun's order: --python (trainlet's own
+// flag; torchrun has none), PYTHON_EXEC (torchrun's os.getenv("PYTHON_EXEC",
+// sys.executable)), the Python environment trainlet runs from (torchrun's
+// sys.executable: a `python3` beside the binary in its bin/ with a
+// pyvenv.cfg one level above, as pip installs the wheel into a venv), else
+// `python3` on PATH. `exists(path)` says whether a file is there (stat(2) in
+// the agent; a fake in tests). `why` names the source for the start line.
+struct Interpreter {
+  std::string path;
+  std::string why;  // "--python", "PYTHON_EXEC", "the venv of /v/bin/trainlet", "PATH"
+};
+Interpreter ChooseInterpreter(const std::optional<std::string>& flag,
+                              const std::map<std::string, std::string>& env,
+                              const std::string& self_exe,
+                              const std::function<bool(const std::string&)>& exists);
 
 // `--nnodes N` or `N:N` (torchrun's MIN:MAX with MIN = MAX); MIN < MAX is
 // refused (elastic membership does not exist in trainlet: a gang is its pods).
@@ -136,8 +151,9 @@ struct StdSpec {
     const std::string& what, const std::string& value);
 
 // "HOST", "HOST:PORT", "[v6]:PORT", "[v6]": HOST and PORT (default_port when
-// absent). Refused, as torch's parse_rendezvous_endpoint refuses them: a port
-// that is not 1-65535 (0 is no port a peer can reach), an empty port ("host:"),
+// absent). PORT 0 is kept (torch's parse_rendezvous_endpoint takes it: a free
+// port); the caller refuses it where other pods would have to know the port.
+// Refused, as torch refuses them: a port above 65535, an empty port ("host:"),
 // more than one ':' outside brackets ("a:b:c"; an IPv6 address is written
 // "[fd00::1]:PORT", RFC 3986 3.2.2).
 struct Endpoint {
@@ -148,23 +164,39 @@ struct Endpoint {
                                                         const std::string& value,
                                                         std::uint16_t default_port);
 
-// "k1=v1,k2=v2" (torch's _parse_rendezvous_config): the keys that have an
-// equivalent here, as seconds: join_timeout and timeout (the gang must form
-// within it: --rdzv-timeout) and read_timeout (a rendezvous peer that sends
-// nothing for that long is gone). Any other key is refused by name, as is a
-// value that is not a number of seconds.
+// "k1=v1,k2=v2" (torch's _parse_rendezvous_config). Every key one of torch's
+// rendezvous backends reads (RdzvConfKeys) is accepted; those with a meaning
+// here become it, the others are listed in `no_effect` (the caller logs them
+// once). An unknown key is refused naming the known ones, as is a value torch
+// itself would refuse (a timeout that is not a whole number of seconds, a
+// boolean that is not 1/0/true/false/yes/no/y/n/t/f).
 struct RdzvConf {
-  std::optional<std::string> join_timeout;  // join_timeout, else timeout
-  std::optional<std::string> read_timeout;
+  std::optional<std::string> join_timeout;  // join_timeout, else timeout: --rdzv-timeout
+  std::optional<std::string> read_timeout;  // a rendezvous peer's hello must come within it
+  std::vector<std::string> no_effect;  // "last_call_timeout=5 has no effect: <why>", in order
 };
 [[nodiscard]] exitcodes::Result<RdzvConf> ParseRdzvConf(const std::string& what,
                                                         const std::string& value);
 
+// One rendezvous key torch reads (torch/distributed/elastic/rendezvous/
+// {c10d,etcd}_rendezvous_backend.py, dynamic_rendezvous.py,
+// static_tcp_rendezvous.py, etcd_rendezvous.py), what its value is, and what it
+// means here ("" = the meaning is trainlet's own, see ParseRdzvConf).
+enum class RdzvValue { kSeconds, kBool, kText };
+struct RdzvConfKey {
+  std::string_view key;
+  RdzvValue value;
+  std::string_view no_effect;  // why it has no effect here; empty: it has one
+};
+const std::vector<RdzvConfKey>& RdzvConfKeys();
+
 // Python's string.Template.safe_substitute, as torchrun applies it to
-// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: "$name" and "${name}" of
-// role_name, rank and local_rank are replaced, "$$" is "$", anything else stays.
+// --log-line-prefix-template / TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: "$name"
+// and "${name}" of role_name, rank, local_rank and hostname (torch 2.15) are
+// replaced, "$$" is "$", anything else stays.
 std::string ExpandPrefixTemplate(std::string_view tmpl, const std::string& role_name,
-                                 std::uint32_t rank, std::uint32_t local_rank);
+                                 std::uint32_t rank, std::uint32_t local_rank,
+                                 const std::string& hostname = "");
 
 // The option among `names` nearest to `unknown` (edit distance at most a third
 // of its length, at least 1), or "" when none is near or `unknown` is a

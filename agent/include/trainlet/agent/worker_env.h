@@ -48,9 +48,19 @@ struct WorkerPlacement {
   std::uint32_t role_world_size = 0;  // workers in the role; 0 = world_size
   std::uint16_t jax_port = 0;         // the JAX coordinator's port on MASTER_ADDR; 0 = none
   std::uint32_t gpu_count = 0;        // GPUs visible to the pod; 0 = none or unknown
+  // torchrun's --virtual-local-rank (torch 2.15 local_elastic_agent.py
+  // _set_local_rank_env): LOCAL_RANK=0 and CUDA_VISIBLE_DEVICES the local
+  // rank's entry of the pod's list (or the local rank when it has none); with
+  // HIP_VISIBLE_DEVICES set, that list, and both variables get the entry.
+  // The caller checks the list has an entry for every local rank.
+  bool virtual_local_rank = false;
 };
 std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::string>& base,
                                            const WorkerPlacement& p);
+
+// "0, 1,2" -> {"0", "1", "2"}: a *_VISIBLE_DEVICES list split at commas,
+// each entry stripped of spaces, as Python's str.split(",") then strip().
+std::vector<std::string> SplitDeviceList(const std::string& list);
 
 
 }  // namespace trainlet::agent

@@ -28,6 +28,10 @@ struct WorkerLogOptions {
   std::set<std::uint32_t> local_ranks_filter;  // empty: every local rank on the console
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (ExpandPrefixTemplate); empty: "[rank<N>]: ".
   std::string prefix_template;
+  // false (--worker-log-format plain): console lines as the worker wrote them,
+  // no prefix, as torchrun prints a stream it does not tee.
+  bool console_prefix = true;
+  std::string hostname;  // ${hostname} in the template: this pod's (uname(2) nodename)
 
   // Whether any folder or file is made: --log-dir given, or a stream redirected or teed.
   bool writes_files() const;
