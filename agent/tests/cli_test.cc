@@ -966,7 +966,7 @@ TEST(CliTest, ExitCodesAreTheReadmesTable) {
   std::string line;
   std::getline(lines, line);  // the header
   int rows = 0;
-  while (std::getline(lines, line)) {
+  while (std::getline(lines, line) && !line.empty()) {  // the notes after the table aside
     std::istringstream words(line);
     std::string cls, code, meaning;
     words >> cls >> code;

@@ -156,7 +156,7 @@ TEST_F(LaunchCheckTest, MissingInterpreterNamesItsFlags) {
                        {}, {}, root_.string());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message().find(CannotExecuteMessage("/nonexistent", ENOENT)), 0u);
-  EXPECT_NE(s.message().find("--python, TRAINLET_PYTHON or PYTHON_EXEC"), std::string::npos);
+  EXPECT_NE(s.message().find("--python, TRAINLET_PYTHON, PYTHON_EXEC"), std::string::npos);
 }
 
 TEST_F(LaunchCheckTest, LogDirIsMadeOrRefused) {
