@@ -78,6 +78,7 @@ struct Flags {
   std::string fatal_exit_codes;
   std::string termination_log;
   std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
+  std::string signal_scope = "main";
   std::string health_port = "0";
   std::string max_restarts = "0";
   std::string token_file;
@@ -255,6 +256,13 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "grace-period", &f.grace_period,
           "seconds between forwarding SIGTERM and SIGKILL; set it a few seconds below the "
           "pod's terminationGracePeriodSeconds (default 25, for Kubernetes' default 30)");
+  AddFlag(app, f, "signal-scope", &f.signal_scope,
+          "main|group: main sends a stop's SIGTERM/SIGINT and forwarded signals to each "
+          "worker's main process only, as the kubelet does, and SIGTERM to its process group "
+          "and the pod's other processes once the main processes exited (or min(5 s, grace/5) "
+          "before the grace period ends); group signals each worker's whole process group and "
+          "every other process at once, like torchrun 2.x (default main)")
+      ->check(CLI::IsMember({"main", "group"}));
   AddFlag(app, f, "rdzv-timeout", &f.rdzv_timeout,
           "seconds to find the leader and form the gang before exiting 75 (default 600)");
   AddFlag(app, f, "max-restarts", &f.max_restarts,
@@ -292,8 +300,9 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "slowest worker touches its heartbeat file this many times less often than the "
           "gang's median; 0 = off (default 2)");
   AddFlag(app, f, "hang-signal", &f.hang_signal,
-          "signal sent, when a hang is found, to the worker processes that handle it, for "
-          "stack dumps (default SIGUSR1)");
+          "signal sent, when a hang is found, to each worker's main process if it handles it "
+          "(--signal-scope group: to every process of its group that does), for stack dumps "
+          "(default SIGUSR1)");
   AddFlag(app, f, "termination-log", &f.termination_log,
           "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
           "writable)");
@@ -1056,7 +1065,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.pass_through.insert(lo.pass_through.end(),
                            {"--max-restarts", std::to_string(*max_restarts), "--hang-timeout",
                             f.hang_timeout, "--nccl-ids", f.nccl_ids, "--gpu-health",
-                            f.gpu_health});
+                            f.gpu_health, "--signal-scope", f.signal_scope});
     // Only what was given: these are refused without the flag they refine.
     for (const char* name : {"hang-start-timeout", "hang-signal", "preflight-timeout",
                              "preflight-min-busbw", "straggler-factor"}) {
@@ -1206,6 +1215,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.rdzv_timeout = *rdzv_timeout;
   if (tr.join_timeout && f.opts.at("rdzv-timeout")->count() == 0) po.rdzv_timeout = *tr.join_timeout;
   po.grace = *grace;
+  po.signal_scope = f.signal_scope == "group" ? SignalScope::kGroup : SignalScope::kMain;
   po.env = env;
   po.codes = codes;
   po.markers = markers;

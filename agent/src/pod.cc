@@ -448,6 +448,7 @@ class Pod {
     std::vector<WorkerSpec> specs = std::move(made).value();
     SupervisorOptions so;
     so.grace = options_.grace;
+    so.signal_scope = options_.signal_scope;
     if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
     so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
       if (epoch != epoch_) return;
