@@ -116,6 +116,12 @@ struct SendSignal {
   std::chrono::milliseconds after{0};
 };
 
+// A process of the worker's own group that notes the SIGTERM it gets in `log`.
+std::string GroupHelper(const std::string& log) {
+  return "sh -c 'trap \"echo helper >> " + log + "; exit 0\" TERM; "
+         "while :; do sleep 0.05; done' & ";
+}
+
 class SupervisorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -188,6 +194,18 @@ class SupervisorTest : public ::testing::Test {
   }
 
   std::string File(const std::string& name) { return (dir_ / name).string(); }
+  // One worker: GroupHelper(log) & main(log); SIGTERM 500 ms in. Returns the
+  // log: who noted the stop, in order.
+  std::string StopOrder(const std::function<std::string(const std::string&)>& main,
+                        std::chrono::milliseconds grace) {
+    const std::string log = File("order");
+    auto r = Run({GroupHelper(log) + main(log)}, grace, {SIGTERM, 500ms});
+    EXPECT_EQ(r.exit_code, 143);
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
   // Calls made on the running supervisor, this long after the start.
   void At(std::chrono::milliseconds after, std::function<void(Supervisor&)> call) {
     calls_.emplace_back(after, std::move(call));
@@ -413,37 +431,26 @@ TEST_F(SupervisorTest, UserSignalsAreForwardedWithoutStopping) {
   EXPECT_TRUE(std::filesystem::exists(File("usr1")));
 }
 
-// A helper the trainer started in its own session (setsid: another process
-// group) gets SIGTERM once the trainer's main process has exited, and the run
-// ends as soon as it is gone: not at the SIGKILL after the whole grace period.
-// A process of the worker's own group that notes the SIGTERM it gets in `log`.
-std::string GroupHelper(const std::string& log) {
-  return "sh -c 'trap \"echo helper >> " + log + "; exit 0\" TERM; "
-         "while :; do sleep 0.05; done' & ";
-}
-
 // The stop's SIGTERM goes to the main process alone (as the kubelet's to a
 // container's first process): a helper in its group (a DataLoader worker, a
 // checkpoint writer) gets it only after the main process has exited.
 TEST_F(SupervisorTest, StopSignalsTheMainProcessFirstThenItsGroup) {
-  const std::string log = File("order");
-  auto r = Run({GroupHelper(log) + "trap 'sleep 0.5; echo main >> " + log +
-                    "; exit 0' TERM; sleep 30 & wait"},
-               10s, {SIGTERM, 500ms});
-  EXPECT_EQ(r.exit_code, 143);
-  EXPECT_EQ(Slurp(log), "main\nhelper\n") << "the helper must outlive the main process's save";
+  auto saves = [](const std::string& log) {
+    return "trap 'sleep 0.5; echo main >> " + log + "; exit 0' TERM; sleep 30 & wait";
+  };
+  EXPECT_EQ(StopOrder(saves, 10s), "main\nhelper\n")
+      << "the helper must outlive the main process's save";
   EXPECT_TRUE(NoChildrenLeft());
 }
 
 // A main process that runs on past the reserve: its group gets SIGTERM
 // StopReserve(grace) before the SIGKILL, while the main process still runs.
 TEST_F(SupervisorTest, TheReserveReachesTheGroupWhileTheMainProcessRuns) {
-  const std::string log = File("order");
-  auto r = Run({GroupHelper(log) + "trap 'echo main >> " + log +
-                    "' TERM; while :; do sleep 0.05; done"},
-               1500ms, {SIGTERM, 500ms});
-  EXPECT_EQ(r.exit_code, 143);
-  EXPECT_EQ(Slurp(log), "main\nhelper\n") << "the helper's SIGTERM came before the SIGKILL";
+  auto runs_on = [](const std::string& log) {
+    return "trap 'echo main >> " + log + "' TERM; while :; do sleep 0.05; done";
+  };
+  EXPECT_EQ(StopOrder(runs_on, 1500ms), "main\nhelper\n")
+      << "the helper's SIGTERM came before the SIGKILL";
   EXPECT_TRUE(NoChildrenLeft());
 }
 
@@ -451,13 +458,11 @@ TEST_F(SupervisorTest, TheReserveReachesTheGroupWhileTheMainProcessRuns) {
 // process waits until its helper has noted its SIGTERM.
 TEST_F(SupervisorTest, ScopeGroupSignalsTheWholeGroupAtOnce) {
   scope_ = SignalScope::kGroup;
-  const std::string log = File("order");
-  auto r = Run({GroupHelper(log) + "trap 'for i in $(seq 200); do grep -q helper " + log +
-                    " && break; sleep 0.05; done; echo main >> " + log +
-                    "; exit 0' TERM; sleep 30 & wait"},
-               20s, {SIGTERM, 500ms});
-  EXPECT_EQ(r.exit_code, 143);
-  EXPECT_EQ(Slurp(log), "helper\nmain\n");
+  auto waits_for_helper = [](const std::string& log) {
+    return "trap 'for i in $(seq 200); do grep -q helper " + log +
+           " && break; sleep 0.05; done; echo main >> " + log + "; exit 0' TERM; sleep 30 & wait";
+  };
+  EXPECT_EQ(StopOrder(waits_for_helper, 20s), "helper\nmain\n");
 }
 
 // A forwarded SIGUSR1 reaches the main process only: its child, without a
@@ -494,6 +499,9 @@ TEST_F(SupervisorTest, DiagnosticsFollowTheSignalScope) {
   }
 }
 
+// A helper the trainer started in its own session (setsid: another process
+// group) gets SIGTERM once the trainer's main process has exited, and the run
+// ends as soon as it is gone: not at the SIGKILL after the whole grace period.
 TEST_F(SupervisorTest, AHelperInAnotherSessionGetsSigtermWhenTheMainProcessesExited) {
   const std::string helper = "setsid sh -c 'trap \"echo term > " + File("helper") +
                              "; exit 0\" TERM; while :; do sleep 0.05; done' & ";
