@@ -79,6 +79,7 @@ struct Flags {
   std::string fatal_exit_codes;
   std::string termination_log;
   std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
+  std::string signal_scope = "main";
   std::string health_port = "0";
   std::string max_restarts = "0";
   std::string token_file;
@@ -250,6 +251,20 @@ void AddTorchrunFlags(CLI::App& app, Flags& f) {
   }
 }
 
+// How a stop goes (README "Grace period"; supervision_policy.h).
+void AddStopFlags(CLI::App& app, Flags& f) {
+  AddFlag(app, f, "grace-period", &f.grace_period,
+          "seconds between forwarding SIGTERM and SIGKILL; set it a few seconds below the "
+          "pod's terminationGracePeriodSeconds (default 25, for Kubernetes' default 30)");
+  AddFlag(app, f, "signal-scope", &f.signal_scope,
+          "main|group: main sends a stop's SIGTERM/SIGINT and forwarded signals to each "
+          "worker's main process only, as the kubelet does, and SIGTERM to its process group "
+          "and the pod's other processes once the main processes exited (or min(5 s, grace/5) "
+          "before the grace period ends); group signals each worker's whole process group and "
+          "every other process at once, like torchrun 2.x (default main)")
+      ->check(CLI::IsMember({"main", "group"}));
+}
+
 void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "nnodes", &f.nnodes,
           "number of pods in the gang (the Job's completions); also PET_NNODES");
@@ -279,9 +294,7 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "on|off: NVML checks (ECC, Xid, recovery action) at start and after a worker failure; "
           "a fault exits 74 (default on)")
       ->check(CLI::IsMember({"on", "off"}));
-  AddFlag(app, f, "grace-period", &f.grace_period,
-          "seconds between forwarding SIGTERM and SIGKILL; set it a few seconds below the "
-          "pod's terminationGracePeriodSeconds (default 25, for Kubernetes' default 30)");
+  AddStopFlags(app, f);
   AddFlag(app, f, "rdzv-timeout", &f.rdzv_timeout,
           "seconds to find the leader and form the gang before exiting 75 (default 600)");
   AddFlag(app, f, "max-restarts", &f.max_restarts,
@@ -320,8 +333,9 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "slowest worker touches its heartbeat file this many times less often than the "
           "gang's median; 0 = off (default 2)");
   AddFlag(app, f, "hang-signal", &f.hang_signal,
-          "signal sent, when a hang is found, to the worker processes that handle it, for "
-          "stack dumps (default SIGUSR1)");
+          "signal sent, when a hang is found, to each worker's main process if it handles it "
+          "(--signal-scope group: to every process of its group that does), for stack dumps "
+          "(default SIGUSR1)");
   AddFlag(app, f, "termination-log", &f.termination_log,
           "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
           "writable)");
@@ -468,6 +482,23 @@ exitcodes::Result<std::chrono::milliseconds> ParseSeconds(const std::string& wha
                                      " a number of seconds between 0.001 and 10000000");
   }
   return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000)));
+}
+
+// The grace period: --grace-period, else torchrun's --shutdown-timeout /
+// PET_SHUTDOWN_TIMEOUT, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT (torch >= 2.11).
+// Errors (config): a value that is not plain decimal seconds.
+exitcodes::Result<std::chrono::milliseconds> GracePeriod(
+    const Flags& f, const std::map<std::string, std::string>& env, bool is_local) {
+  std::string what = Source(f, "grace-period", env), value = f.grace_period;
+  if (f.opts.at("grace-period")->count() == 0 && !is_local) {
+    if (auto v = Given(f, "shutdown-timeout", env, &f.shutdown_timeout)) {
+      what = Source(f, "shutdown-timeout", env), value = *v;
+    } else if (env.contains("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+      what = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+      value = env.at(what);
+    }
+  }
+  return ParseSeconds(what, value);
 }
 
 exitcodes::Result<std::chrono::milliseconds> ParseSecondsOrZero(const std::string& what,
@@ -1139,18 +1170,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
       return config_error("--" + std::string(flag) + " has no effect without " + needs);
     }
   }
-  // The grace period: --grace-period, else torchrun's --shutdown-timeout /
-  // PET_SHUTDOWN_TIMEOUT, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT (torch >= 2.11).
-  std::string grace_what = Source(f, "grace-period", env), grace_value = f.grace_period;
-  if (f.opts.at("grace-period")->count() == 0 && !is_local) {
-    if (auto v = Given(f, "shutdown-timeout", env, &f.shutdown_timeout)) {
-      grace_what = Source(f, "shutdown-timeout", env), grace_value = *v;
-    } else if (env.contains("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
-      grace_what = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
-      grace_value = env.at(grace_what);
-    }
-  }
-  auto grace = ParseSeconds(grace_what, grace_value);
+  auto grace = GracePeriod(f, env, is_local);
   if (!grace.ok()) return config_error(grace.status().message());
   auto rdzv_timeout = ParseSeconds(Source(f, "rdzv-timeout", env), f.rdzv_timeout);
   if (!rdzv_timeout.ok()) return config_error(rdzv_timeout.status().message());
@@ -1280,7 +1300,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     lo.pass_through.insert(lo.pass_through.end(),
                            {"--max-restarts", std::to_string(*max_restarts), "--hang-timeout",
                             f.hang_timeout, "--nccl-ids", f.nccl_ids, "--gpu-health",
-                            f.gpu_health});
+                            f.gpu_health, "--signal-scope", f.signal_scope});
     // Only what was given: these are refused without the flag they refine.
     for (const char* name : {"hang-start-timeout", "hang-signal", "preflight-timeout",
                              "preflight-min-busbw", "straggler-factor"}) {
@@ -1395,6 +1415,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   po.rdzv_timeout = *rdzv_timeout;
   if (tr.join_timeout && f.opts.at("rdzv-timeout")->count() == 0) po.rdzv_timeout = *tr.join_timeout;
   po.grace = *grace;
+  po.signal_scope = f.signal_scope == "group" ? SignalScope::kGroup : SignalScope::kMain;
   po.env = env;
   po.env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = tr.signals_to_handle;
   if (auto st = CheckVirtualLocalRank(po); !st.ok()) return config_error(st.message());

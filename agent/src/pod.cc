@@ -474,6 +474,7 @@ class Pod {
     so.grace = options_.grace;
     so.read_ahead_bytes = read_ahead_bytes_;
     so.worker_oom_score_adj = worker_oom_score_adj_;
+    so.signal_scope = options_.signal_scope;
     if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
     so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
       if (epoch != epoch_) return;

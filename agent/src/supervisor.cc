@@ -364,8 +364,8 @@ bool ReapOrphans() {
 
 struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   Impl(asio::any_io_executor ex, SupervisorOptions opts, Done d)
-      : executor(ex), options(opts), done(std::move(d)), grace_timer(ex), sweep_timer(ex),
-        drain_timer(ex) {}
+      : executor(ex), options(opts), done(std::move(d)), grace_timer(ex), reserve_timer(ex),
+        sweep_timer(ex), drain_timer(ex) {}
 
   struct Worker {
     pid_t pid;
@@ -382,6 +382,7 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   std::vector<OutputPump*> stderr_pumps;  // by local rank
   int open_pumps = 0;
   asio::steady_timer grace_timer;
+  asio::steady_timer reserve_timer;  // grace - StopReserve(grace): the rest of the pod's turn
   asio::steady_timer sweep_timer;
   asio::steady_timer drain_timer;
   bool grace_armed = false;
@@ -393,11 +394,17 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   bool finished = false;
 
   void Apply(const Actions& a);
-  void SignalGroups(int signo);
+  // `signo` to each live worker's main process, or its whole group.
+  void SignalWorkers(int signo, bool whole_groups);
+  void SignalGroups(int signo) { SignalWorkers(signo, true); }
   bool InLiveWorkerGroup(pid_t pid) const;
-  // The start of a stop: `signo` to the workers' groups, `others_signo` to the
-  // pod's other processes (see SupervisorOptions::stop_every_process).
-  void Terminate(int signo, int others_signo, bool log_leftovers);
+  bool IsLiveWorker(pid_t pid) const;
+  // `signo` to the pod's processes but the live workers' main processes (and,
+  // with `skip_groups`, their groups), which have had theirs (see
+  // SupervisorOptions::stop_every_process).
+  void TerminateOthers(int signo, bool skip_groups, bool log_leftovers);
+  // Arms the grace timer and, with `reserve`, the reserve's.
+  void ArmStopTimers(bool reserve);
   void KillAll(bool log_leftovers);
   void SendDiagnostics(int signo);
   void Sweep();
@@ -457,13 +464,14 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
   return Status::Ok();
 }
 
-void Supervisor::Impl::SignalGroups(int signo) {
+void Supervisor::Impl::SignalWorkers(int signo, bool whole_groups) {
   for (const Worker& w : workers) {
-    // Each worker leads its own process group (POSIX_SPAWN_SETPGROUP), so this
-    // reaches the processes it started too. Only while the worker is unreaped:
-    // afterwards its pid, and so the group id, may be reused by a stranger;
-    // its group's survivors are then our adopted children (see Terminate).
-    if (!w.exited) ::kill(-w.pid, signo);
+    // Each worker leads its own process group (POSIX_SPAWN_SETPGROUP), so
+    // -pid reaches the processes it started too. Only while the worker is
+    // unreaped: afterwards its pid, and so the group id, may be reused by a
+    // stranger; its group's survivors are then our adopted children (see
+    // TerminateOthers).
+    if (!w.exited) ::kill(whole_groups ? -w.pid : w.pid, signo);
   }
 }
 
@@ -475,27 +483,33 @@ bool Supervisor::Impl::InLiveWorkerGroup(pid_t pid) const {
   return false;
 }
 
-void Supervisor::Impl::Terminate(int signo, int others_signo, bool log_leftovers) {
-  SignalGroups(signo);
+bool Supervisor::Impl::IsLiveWorker(pid_t pid) const {
+  for (const Worker& w : workers) {
+    if (!w.exited && w.pid == pid) return true;
+  }
+  return false;
+}
+
+void Supervisor::Impl::TerminateOthers(int signo, bool skip_groups, bool log_leftovers) {
   // As PID 1 or child subreaper, every live descendant is our child or below
   // one: with no child at all (live or zombie) there is nothing to look for,
   // and the /proc scan (an open and read per process on the node) is skipped.
   // WNOWAIT: a zombie stays for Reap() to collect.
   siginfo_t info{};
   if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) return;
-  // Beyond the live workers' groups: helpers the trainers started in their own
-  // session or group (setsid), orphans we adopted, daemons. Each is told once;
-  // one left out would only learn of the stop from the SIGKILL, and the pod
-  // would wait the whole grace period for it.
+  // The workers' helpers (their groups), helpers the trainers started in
+  // their own session or group (setsid), orphans we adopted, daemons. Each is
+  // told once; one left out would only learn of the stop from the SIGKILL,
+  // and the pod would wait the whole grace period for it.
   const std::vector<pid_t> others = options.stop_every_process
                                         ? ListPodProcesses()
                                         : ListDescendants(::getpid(), /*children_only=*/true);
   for (pid_t pid : others) {
-    if (InLiveWorkerGroup(pid)) continue;
+    if (IsLiveWorker(pid) || (skip_groups && InLiveWorkerGroup(pid))) continue;
     spdlog::log(log_leftovers ? spdlog::level::info : spdlog::level::debug,
                 "{} process pid {} ({}): sending {}", log_leftovers ? "leftover" : "other", pid,
-                Comm(pid), exitcodes::SignalName(others_signo));
-    ::kill(pid, others_signo);
+                Comm(pid), exitcodes::SignalName(signo));
+    ::kill(pid, signo);
   }
 }
 
@@ -520,7 +534,9 @@ void Supervisor::Impl::SendDiagnostics(int signo) {
     if (!w.exited) groups[w.local_rank] = w.pid;
   }
   std::vector<ProcessSignals> procs;
+  const bool main_only = options.signal_scope == SignalScope::kMain;
   for (pid_t pid : ListDescendants(::getpid())) {
+    if (main_only && !IsLiveWorker(pid)) continue;
     auto status = ReadSmallFile("/proc/" + std::to_string(pid) + "/status", 8192);
     procs.push_back({pid, ::getpgid(pid),
                      status ? ParseSignalMask(*status, "SigCgt") : std::nullopt});
@@ -550,25 +566,36 @@ void Supervisor::Impl::Sweep() {
   });
 }
 
+void Supervisor::Impl::ArmStopTimers(bool reserve) {
+  if (grace_armed) return;
+  grace_armed = true;
+  grace_timer.expires_after(options.grace);
+  grace_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->finished) return;
+    self->Apply(self->policy->On(event::GraceExpired{}));
+  });
+  if (!reserve) return;
+  reserve_timer.expires_after(options.grace - SupervisionPolicy::StopReserve(options.grace));
+  reserve_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
+    if (ec || self->finished) return;
+    self->Apply(self->policy->On(event::ReserveReached{}));
+  });
+}
+
 void Supervisor::Impl::Apply(const Actions& a) {
   if (!a.log.empty()) spdlog::info("{}", a.log);
   if (a.forward_signal) {
-    spdlog::debug("forwarding {} to {} worker group(s)", exitcodes::SignalName(*a.forward_signal),
-                  workers.size());
-    SignalGroups(*a.forward_signal);
+    spdlog::debug("forwarding {} to {} worker {}", exitcodes::SignalName(*a.forward_signal),
+                  workers.size(), a.whole_groups ? "group(s)" : "main process(es)");
+    SignalWorkers(*a.forward_signal, a.whole_groups);
   }
-  if (a.terminate) {
-    bool all_exited = policy->workers_alive() == 0;
-    Terminate(*a.terminate, a.terminate_others.value_or(*a.terminate), all_exited);
+  if (a.terminate) SignalWorkers(*a.terminate, a.whole_groups);
+  if (a.terminate_others) {
+    // Processes left when every worker had already finished are named at info.
+    const bool leftovers = policy->workers_alive() == 0 && a.terminate.has_value();
+    TerminateOthers(*a.terminate_others, a.whole_groups, leftovers);
   }
-  if (a.start_grace_timer && !grace_armed) {
-    grace_armed = true;
-    grace_timer.expires_after(options.grace);
-    grace_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-      if (ec || self->finished) return;
-      self->Apply(self->policy->On(event::GraceExpired{}));
-    });
-  }
+  if (a.start_grace_timer) ArmStopTimers(a.start_reserve_timer);
   if (a.kill_all) {
     KillAll(true);
     Sweep();
@@ -576,6 +603,7 @@ void Supervisor::Impl::Apply(const Actions& a) {
   if (a.exit_code) {
     finished = true;
     grace_timer.cancel();
+    reserve_timer.cancel();
     sweep_timer.cancel();
     drain_timer.cancel();
     SupervisorResult r;
@@ -665,6 +693,7 @@ Supervisor::Supervisor(asio::any_io_executor executor, SupervisorOptions options
 Supervisor::~Supervisor() {
   impl_->finished = true;
   impl_->grace_timer.cancel();
+  impl_->reserve_timer.cancel();
   impl_->sweep_timer.cancel();
   impl_->drain_timer.cancel();
   // Stopped and joined here, while the executor they post to is alive.
@@ -729,7 +758,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
   Impl& im = *impl_;
   im.policy.emplace(static_cast<int>(specs.size()),
                     im.options.noun == "worker" ? "local rank" : im.options.noun,
-                    im.options.collateral_exit_code);
+                    im.options.collateral_exit_code, im.options.signal_scope);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t empty, all;

@@ -102,6 +102,8 @@ TEST(CliTest, BadInputIsOneLineExit78AtOnce) {
       {"", "--token-file /nonexistent/token -- true", "'/nonexistent/token' cannot be read"},
       {"", "--token-file /dev/null -- true", "'/dev/null' is empty"},
       {"", "--log-level loud -- true", "--log-level='loud'"},
+      {"", "--signal-scope pod -- true", "--signal-scope: pod not in {main,group}"},
+      {"TRAINLET_SIGNAL_SCOPE=session", "-- true", "--signal-scope: session not in"},
       {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
       // torchrun's command line: what trainlet cannot honour is refused by name.
       {"", "--epochs 3 train.py", "unknown option '--epochs'"},

@@ -118,6 +118,12 @@ struct SendSignal {
   std::chrono::milliseconds after{0};
 };
 
+// A process of the worker's own group that notes the SIGTERM it gets in `log`.
+std::string GroupHelper(const std::string& log) {
+  return "sh -c 'trap \"echo helper >> " + log + "; exit 0\" TERM; "
+         "while :; do sleep 0.05; done' & ";
+}
+
 class SupervisorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -141,6 +147,7 @@ class SupervisorTest : public ::testing::Test {
     SupervisorOptions o;
     o.grace = grace;
     if (edit_options_) edit_options_(o);
+    o.signal_scope = scope_;
     Supervisor* self = nullptr;
     o.on_first_failure = [&](const FirstFailure& f) {
       if (at_first_failure) at_first_failure(*self, f);
@@ -190,6 +197,18 @@ class SupervisorTest : public ::testing::Test {
   }
 
   std::string File(const std::string& name) { return (dir_ / name).string(); }
+  // One worker: GroupHelper(log) & main(log); SIGTERM 500 ms in. Returns the
+  // log: who noted the stop, in order.
+  std::string StopOrder(const std::function<std::string(const std::string&)>& main,
+                        std::chrono::milliseconds grace) {
+    const std::string log = File("order");
+    auto r = Run({GroupHelper(log) + main(log)}, grace, {SIGTERM, 500ms});
+    EXPECT_EQ(r.exit_code, 143);
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
   // Calls made on the running supervisor, this long after the start.
   void At(std::chrono::milliseconds after, std::function<void(Supervisor&)> call) {
     calls_.emplace_back(after, std::move(call));
@@ -198,6 +217,7 @@ class SupervisorTest : public ::testing::Test {
   std::vector<std::pair<std::chrono::milliseconds, std::function<void(Supervisor&)>>> calls_;
   std::function<void(std::vector<WorkerSpec>&)> edit_specs_;  // applied before Start
   std::function<void(SupervisorOptions&)> edit_options_;      // applied before Start
+  SignalScope scope_ = SignalScope::kMain;
 };
 
 bool NoChildrenLeft() {
@@ -510,11 +530,78 @@ TEST_F(SupervisorTest, UserSignalsAreForwardedWithoutStopping) {
   EXPECT_TRUE(std::filesystem::exists(File("usr1")));
 }
 
+// The stop's SIGTERM goes to the main process alone (as the kubelet's to a
+// container's first process): a helper in its group (a DataLoader worker, a
+// checkpoint writer) gets it only after the main process has exited.
+TEST_F(SupervisorTest, StopSignalsTheMainProcessFirstThenItsGroup) {
+  auto saves = [](const std::string& log) {
+    return "trap 'sleep 0.5; echo main >> " + log + "; exit 0' TERM; sleep 30 & wait";
+  };
+  EXPECT_EQ(StopOrder(saves, 10s), "main\nhelper\n")
+      << "the helper must outlive the main process's save";
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+// A main process that runs on past the reserve: its group gets SIGTERM
+// StopReserve(grace) before the SIGKILL, while the main process still runs.
+TEST_F(SupervisorTest, TheReserveReachesTheGroupWhileTheMainProcessRuns) {
+  auto runs_on = [](const std::string& log) {
+    return "trap 'echo main >> " + log + "' TERM; while :; do sleep 0.05; done";
+  };
+  EXPECT_EQ(StopOrder(runs_on, 1500ms), "main\nhelper\n")
+      << "the helper's SIGTERM came before the SIGKILL";
+  EXPECT_TRUE(NoChildrenLeft());
+}
+
+// --signal-scope group: the whole group at once (torchrun 2.x). The main
+// process waits until its helper has noted its SIGTERM.
+TEST_F(SupervisorTest, ScopeGroupSignalsTheWholeGroupAtOnce) {
+  scope_ = SignalScope::kGroup;
+  auto waits_for_helper = [](const std::string& log) {
+    return "trap 'for i in $(seq 200); do grep -q helper " + log +
+           " && break; sleep 0.05; done; echo main >> " + log + "; exit 0' TERM; sleep 30 & wait";
+  };
+  EXPECT_EQ(StopOrder(waits_for_helper, 20s), "helper\nmain\n");
+}
+
+// A forwarded SIGUSR1 reaches the main process only: its child, without a
+// handler (SIGUSR1's default action ends it), lives on until the main process
+// ends it with SIGTERM.
+TEST_F(SupervisorTest, UserSignalsReachOnlyTheMainProcess) {
+  auto r = Run({"sleep 30 & child=$!; trap 'kill -TERM $child; wait $child; echo $? > " +
+                File("child") + "; exit 0' USR1; wait $child"},
+               5s, {SIGUSR1, 300ms});
+  EXPECT_EQ(r.exit_code, 0);
+  std::ifstream in(File("child"));
+  int code = -1;
+  in >> code;
+  EXPECT_EQ(code, 128 + SIGTERM) << "the child died of the SIGUSR1 meant for its parent";
+}
+
+// The hang's diagnostics signal follows the scope: with both a main process
+// and its child handling SIGUSR1, only the main process gets it by default;
+// with SignalScope::kGroup both do.
+TEST_F(SupervisorTest, DiagnosticsFollowTheSignalScope) {
+  for (SignalScope scope : {SignalScope::kMain, SignalScope::kGroup}) {
+    scope_ = scope;
+    const std::string log = File(scope == SignalScope::kMain ? "main" : "group");
+    const std::string ready = log + ".ready";
+    const std::string child = "sh -c 'trap \"echo child >> " + log + "\" USR1; : > " + ready +
+                              "; while :; do sleep 0.05; done' & ";
+    At(2s, [](Supervisor& s) { s.SendDiagnostics(SIGUSR1); });
+    auto r = Run({child + "while [ ! -e " + ready + " ]; do sleep 0.01; done; trap 'sleep 0.5; "
+                  "echo main >> " + log + "; exit 0' USR1; while :; do sleep 0.05; done"},
+                 5s);
+    calls_.clear();
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_EQ(Slurp(log), scope == SignalScope::kMain ? "main\n" : "child\nmain\n");
+  }
+}
+
 // A helper the trainer started in its own session (setsid: another process
-// group, so the worker's group signal misses it) gets SIGTERM at the start of
-// the stop too, and the run ends as soon as it is gone: not at the SIGKILL
-// after the whole grace period.
-TEST_F(SupervisorTest, AHelperInAnotherSessionGetsSigtermWhenTheStopStarts) {
+// group) gets SIGTERM once the trainer's main process has exited, and the run
+// ends as soon as it is gone: not at the SIGKILL after the whole grace period.
+TEST_F(SupervisorTest, AHelperInAnotherSessionGetsSigtermWhenTheMainProcessesExited) {
   const std::string helper = "setsid sh -c 'trap \"echo term > " + File("helper") +
                              "; exit 0\" TERM; while :; do sleep 0.05; done' & ";
   auto t0 = Clock::now();

@@ -37,6 +37,8 @@ RDZV_TIMEOUT = 20      # --rdzv-timeout: bounds any rendezvous the soak leaves w
 FORM_TIMEOUT = 40      # the gang's workers all started (a loaded machine, 8 pods)
 PHASE_TIMEOUT = 45     # a fault to its outcome (restart formed, or every pod exited)
 SLOW_STOP = 1.5        # the TERM trap of a worker marked "slow" (a checkpoint being written)
+SAVE = 0.8             # a worker's writer saving its checkpoint (preempt_save): inside the
+                       # grace period less trainlet's reserve (min(5 s, GRACE / 5) = 0.4 s)
 FREEZE = (5.0, 10.0)   # SIGSTOP of an agent for this long, then SIGCONT
 LINK_CUT = 6.0         # a cut link comes back after this long (past the 3 s heartbeat timeout)
 SETTLE = (0.3, 1.5)    # the gang runs this long before a fault
@@ -44,14 +46,24 @@ REPLACE_DELAY = 0.3    # the Job controller's replacement of a pod that exited m
 LEFTOVER_WAIT = 1.0    # after a pod's exit, its PID namespace must be empty within this
 
 # The worker: `sh -c WORKER trainer CTL MARKS INC`. It appends "<event> <wall time> <generation>
-# <local rank> <incarnation>" to MARKS (ready, fail, done, TERM) and polls CTL/g<gen>.l<local rank>
-# for what to do: "exitN" exits N, "kill" SIGKILLs itself. CTL/g<gen>.slow makes its TERM trap
-# take SLOW_STOP s. Started by trainlet, so RANK/LOCAL_RANK/TORCHELASTIC_RESTART_COUNT are set.
+# <local rank> <incarnation>" to MARKS (ready, fail, done, TERM, saved) and polls
+# CTL/g<gen>.l<local rank> for what to do: "exitN" exits N, "kill" SIGKILLs itself.
+# CTL/g<gen>.slow makes its TERM trap take SLOW_STOP s. Its writer (a subshell in its process
+# group, like a checkpoint writer process, with SIGTERM's default action) saves when the TERM
+# trap asks, if CTL/g<gen>.save exists: SAVE s, then the mark "saved"; the trap waits for it.
+# Started by trainlet, so RANK/LOCAL_RANK/TORCHELASTIC_RESTART_COUNT are set.
 WORKER = r"""
 ctl=$1 marks=$2 inc=$3
 gen=${TORCHELASTIC_RESTART_COUNT:-x}
 mark() { echo "$1 $(date +%s.%N) $gen $LOCAL_RANK $inc" >> "$marks"; }
-term() { mark TERM; [ -e "$ctl/g$gen.slow" ] && sleep __SLOW__; exit 143; }
+ask=$ctl/g$gen.l$LOCAL_RANK.$inc.save
+(while [ ! -e "$ask" ]; do sleep 0.1; done; sleep __SAVE__; mark saved) &
+writer=$!
+term() {
+  mark TERM; [ -e "$ctl/g$gen.slow" ] && sleep __SLOW__
+  [ -e "$ctl/g$gen.save" ] && : > "$ask" && wait $writer
+  exit 143
+}
 trap term TERM
 mark ready
 f=$ctl/g$gen.l$LOCAL_RANK
@@ -66,7 +78,7 @@ while :; do
   fi
   sleep 0.1
 done
-""".replace("__SLOW__", str(SLOW_STOP))
+""".replace("__SLOW__", str(SLOW_STOP)).replace("__SAVE__", str(SAVE))
 
 
 # ---- the fault table ---------------------------------------------------------------------
@@ -86,6 +98,7 @@ FAULTS = [
     Fault("agent_freeze", 1, True, 75, "infra", False, (75,)),
     Fault("link_cut", 1, True, None, None, False, (75, 76)),
     Fault("sigterm_mid_restart", 2, True, 143, "terminated", False, (143,)),
+    Fault("preempt_save", 2, False, 143, "terminated", True, ()),
 ]
 BY_NAME = {f.name: f for f in FAULTS}
 PEER_FAILED = 76
@@ -252,6 +265,16 @@ class Run:
                 self.violate(f"pod {i}.{n}: the worker of local rank {lr} in generation {g} "
                              "never got SIGTERM (nor ended on its own)")
 
+    def check_saved(self, i, inc):
+        """preempt_save: every worker of pod i that got SIGTERM had its writer save before
+        the pod exited; a writer SIGTERMed with its worker (a group-wide stop) never does."""
+        gen = str(self.gen)
+        marks = [(ev, lr) for ev, _, g, lr, n in self.marks(i) if g == gen and n == inc]
+        for lr in sorted({lr for ev, lr in marks if ev == "TERM"}):
+            if ("saved", lr) not in marks:
+                self.violate(f"preempt_save: pod {i}'s local rank {lr} got SIGTERM but its "
+                             "writer never saved (killed before the grace period allowed)")
+
     def describe(self):
         return (f"{self.npods} pods x {self.nproc}, --max-restarts {self.max_restarts}, "
                 f"generation {self.gen}")
@@ -267,9 +290,11 @@ class Run:
 
     def worker_pid(self, i, local_rank):
         """The host pid of pod i's worker `local_rank` in the current generation."""
-        for p in self.c.pods[i].processes_with_env(LOCAL_RANK=str(local_rank),
-                                                  TORCHELASTIC_RESTART_COUNT=str(self.gen)):
-            if p.comm == "sh" and p.state != "Z":
+        pod = self.c.pods[i]
+        for p in pod.processes_with_env(LOCAL_RANK=str(local_rank),
+                                        TORCHELASTIC_RESTART_COUNT=str(self.gen)):
+            # trainlet's child, not its writer (a subshell: the same command line)
+            if p.comm == "sh" and p.state != "Z" and p.ppid == pod.pid1:
                 return p.pid
         return None
 
@@ -307,7 +332,11 @@ class Run:
         elif fault.name == "agent_sigkill":
             self.exempt.add((victim, str(self.gen), None, key[1]))
             pod.signal(signal.SIGKILL)
-        elif fault.name == "agent_sigterm":
+        elif fault.name in ("agent_sigterm", "preempt_save"):
+            if fault.name == "preempt_save":
+                # Each worker's TERM trap has its writer save (SAVE s) and waits for it.
+                with open(os.path.join(self.ctl(victim), f"g{self.gen}.save"), "w"):
+                    pass
             self.sigtermed.add(key)
             pod.signal(signal.SIGTERM)
         elif fault.name == "agent_freeze":
@@ -447,6 +476,8 @@ class Run:
                 self.violate(f"{fault.name}: pod {i}'s reason does not name pod {victim}: "
                              f"{summary.get('reason')!r}")
         self.record_term_times(fault.name, "final", victim, t0)
+        if fault.name == "preempt_save":
+            self.check_saved(victim, key[1])
         counted = [i for i, code in codes.items() if code not in (0, PEER_FAILED)]
         if fault.code is not None and len(counted) != 1:
             self.violate(f"{fault.name}: {len(counted)} pods with a counted exit: {counted}")
@@ -555,7 +586,8 @@ def main():
     t_start = time.monotonic()
     total, r = 0, 0
     seeds = [args.run] if args.run is not None else None
-    while (seeds and r < len(seeds)) or (not seeds and total < args.faults):
+    while (seeds and r < len(seeds)) or (not seeds and (total < args.faults or
+                                                       (args.cover and r < len(FAULTS)))):
         run_seed = seeds[r] if seeds else args.seed * 100003 + r
         r += 1
         first = FAULTS[(r - 1) % len(FAULTS)].name if args.cover and not seeds else args.first

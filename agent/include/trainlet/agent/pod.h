@@ -20,6 +20,7 @@
 
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/launch_check.h"
+#include "trainlet/agent/supervision_policy.h"
 #include "trainlet/agent/worker_env.h"
 #include "trainlet/agent/worker_logs.h"
 #include "trainlet/exitcodes/classify.h"
@@ -54,6 +55,7 @@ struct PodOptions {
   std::uint16_t master_port = 0;  // MASTER_PORT for the trainers' store; 0: the leader picks a free one
   std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
   std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
+  SignalScope signal_scope = SignalScope::kMain;     // --signal-scope (supervision_policy.h)
   // In-place restarts (torchrun's --max-restarts): after a failure of class
   // worker, infra, oom or peer-lost, while fewer than this many restarts were
   // made, every agent stops its workers and joins the rendezvous again for a
@@ -68,10 +70,11 @@ struct PodOptions {
   // TRAINLET_HEARTBEAT_FILE and shows progress by touching it (updating its
   // mtime). A worker that touched it and then not again within `hang_timeout`
   // is hung; one that never touched it is hung only when `hang_start_timeout`
-  // is set and has passed (otherwise it does not take part). Then the workers'
-  // processes that catch `hang_signal` get it (stack dumps, e.g. faulthandler
-  // on SIGUSR1; never sent where it would kill), and 2 s later the gang is
-  // stopped with class infra, reason "hang".
+  // is set and has passed (otherwise it does not take part). Then each
+  // worker's main process gets `hang_signal` if it catches it (with
+  // SignalScope::kGroup, every process of its group that does; stack dumps,
+  // e.g. faulthandler on SIGUSR1; never sent where it would kill), and 2 s
+  // later the gang is stopped with class infra, reason "hang".
   std::uint16_t health_port = 0;  // /readyz and /livez (health.h); 0 = off
   std::string token;  // shared token for the rendezvous (rendezvous/auth.h); empty = off
   std::chrono::milliseconds hang_timeout{0};

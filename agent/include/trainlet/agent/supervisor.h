@@ -62,6 +62,10 @@ int WorkerOomScoreAdj(int agent_adj);
 struct SupervisorOptions {
   // TERM -> KILL delay, for stops and for leftovers after the workers finished.
   std::chrono::milliseconds grace{25'000};
+  // Whom the workers' signals reach (SupervisionPolicy): each worker's main
+  // process, the rest of the pod once they exited or StopReserve(grace)
+  // before the end of the grace period; or each worker's whole group.
+  SignalScope signal_scope = SignalScope::kMain;
   // Pipe worker stdout/stderr through the agent with prefixes; when false the
   // workers inherit the agent's stdout and stderr.
   bool capture_output = true;
@@ -118,13 +122,15 @@ class Supervisor {
   // after the last child is gone.
   [[nodiscard]] exitcodes::Status Start(std::vector<WorkerSpec> workers);
 
-  // A signal the agent received. Forwarded signals go to every worker's group.
+  // A signal the agent received. Forwarded signals go to every live worker's
+  // main process (its whole group with SignalScope::kGroup).
   void OnSignal(int signo);
 
-  // Hang diagnostics: sends `signo` to the processes of the live workers'
-  // groups that catch it (HangPolicy's PlanDiagnostics, from /proc/<pid>/status
-  // SigCgt), never to one whose default action would end it, and logs the
-  // workers for which no stack dump is possible. Changes nothing else.
+  // Hang diagnostics: sends `signo` to the live workers' main processes that
+  // catch it (with SignalScope::kGroup: every process of their groups that
+  // does; HangPolicy's PlanDiagnostics, from /proc/<pid>/status SigCgt), never
+  // to one whose default action would end it, and logs the workers for which
+  // no stack dump is possible. Changes nothing else.
   void SendDiagnostics(int signo);
 
   // Another pod of the gang failed: stop the workers (TERM, grace, KILL) unless
