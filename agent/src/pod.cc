@@ -105,6 +105,11 @@ class Pod {
         !s.ok()) {
       return Fail(s);
     }
+    if (std::string w = SmallSharedMemoryWarning(SharedMemoryBytes(), id.nproc_per_node,
+                                                 options_.gpu_count > 0);
+        !w.empty()) {
+      spdlog::warn("{}", w);
+    }
     auto signals = SignalSource::Create(io_.get_executor(), [this](int s) { OnSignal(s); });
     if (!signals.ok()) return Fail(signals.status());
     signals_ = std::move(signals).value();
@@ -449,6 +454,7 @@ class Pod {
     SupervisorOptions so;
     so.grace = options_.grace;
     if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
+    so.markers = &options_.markers;
     so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
       if (epoch != epoch_) return;
       first_failure_class_ = ClassOf(f);
@@ -717,6 +723,7 @@ class Pod {
   exitcodes::FailureClass ClassOf(const FirstFailure& f) {
     exitcodes::Evidence e;
     e.first_failure = WorkerFailureOf(f);
+    e.shm_bytes = SharedMemoryBytes();
     oom_kills_at_failure_ = e.oom_kills = OomKillsSinceStart();
     return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
@@ -727,6 +734,7 @@ class Pod {
     w.rank = static_cast<int>(rank_base_) + f.local_rank;
     w.exit = f.exit;
     w.stderr_tail = supervisor_->StderrTail(f.local_rank);
+    w.stream_marker = supervisor_->StreamMarker(f.local_rank);
     if (f.local_rank >= 0 && static_cast<std::size_t>(f.local_rank) < error_files_.size() &&
         !error_files_[f.local_rank].empty()) {
       w.error_file_message = ReadErrorFileMessage(error_files_[f.local_rank]);
@@ -842,6 +850,7 @@ class Pod {
         e.hang = hang_reason_;
         if (r.first_failure) {
           e.first_failure = WorkerFailureOf(*r.first_failure);
+          e.shm_bytes = SharedMemoryBytes();
           e.gpu_fault = GpuFaultEvidence(options_.gpu);
         }
         break;

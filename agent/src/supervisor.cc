@@ -168,7 +168,8 @@ Status OpenStream(const std::string& file, bool reader, StreamFds* s) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) {
     s->CloseAll();
-    return Status::Infra(std::string("pipe: ") + std::strerror(errno));
+    return exitcodes::ErrnoStatus(errno, "cannot make a pipe for worker output",
+                                  exitcodes::FailureClass::kInfra);
   }
   s->child = p[1];
   s->read = p[0];
@@ -352,6 +353,7 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   std::vector<Worker> workers;
   std::vector<std::unique_ptr<OutputPump>> pumps;
   std::vector<OutputPump*> stderr_pumps;  // by local rank
+  std::vector<OutputPump*> stdout_pumps;  // by local rank; nullptr where stdout is not read
   int open_pumps = 0;
   asio::steady_timer grace_timer;
   asio::steady_timer sweep_timer;
@@ -402,8 +404,10 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
     }
     if (s.watch >= 0) pumps.back()->Follow(std::exchange(s.watch, -1));
     if (s.file >= 0) pumps.back()->SetFile(std::exchange(s.file, -1));
-    if (is_err) stderr_pumps.push_back(pumps.back().get());
+    if (options.markers != nullptr) pumps.back()->ScanMarkers(*options.markers);
+    (is_err ? stderr_pumps : stdout_pumps).push_back(pumps.back().get());
   }
+  if (stdout_pumps.size() < stderr_pumps.size()) stdout_pumps.push_back(nullptr);
   for (std::size_t i = first; i < pumps.size(); ++i) {
     try {
       pumps[i]->Start(executor, [weak = weak_from_this()] {
@@ -416,7 +420,8 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
     } catch (const std::system_error& e) {
       // No thread to be had (the pod's pids.max counts threads): like a
       // spawn that failed, nothing of this start may survive.
-      return Status::Infra(std::string("cannot start a thread for worker output: ") + e.what());
+      return exitcodes::ErrnoStatus(e.code().value(), "cannot start a thread for worker output",
+                                    exitcodes::FailureClass::kInfra);
     }
   }
   return Status::Ok();
@@ -635,19 +640,44 @@ Supervisor::~Supervisor() {
   // Stopped and joined here, while the executor they post to is alive.
   impl_->pumps.clear();
   impl_->stderr_pumps.clear();
+  impl_->stdout_pumps.clear();
 }
 
-std::string Supervisor::StderrTail(int local_rank) const {
-  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
-  const OutputPump& pump = *impl_->stderr_pumps[local_rank];
-  // Usually caught up at once: the pump thread reads as the worker writes.
-  // It can be behind when the cores are busy, or stopped reading (its output
-  // backed up past OutputPump::kMaxAhead): then the tail is what it has.
+namespace {
+// Usually caught up at once: the pump thread reads as the worker writes. It
+// can be behind when the cores are busy, or stopped reading (its output
+// backed up past OutputPump::kMaxAhead): then it has what it has.
+void AwaitCaughtUp(const OutputPump& pump) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   while (!pump.CaughtUp() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+}  // namespace
+
+std::string Supervisor::StderrTail(int local_rank) const {
+  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
+  const OutputPump& pump = *impl_->stderr_pumps[local_rank];
+  AwaitCaughtUp(pump);
   return pump.Tail();
+}
+
+std::optional<exitcodes::MarkerHit> Supervisor::StreamMarker(int local_rank) const {
+  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return {};
+  std::optional<exitcodes::MarkerHit> best;
+  for (auto [pumps, name] : {std::pair{&impl_->stderr_pumps, "stderr"},
+                             std::pair{&impl_->stdout_pumps, "stdout"}}) {
+    const OutputPump* pump = static_cast<std::size_t>(local_rank) < pumps->size()
+                                 ? (*pumps)[local_rank] : nullptr;
+    if (pump == nullptr) continue;
+    AwaitCaughtUp(*pump);
+    auto hit = pump->Marker();
+    if (hit && (!best || exitcodes::Stronger(*hit, *best))) {
+      best = std::move(hit);
+      best->stream = name;
+    }
+  }
+  return best;
 }
 
 bool Supervisor::running(int local_rank) const {
@@ -722,8 +752,9 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     StreamFds streams[2];  // stdout, stderr
     if (im.options.capture_output) {
       for (int i : {0, 1}) {
-        // stderr always has a reader: its tail classifies failures (kTailBytes).
-        const bool reader = i == 1 || spec.stdout_console;
+        // stderr always has a reader: its tail classifies failures (kTailBytes);
+        // stdout too when markers are scanned (NCCL writes its WARN lines there).
+        const bool reader = i == 1 || spec.stdout_console || im.options.markers != nullptr;
         result = OpenStream(i == 1 ? spec.stderr_file : spec.stdout_file, reader, &streams[i]);
         if (!result.ok()) break;
       }
@@ -757,7 +788,13 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     }
     if (rc != 0) {
       for (StreamFds& s : streams) s.CloseAll();
-      result = Status::Config(CannotExecuteMessage(spec.argv[0], rc));
+      // A shortage (EAGAIN at pids.max, ENOMEM...) is infra, as when the pump
+      // thread below fails for it; the command itself is config.
+      result = exitcodes::IsResourceErrno(rc)
+                   ? exitcodes::ErrnoStatus(rc, "cannot start " + im.options.noun + " " +
+                                                    std::to_string(rank),
+                                            exitcodes::FailureClass::kInfra)
+                   : Status::Config(CannotExecuteMessage(spec.argv[0], rc));
       break;
     }
     im.workers.push_back({pid, static_cast<int>(rank)});
@@ -774,6 +811,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     im.finished = true;
     im.pumps.clear();  // the workers are gone: the pumps end at EOF (or are stopped)
     im.stderr_pumps.clear();
+    im.stdout_pumps.clear();
     im.workers.clear();
   }
   return result;

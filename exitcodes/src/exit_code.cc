@@ -27,10 +27,13 @@ const std::vector<ContractRow>& ContractTable() {
       {FailureClass::kOk, kExitOk, "every local worker exited 0 and no stop was requested"},
       {FailureClass::kBug, kExitBug, "software defect: a worker exited 42 (retrying cannot help)"},
       {FailureClass::kConfig, kExitConfig,
-       "trainlet's own input is invalid (env, flags, command not found): retrying cannot help"},
+       "trainlet's own input is invalid (env, flags, command not found), or the pod spec's "
+       "/dev/shm too small (shared memory ran out): retrying cannot help"},
       {FailureClass::kInfra, kExitInfra,
-       "retriable infrastructure fault: DNS, leader unreachable, rendezvous timeout"},
-      {FailureClass::kHardware, kExitHardware, "GPU or driver fault"},
+       "retriable infrastructure fault: DNS, leader unreachable, rendezvous timeout, NCCL or "
+       "network errors, a resource short (pids.max, RLIMIT_NOFILE, memory)"},
+      {FailureClass::kHardware, kExitHardware,
+       "GPU or driver fault (ECC, fallen off the bus, an Xid NVIDIA puts on the GPU)"},
       {FailureClass::kPeerFailed, kExitPeerFailed, "another pod of the gang failed"},
       {FailureClass::kOom, kExitOom,
        "a worker, or a process of one, was killed by the memory cgroup's OOM killer"},

@@ -1,0 +1,161 @@
+#include "trainlet/exitcodes/marker_scanner.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace trainlet::exitcodes {
+namespace {
+
+// Bytes kept before a match for its evidence line, when the line began in an
+// earlier piece or long before the match.
+constexpr std::size_t kLead = 128;
+
+// 16 bytes compared at once (GCC/Clang vector extensions: SSE2 on x86-64,
+// NEON on aarch64).
+using Bytes16 = unsigned char __attribute__((vector_size(16)));
+constexpr std::size_t kMaxVectorAnchors = 16;  // more: one table look-up per byte
+
+}  // namespace
+
+MarkerScanner::MarkerScanner(const MarkerTable& table)
+    : table_(table), carry_limit_(std::max(kLead, table.longest())) {}
+
+void MarkerScanner::CheckAnchor(std::string_view text, std::size_t at, std::size_t max_start,
+                                std::size_t min_end, std::ptrdiff_t shift,
+                                std::vector<Match>* out) const {
+  for (const MarkerTable::Anchor& a : table_.anchors_of(static_cast<unsigned char>(text[at]))) {
+    if (best_ && a.marker > best_->index) continue;  // cannot beat what is already found
+    if (at < a.offset) continue;
+    const std::size_t start = at - a.offset;
+    const std::string& m = table_.markers()[a.marker].text;
+    if (start >= max_start || start + m.size() > text.size() || start + m.size() < min_end) {
+      continue;
+    }
+    if (std::memcmp(text.data() + start, m.data(), m.size()) == 0) {
+      out->push_back({static_cast<std::ptrdiff_t>(start) + shift, a.marker});
+    }
+  }
+}
+
+void MarkerScanner::Find(std::string_view text, std::size_t max_start, std::size_t min_end,
+                         std::ptrdiff_t shift, std::vector<Match>* out) const {
+  const std::vector<unsigned char>& bytes = table_.anchor_bytes();
+  const std::size_t n = text.size();
+  std::size_t i = 0;
+  if (!bytes.empty() && bytes.size() <= kMaxVectorAnchors) {
+    Bytes16 splat[kMaxVectorAnchors];
+    for (std::size_t a = 0; a < bytes.size(); ++a) splat[a] = Bytes16{} + bytes[a];
+    for (; i + 16 <= n; i += 16) {
+      Bytes16 v;
+      std::memcpy(&v, text.data() + i, 16);
+      Bytes16 hit = reinterpret_cast<Bytes16>(v == splat[0]);
+      for (std::size_t a = 1; a < bytes.size(); ++a) {
+        hit |= reinterpret_cast<Bytes16>(v == splat[a]);
+      }
+      std::uint64_t w[2];
+      std::memcpy(w, &hit, sizeof w);
+      if ((w[0] | w[1]) == 0) continue;
+      for (std::size_t j = 0; j < 16; ++j) {
+        if (hit[j] != 0) CheckAnchor(text, i + j, max_start, min_end, shift, out);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if (!table_.anchors_of(static_cast<unsigned char>(text[i])).empty()) {
+      CheckAnchor(text, i, max_start, min_end, shift, out);
+    }
+  }
+}
+
+void MarkerScanner::Feed(std::string_view data) {
+  if (!Done() && !data.empty()) {
+    matches_.clear();
+    if (!carry_.empty() && table_.longest() > 1) {
+      // Matches that begin in the carried bytes and end in this piece.
+      std::string seam = carry_;
+      seam.append(data.substr(0, std::min(data.size(), table_.longest() - 1)));
+      Find(seam, carry_.size(), carry_.size() + 1, -static_cast<std::ptrdiff_t>(carry_.size()),
+           &matches_);
+    }
+    Find(data, data.size(), 0, 0, &matches_);
+    std::stable_sort(matches_.begin(), matches_.end(),
+                     [](const Match& a, const Match& b) { return a.start < b.start; });
+    Collect(data, matches_);
+  }
+  if (data.size() >= carry_limit_) {
+    carry_.assign(data.substr(data.size() - carry_limit_));
+  } else {
+    carry_.append(data);
+    if (carry_.size() > carry_limit_) carry_.erase(0, carry_.size() - carry_limit_);
+  }
+}
+
+void MarkerScanner::Collect(std::string_view data, const std::vector<Match>& matches) {
+  std::size_t pos = 0;  // data before pos is in the open line, or judged
+  for (const Match& m : matches) {
+    if (best_ && m.marker > best_->index) continue;
+    const std::size_t s = static_cast<std::size_t>(std::max<std::ptrdiff_t>(m.start, 0));
+    if (open_ && s >= pos) pos = ExtendLine(data, pos, s);
+    if (!open_) {
+      OpenLine(data, m.start);
+      pos = std::max(pos, s);
+    }
+    if (std::find(candidates_.begin(), candidates_.end(), m.marker) == candidates_.end()) {
+      candidates_.push_back(m.marker);
+    }
+  }
+  if (open_) ExtendLine(data, pos, data.size());
+}
+
+void MarkerScanner::OpenLine(std::string_view data, std::ptrdiff_t start) {
+  // The line's start: after the last '\n' at most kLead bytes before the match,
+  // looking into the carried bytes when the match is near the piece's start.
+  const std::ptrdiff_t carry = static_cast<std::ptrdiff_t>(carry_.size());
+  const std::ptrdiff_t lo = std::max<std::ptrdiff_t>(start - static_cast<std::ptrdiff_t>(kLead),
+                                                     -carry);
+  auto at = [&](std::ptrdiff_t p) { return p < 0 ? carry_[carry + p] : data[p]; };
+  std::ptrdiff_t begin = start;
+  while (begin > lo && at(begin - 1) != '\n') --begin;
+  open_ = true;
+  line_.clear();
+  for (std::ptrdiff_t p = begin; p < std::max<std::ptrdiff_t>(start, 0); ++p) {
+    if (line_.size() < kEvidenceLine) line_.push_back(at(p));
+  }
+}
+
+std::size_t MarkerScanner::ExtendLine(std::string_view data, std::size_t from, std::size_t to) {
+  const void* nl = std::memchr(data.data() + from, '\n', to - from);
+  const std::size_t stop = nl ? static_cast<std::size_t>(static_cast<const char*>(nl) - data.data())
+                              : to;
+  const std::size_t room = kEvidenceLine - std::min(kEvidenceLine, line_.size());
+  line_.append(data.substr(from, std::min(stop - from, room)));
+  if (nl != nullptr) {
+    Judge();
+    return stop + 1;
+  }
+  if (line_.size() >= kEvidenceLine) Judge();  // enough of it: what follows is not needed
+  return to;
+}
+
+void MarkerScanner::Judge() {
+  while (!line_.empty() && (line_.back() == '\r' || line_.back() == ' ')) line_.pop_back();
+  for (std::uint32_t c : candidates_) {
+    auto meaning = Interpret(table_.markers()[c], line_);
+    if (!meaning) continue;
+    MarkerHit hit{c, meaning->first, std::move(meaning->second), line_, ""};
+    if (!best_ || Stronger(hit, *best_)) {
+      best_ = std::move(hit);
+      improved_ = true;
+    }
+  }
+  open_ = false;
+  line_.clear();
+  candidates_.clear();
+}
+
+void MarkerScanner::Finish() {
+  if (open_) Judge();
+}
+
+}  // namespace trainlet::exitcodes
