@@ -78,6 +78,7 @@ struct Flags {
   std::string fatal_exit_codes;
   std::string termination_log;
   std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
+  std::string run_dir;
   std::string health_port = "0";
   std::string max_restarts = "0";
   std::string token_file;
@@ -284,6 +285,9 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "hang-timeout", &f.hang_timeout,
           "seconds a worker may go without touching $TRAINLET_HEARTBEAT_FILE before the gang "
           "is stopped as hung (exit 75); 0 = off (default)");
+  AddFlag(app, f, "run-dir", &f.run_dir,
+          "directory for the files trainlet makes for the workers (error files, heartbeat "
+          "files); default: the first writable of $TMPDIR, /dev/shm, /tmp, --log-dir");
   AddFlag(app, f, "hang-start-timeout", &f.hang_start_timeout,
           "seconds until a worker's first heartbeat (model loading, compilation); default: "
           "none (a worker that never touches the file is not watched)");
@@ -1053,6 +1057,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     if (!f.token_file.empty()) {
       lo.pass_through.insert(lo.pass_through.end(), {"--token-file", f.token_file});
     }
+    if (!f.run_dir.empty()) lo.pass_through.insert(lo.pass_through.end(), {"--run-dir", f.run_dir});
     lo.pass_through.insert(lo.pass_through.end(),
                            {"--max-restarts", std::to_string(*max_restarts), "--hang-timeout",
                             f.hang_timeout, "--nccl-ids", f.nccl_ids, "--gpu-health",
@@ -1229,6 +1234,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     po.token = std::move(token).value();
   }
   po.hang_timeout = *hang_timeout;
+  po.run_dir = f.run_dir;
   po.hang_start_timeout = *hang_start_timeout;
   po.hang_signal = *hang_signal;
   po.max_restarts = *max_restarts;

@@ -30,6 +30,7 @@
 #include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/log_format.h"
+#include "trainlet/agent/run_dir.h"
 #include "trainlet/agent/metrics.h"
 #include "trainlet/agent/stragglers.h"
 #include "trainlet/agent/signals.h"
@@ -105,6 +106,16 @@ class Pod {
         !s.ok()) {
       return Fail(s);
     }
+    // Error and heartbeat files need a writable directory (read-only images).
+    run_dir_ = ChooseRunDir(RunDirCandidates(options_.run_dir, options_.env,
+                                             options_.logs.log_dir));
+    std::string run_dir_warning;
+    if (Status s = JudgeRunDir(run_dir_, !options_.run_dir.empty(),
+                               options_.hang_timeout.count() > 0, &run_dir_warning);
+        !s.ok()) {
+      return Fail(s);
+    }
+    if (!run_dir_warning.empty()) spdlog::warn("{}", run_dir_warning);
     if (std::string w = SmallSharedMemoryWarning(SharedMemoryBytes(), id.nproc_per_node,
                                                  options_.gpu_count > 0);
         !w.empty()) {
@@ -669,7 +680,8 @@ class Pod {
   // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)
   // and heartbeat files, in error_dir_; left empty if it cannot be made.
   void MakeErrorDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "trainlet-XXXXXX").string();
+    if (run_dir_.base.empty()) return;  // said at start (JudgeRunDir)
+    std::string tmpl = run_dir_.base + "/trainlet-XXXXXX";
     if (::mkdtemp(tmpl.data()) != nullptr) error_dir_ = tmpl;
   }
 
@@ -990,6 +1002,7 @@ class Pod {
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
+  RunDirChoice run_dir_;  // where error_dir_ is made (run_dir.h)
   std::string error_dir_;
   std::uint32_t rank_base_ = 0;
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers

@@ -266,6 +266,71 @@ Verdict FromHit(const MarkerHit& h, const MarkerTable& markers, const std::strin
   return Make(h.failure_class, codes.CodeFor(h.failure_class), std::move(reason), evidence);
 }
 
+// The verdict on the first worker failure `e.first_failure`.
+Verdict ClassifyWorkerFailure(const Evidence& e, const ExitCodeTable& codes,
+                              const MarkerTable& markers) {
+  const WorkerFailure& f = e.first_failure.value();
+  std::string who = "local rank " + std::to_string(f.local_rank) + " (rank " +
+                    std::to_string(f.rank) + ") " +
+                    (f.exit.signaled ? "died of " + f.exit.Describe()
+                                     : "exited with code " + std::to_string(f.exit.exit_status));
+  if (e.collateral > 0) {
+    who += "; " + std::to_string(e.collateral) + " worker(s) stopped by trainlet afterwards";
+  }
+  // The kernel's OOM killer sends SIGKILL; a rising counter says it was it
+  // (and not, say, the kubelet or a user) — kubernetes/kubernetes#78973. Its
+  // victim need not be the worker itself: when it is one of the worker's
+  // processes (a DataLoader worker: "DataLoader worker (pid N) is killed by
+  // signal: Killed.", pytorch/pytorch#8976), the trainer then exits 1.
+  if (e.oom_kills > 0) {
+    return Make(FailureClass::kOom, codes.CodeFor(FailureClass::kOom),
+                who + (f.exit.signaled && f.exit.signal == SIGKILL
+                           ? " and the memory cgroup counted "
+                           : " after the memory cgroup counted ") +
+                    std::to_string(e.oom_kills) + " OOM kill(s)",
+                "oom");
+  }
+  // NVML saw the GPU fail (ECC, Xid, a recovery action): the crash is the
+  // hardware's, however the trainer reported it (microsoft/pai#4314).
+  if (e.gpu_fault) {
+    return Make(FailureClass::kHardware, codes.CodeFor(FailureClass::kHardware),
+                who + "; GPU fault: " + *e.gpu_fault, "gpu-health");
+  }
+  // The error file, then the output: the strongest marker each holds. One
+  // that means the worker's own failure (Xid 31, an illegal memory access)
+  // decides nothing, but is said in the reason.
+  std::optional<MarkerHit> file_hit;
+  if (!f.error_file_message.empty()) {
+    file_hit = markers.Match(f.error_file_message);
+    if (file_hit) file_hit->stream = "error file";
+  }
+  if (file_hit && file_hit->failure_class != FailureClass::kWorker) {
+    return FromHit(*file_hit, markers, who, e, codes, "error-file");
+  }
+  if (!file_hit) {
+    // No class in it, but what the trainer said it died of belongs in the summary.
+    if (std::string line = Excerpt(f.error_file_message); !line.empty()) {
+      who += "; its error file says: " + line;
+    }
+  }
+  std::optional<MarkerHit> hit = f.stream_marker;
+  if (!hit) {
+    hit = markers.Match(f.stderr_tail);
+    if (hit) hit->stream = "stderr";
+  }
+  if (hit && hit->failure_class != FailureClass::kWorker) {
+    return FromHit(*hit, markers, who, e, codes, "marker");
+  }
+  for (const auto* h : {&file_hit, &hit}) {
+    if (*h) who += Says(**h, markers);
+  }
+  if (!f.exit.signaled && codes.IsFatalWorkerCode(f.exit.exit_status)) {
+    return Make(FailureClass::kBug, codes.CodeFor(FailureClass::kBug),
+                who + " (a --fatal-exit-codes code: software defect)", "exit-code");
+  }
+  return Make(FailureClass::kWorker, f.exit.code(), who, "exit-code");
+}
+
 }  // namespace
 
 Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTable& markers) {
@@ -281,68 +346,7 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
     return Make(FailureClass::kInfra, codes.CodeFor(FailureClass::kInfra), "hang: " + *e.hang,
                 "hang");
   }
-  if (e.first_failure) {
-    const WorkerFailure& f = e.first_failure.value();
-    std::string who = "local rank " + std::to_string(f.local_rank) + " (rank " +
-                      std::to_string(f.rank) + ") " +
-                      (f.exit.signaled ? "died of " + f.exit.Describe()
-                                       : "exited with code " + std::to_string(f.exit.exit_status));
-    if (e.collateral > 0) {
-      who += "; " + std::to_string(e.collateral) + " worker(s) stopped by trainlet afterwards";
-    }
-    // The kernel's OOM killer sends SIGKILL; a rising counter says it was it
-    // (and not, say, the kubelet or a user) — kubernetes/kubernetes#78973. Its
-    // victim need not be the worker itself: when it is one of the worker's
-    // processes (a DataLoader worker: "DataLoader worker (pid N) is killed by
-    // signal: Killed.", pytorch/pytorch#8976), the trainer then exits 1.
-    if (e.oom_kills > 0) {
-      return Make(FailureClass::kOom, codes.CodeFor(FailureClass::kOom),
-                  who + (f.exit.signaled && f.exit.signal == SIGKILL
-                             ? " and the memory cgroup counted "
-                             : " after the memory cgroup counted ") +
-                      std::to_string(e.oom_kills) + " OOM kill(s)",
-                  "oom");
-    }
-    // NVML saw the GPU fail (ECC, Xid, a recovery action): the crash is the
-    // hardware's, however the trainer reported it (microsoft/pai#4314).
-    if (e.gpu_fault) {
-      return Make(FailureClass::kHardware, codes.CodeFor(FailureClass::kHardware),
-                  who + "; GPU fault: " + *e.gpu_fault, "gpu-health");
-    }
-    // The error file, then the output: the strongest marker each holds. One
-    // that means the worker's own failure (Xid 31, an illegal memory access)
-    // decides nothing, but is said in the reason.
-    std::optional<MarkerHit> file_hit;
-    if (!f.error_file_message.empty()) {
-      file_hit = markers.Match(f.error_file_message);
-      if (file_hit) file_hit->stream = "error file";
-    }
-    if (file_hit && file_hit->failure_class != FailureClass::kWorker) {
-      return FromHit(*file_hit, markers, who, e, codes, "error-file");
-    }
-    if (!file_hit) {
-      // No class in it, but what the trainer said it died of belongs in the summary.
-      if (std::string line = Excerpt(f.error_file_message); !line.empty()) {
-        who += "; its error file says: " + line;
-      }
-    }
-    std::optional<MarkerHit> hit = f.stream_marker;
-    if (!hit) {
-      hit = markers.Match(f.stderr_tail);
-      if (hit) hit->stream = "stderr";
-    }
-    if (hit && hit->failure_class != FailureClass::kWorker) {
-      return FromHit(*hit, markers, who, e, codes, "marker");
-    }
-    for (const auto* h : {&file_hit, &hit}) {
-      if (*h) who += Says(**h, markers);
-    }
-    if (!f.exit.signaled && codes.IsFatalWorkerCode(f.exit.exit_status)) {
-      return Make(FailureClass::kBug, codes.CodeFor(FailureClass::kBug),
-                  who + " (a --fatal-exit-codes code: software defect)", "exit-code");
-    }
-    return Make(FailureClass::kWorker, f.exit.code(), who, "exit-code");
-  }
+  if (e.first_failure) return ClassifyWorkerFailure(e, codes, markers);
   if (e.stop_signal) {
     return Make(FailureClass::kTerminated, codes.CodeFor(FailureClass::kTerminated),
                 "stopped by " + SignalName(*e.stop_signal) + " (preemption, eviction or deletion)",

@@ -1,8 +1,10 @@
 #include "trainlet/exitcodes/marker_scanner.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace trainlet::exitcodes {
 namespace {
@@ -32,39 +34,76 @@ void MarkerScanner::CheckAnchor(std::string_view text, std::size_t at, std::size
     if (start >= max_start || start + m.size() > text.size() || start + m.size() < min_end) {
       continue;
     }
+    if (a.offset + 1 < m.size() && text[at + 1] != m[a.offset + 1]) continue;  // cheap first
     if (std::memcmp(text.data() + start, m.data(), m.size()) == 0) {
       out->push_back({static_cast<std::ptrdiff_t>(start) + shift, a.marker});
     }
   }
 }
 
+namespace {
+
+// The bytes of a compare result (0x00 or 0xFF each) as one bit per byte.
+std::uint32_t BitsOf(std::uint64_t w) {
+  return static_cast<std::uint32_t>(((w & 0x0101010101010101ULL) * 0x0102040810204080ULL) >> 56);
+}
+
+// The first i >= from, in steps of 32, where text[i, i + 32) holds one of
+// `bytes` (N of them), with *mask the positions that do (bit j: text[i + j]);
+// or, with *mask 0, where fewer than 32 bytes are left. The anchors' count is
+// a template argument, so their broadcasts stay in registers and the
+// compares unroll.
+template <std::size_t N>
+std::size_t NextBlock(const unsigned char* text, std::size_t n, std::size_t from,
+                      const unsigned char* bytes, std::uint32_t* mask) {
+  Bytes16 splat[N];
+  for (std::size_t a = 0; a < N; ++a) splat[a] = Bytes16{} + bytes[a];
+  for (; from + 32 <= n; from += 32) {
+    Bytes16 v0, v1;
+    std::memcpy(&v0, text + from, 16);
+    std::memcpy(&v1, text + from + 16, 16);
+    Bytes16 h0 = Bytes16{}, h1 = Bytes16{};
+    for (std::size_t a = 0; a < N; ++a) {
+      h0 |= reinterpret_cast<Bytes16>(v0 == splat[a]);
+      h1 |= reinterpret_cast<Bytes16>(v1 == splat[a]);
+    }
+    std::uint64_t w[4];
+    std::memcpy(w, &h0, 16);
+    std::memcpy(w + 2, &h1, 16);
+    if ((w[0] | w[1] | w[2] | w[3]) == 0) continue;
+    *mask = BitsOf(w[0]) | BitsOf(w[1]) << 8 | BitsOf(w[2]) << 16 | BitsOf(w[3]) << 24;
+    return from;
+  }
+  *mask = 0;
+  return from;
+}
+
+template <std::size_t... I>
+constexpr auto MakeNextBlockTable(std::index_sequence<I...>) {
+  return std::array{&NextBlock<I + 1>...};
+}
+constexpr auto kNextBlock = MakeNextBlockTable(std::make_index_sequence<kMaxVectorAnchors>());
+
+}  // namespace
+
 void MarkerScanner::Find(std::string_view text, std::size_t max_start, std::size_t min_end,
                          std::ptrdiff_t shift, std::vector<Match>* out) const {
   const std::vector<unsigned char>& bytes = table_.anchor_bytes();
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();
   std::size_t i = 0;
   if (!bytes.empty() && bytes.size() <= kMaxVectorAnchors) {
-    Bytes16 splat[kMaxVectorAnchors];
-    for (std::size_t a = 0; a < bytes.size(); ++a) splat[a] = Bytes16{} + bytes[a];
-    for (; i + 16 <= n; i += 16) {
-      Bytes16 v;
-      std::memcpy(&v, text.data() + i, 16);
-      Bytes16 hit = reinterpret_cast<Bytes16>(v == splat[0]);
-      for (std::size_t a = 1; a < bytes.size(); ++a) {
-        hit |= reinterpret_cast<Bytes16>(v == splat[a]);
-      }
-      std::uint64_t w[2];
-      std::memcpy(w, &hit, sizeof w);
-      if ((w[0] | w[1]) == 0) continue;
-      for (std::size_t j = 0; j < 16; ++j) {
-        if (hit[j] != 0) CheckAnchor(text, i + j, max_start, min_end, shift, out);
+    for (std::uint32_t mask = 0;; i += 32) {
+      i = kNextBlock[bytes.size() - 1](p, n, i, bytes.data(), &mask);
+      if (mask == 0) break;  // fewer than 32 bytes left: below
+      for (; mask != 0; mask &= mask - 1) {
+        CheckAnchor(text, i + static_cast<std::size_t>(__builtin_ctz(mask)), max_start, min_end,
+                    shift, out);
       }
     }
   }
   for (; i < n; ++i) {
-    if (!table_.anchors_of(static_cast<unsigned char>(text[i])).empty()) {
-      CheckAnchor(text, i, max_start, min_end, shift, out);
-    }
+    if (!table_.anchors_of(p[i]).empty()) CheckAnchor(text, i, max_start, min_end, shift, out);
   }
 }
 
