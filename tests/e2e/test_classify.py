@@ -85,7 +85,7 @@ class _Base(test_exit_codes.ExitCodesTest):
             s = self.summary(pod, log)
             self.assertSummary(s, cls, code)
             self.assertNothingLeft(c)
-            return s, pod
+            return s, pod.stderr()  # read before the cluster's work directory goes
 
 
 for _name in [n for n in vars(test_exit_codes.ExitCodesTest) if n.startswith("test_")]:
@@ -95,8 +95,8 @@ del _name
 
 class ClassifyTest(_Base):
     def test_a_marker_before_a_long_dump_still_decides(self):
-        s, pod = self.run_case([PYTHON, "-c", WATCHDOG_THEN_DUMP], 75, "infra")
-        self.assertGreater(len(pod.stderr()), 12_000, "the dump is shorter than intended")
+        s, err = self.run_case([PYTHON, "-c", WATCHDOG_THEN_DUMP], 75, "infra")
+        self.assertGreater(len(err), 12_000, "the dump is shorter than intended")
         self.assertIn("Watchdog caught collective operation timeout", s["reason"],
                       json.dumps(s))
         self.assertEqual(s["evidence"], "marker", json.dumps(s))
@@ -119,11 +119,11 @@ class ClassifyTest(_Base):
         nccl = ("node-3:77:91 [1] misc/shmutils.cc:87 NCCL WARN Error while creating shared "
                 "memory segment /dev/shm/nccl-AbCdEf (size 9637888), error: No space left on "
                 "device (28)")
-        s, pod = self.run_case(sh(SAY_AND_EXIT, nccl, 1, 1), 78, "config", wrap=SMALL_SHM)
+        s, err = self.run_case(sh(SAY_AND_EXIT, nccl, 1, 1), 78, "config", wrap=SMALL_SHM)
         self.assertIn("/dev/shm (2 MiB) is too small", s["reason"], json.dumps(s))
         self.assertIn("emptyDir with medium: Memory", s["reason"], json.dumps(s))
         # Two workers and a 2 MiB /dev/shm: said at start.
-        self.assertIn("/dev/shm is only 2 MiB", pod.stderr(), pod.tail())
+        self.assertIn("/dev/shm is only 2 MiB", err)
 
     # -- pids.max (issue 24) -------------------------------------------------------------
     def pids_cgroup(self):
@@ -225,8 +225,8 @@ print("[E ProcessGroupNCCL.cpp:1316] [Rank 1] Watchdog caught collective operati
 faulthandler.dump_traceback(all_threads=True)
 os.abort()
 """
-        s, pod = self.run_case([TORCH2_PYTHON, "-c", trainer], 75, "infra")
-        self.assertGreater(len(pod.stderr()), 12_000, "faulthandler's dump is short")
+        s, err = self.run_case([TORCH2_PYTHON, "-c", trainer], 75, "infra")
+        self.assertGreater(len(err), 12_000, "faulthandler's dump is short")
         self.assertIn("Watchdog caught collective operation timeout", s["reason"],
                       json.dumps(s))
 
