@@ -38,11 +38,13 @@ MarkerTable MarkerTable::Defaults() {
   // Count), unless an Xid or NVML says the GPU failed.
   add(FailureClass::kWorker, {"an illegal memory access was encountered"});
   // Shared memory ran out: /dev/shm is sized by the pod spec, so a retry fails
-  // the same way. torch's DataLoader (torch/utils/data/_utils/signal_handling.py
-  // and its libshm "unable to write to file </torch_...>"), NCCL's
+  // the same way. torch's DataLoader (torch/utils/data/_utils/signal_handling.py;
+  // torch 2.x's "unable to allocate shared memory(shm) for file </torch_...>",
+  // 1.13's libshm "unable to write to file </torch_...>"), NCCL's
   // src/misc/shmutils.cc ("Error while creating shared memory segment ...").
   add(config, {"insufficient shared memory (shm)", "out of shared memory",
-               "unable to write to file </torch_", "shared memory segment /dev/shm/",
+               "unable to allocate shared memory(shm)", "unable to write to file </torch_",
+               "Couldn't allocate shared memory segment", "shared memory segment /dev/shm/",
                "failed to create shared memory file /dev/shm/"},
       MarkerMeaning::kSharedMemory);
   // Collective and network faults: retriable.

@@ -286,6 +286,9 @@ TEST(ClassifyTest, SharedMemoryRunningOutIsConfigNamingDevShmAndTheFix) {
       "that dataloader's workers are out of shared memory. Please try to raise your shared "
       "memory limit.\n",
       "RuntimeError: unable to write to file </torch_77_1234_0>: No space left on device (28)\n",
+      // torch 2.15's DataLoader on a 2 MiB /dev/shm (tests/e2e/test_classify.py).
+      "RuntimeError: unable to allocate shared memory(shm) for file </torch_11_2391983_0>: No "
+      "space left on device (28)\n",
       "misc/shmutils.cc:87 NCCL WARN Error while creating shared memory segment "
       "/dev/shm/nccl-AbCdEf (size 9637888), error: No space left on device (28)\n"
       "NCCL error: unhandled system error (run with NCCL_DEBUG=INFO), ncclSystemError\n",

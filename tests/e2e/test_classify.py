@@ -58,7 +58,7 @@ exec sleep 30
 WATCHDOG_THEN_DUMP = r"""
 import os, sys
 if os.environ["LOCAL_RANK"] != "1":
-    import time; time.sleep(30)
+    import time; time.sleep(300)
 print("[E ProcessGroupNCCL.cpp:1316] [Rank 1] Watchdog caught collective operation timeout: "
       "WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds", file=sys.stderr)
 print("Fatal Python error: Aborted\n", file=sys.stderr)
@@ -77,11 +77,11 @@ class _Base(test_exit_codes.ExitCodesTest):
     """ExitCodesTest's helpers (start, summary, assertSummary, write, remove_cgroup), not
     its tests (they run in test_exit_codes.py)."""
 
-    def run_case(self, cmd, code, cls, *flags, nproc=2, wrap=()):
+    def run_case(self, cmd, code, cls, *flags, nproc=2, wrap=(), timeout=20):
         with self.cluster(pods=1) as c:
             c.publish(0)
             pod, log = self.start(c, cmd, *flags, nproc=nproc, wrap=wrap)
-            self.assertExit(pod, 20, code)
+            self.assertExit(pod, timeout, code)
             s = self.summary(pod, log)
             self.assertSummary(s, cls, code)
             self.assertNothingLeft(c)
@@ -200,6 +200,10 @@ exec sleep 30
 class Torch2ClassifyTest(_Base):
     """Real failures from a current torch 2.x (CPU; the CUDA build runs without a GPU)."""
 
+    def run_case(self, *args, **kwargs):
+        # Importing torch 2.x's CUDA build takes seconds, more on a busy machine.
+        return super().run_case(*args, timeout=180, **kwargs)
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
@@ -212,7 +216,7 @@ class Torch2ClassifyTest(_Base):
 import faulthandler, os, sys, threading, time
 import torch
 if os.environ["LOCAL_RANK"] != "1":
-    time.sleep(30)
+    time.sleep(300)
 def deep(n, ev):
     return deep(n - 1, ev) if n else ev.wait()
 ev = threading.Event()
@@ -252,7 +256,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 @record
 def main():
     if os.environ["LOCAL_RANK"] != "1":
-        time.sleep(30)
+        time.sleep(300)
     raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
 main()
 """
