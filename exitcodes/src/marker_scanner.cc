@@ -6,6 +6,10 @@
 #include <cstring>
 #include <utility>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace trainlet::exitcodes {
 namespace {
 
@@ -21,7 +25,14 @@ constexpr std::size_t kMaxVectorAnchors = 16;  // more: one table look-up per by
 }  // namespace
 
 MarkerScanner::MarkerScanner(const MarkerTable& table)
-    : table_(table), carry_limit_(std::max(kLead, table.longest())) {}
+    : table_(table), carry_limit_(std::max(kLead, table.longest())) {
+  // Anchor k sets bit k % 8 in its low and its high nibble's entry.
+  for (std::size_t k = 0; k < table.anchor_bytes().size(); ++k) {
+    const unsigned char b = table.anchor_bytes()[k];
+    nibbles_[b & 15] |= static_cast<unsigned char>(1U << (k % 8));
+    nibbles_[16 + (b >> 4)] |= static_cast<unsigned char>(1U << (k % 8));
+  }
+}
 
 void MarkerScanner::CheckAnchor(std::string_view text, std::size_t at, std::size_t max_start,
                                 std::size_t min_end, std::ptrdiff_t shift,
@@ -78,6 +89,79 @@ std::size_t NextBlock(const unsigned char* text, std::size_t n, std::size_t from
   return from;
 }
 
+#if defined(__x86_64__)
+// The same search as NextBlock for any number of anchors at a constant cost:
+// byte b may be an anchor when lo[b & 15] & hi[b >> 4] is not zero (the
+// "nibble shuffle" of Hyperscan's Teddy matcher, here with one-byte
+// fingerprints: each anchor sets its bucket's bit, 8 buckets; anchors that
+// share a bucket let a few other bytes through, which CheckAnchor refuses).
+// pshufb is SSSE3 (every x86-64 CPU since 2006 has it; AVX2 does 32 bytes at
+// once): chosen at run time, so the binary keeps the x86-64 baseline.
+__attribute__((target("avx2"))) std::size_t NextBlockAvx2(const unsigned char* text,
+                                                          std::size_t n, std::size_t from,
+                                                          const unsigned char* nibbles,
+                                                          std::uint32_t* mask) {
+  const __m256i lo = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)));
+  const __m256i hi = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles + 16)));
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  for (; from + 32 <= n; from += 32) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(text + from));
+    const __m256i m = _mm256_and_si256(
+        _mm256_shuffle_epi8(lo, _mm256_and_si256(v, low4)),
+        _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)));
+    const std::uint32_t bits = ~static_cast<std::uint32_t>(
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_setzero_si256())));
+    if (bits != 0) {
+      *mask = bits;
+      return from;
+    }
+  }
+  *mask = 0;
+  return from;
+}
+
+// Bit j set where byte j of `v` is no anchor (SSSE3).
+__attribute__((target("ssse3"))) inline std::uint32_t NoAnchorBits(__m128i v, __m128i lo,
+                                                                   __m128i hi) {
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  const __m128i m = _mm_and_si128(_mm_shuffle_epi8(lo, _mm_and_si128(v, low4)),
+                                  _mm_shuffle_epi8(hi, _mm_and_si128(_mm_srli_epi16(v, 4), low4)));
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(m, _mm_setzero_si128())));
+}
+
+__attribute__((target("ssse3"))) std::size_t NextBlockSsse3(const unsigned char* text,
+                                                            std::size_t n, std::size_t from,
+                                                            const unsigned char* nibbles,
+                                                            std::uint32_t* mask) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles + 16));
+  for (; from + 32 <= n; from += 32) {
+    const auto* at = reinterpret_cast<const __m128i*>(text + from);
+    const std::uint32_t bits = ~(NoAnchorBits(_mm_loadu_si128(at), lo, hi) |
+                                 NoAnchorBits(_mm_loadu_si128(at + 1), lo, hi) << 16);
+    if (bits != 0) {
+      *mask = bits;
+      return from;
+    }
+  }
+  *mask = 0;
+  return from;
+}
+
+using NibbleSearch = std::size_t (*)(const unsigned char*, std::size_t, std::size_t,
+                                     const unsigned char*, std::uint32_t*);
+// The best this CPU runs (cpuid, once); nullptr: neither (NextBlock then).
+NibbleSearch ChooseNibbleSearch() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) return &NextBlockAvx2;
+  if (__builtin_cpu_supports("ssse3")) return &NextBlockSsse3;
+  return nullptr;
+}
+const NibbleSearch kNibbleSearch = ChooseNibbleSearch();
+#endif
+
 template <std::size_t... I>
 constexpr auto MakeNextBlockTable(std::index_sequence<I...>) {
   return std::array{&NextBlock<I + 1>...};
@@ -92,6 +176,20 @@ void MarkerScanner::Find(std::string_view text, std::size_t max_start, std::size
   const auto* p = reinterpret_cast<const unsigned char*>(text.data());
   const std::size_t n = text.size();
   std::size_t i = 0;
+#if defined(__x86_64__)
+  if (!bytes.empty() && kNibbleSearch != nullptr) {
+    for (std::uint32_t mask = 0;; i += 32) {
+      i = kNibbleSearch(p, n, i, nibbles_, &mask);
+      if (mask == 0) break;  // fewer than 32 bytes left: below
+      for (; mask != 0; mask &= mask - 1) {
+        const std::size_t at = i + static_cast<std::size_t>(__builtin_ctz(mask));
+        if (!table_.anchors_of(p[at]).empty()) {
+          CheckAnchor(text, at, max_start, min_end, shift, out);
+        }
+      }
+    }
+  } else
+#endif
   if (!bytes.empty() && bytes.size() <= kMaxVectorAnchors) {
     for (std::uint32_t mask = 0;; i += 32) {
       i = kNextBlock[bytes.size() - 1](p, n, i, bytes.data(), &mask);

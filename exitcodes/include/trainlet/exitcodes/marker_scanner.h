@@ -11,10 +11,11 @@
 //
 // Speed: a match is looked for only where one of the table's anchor bytes
 // occurs (one rare byte per marker, a few distinct ones for the defaults:
-// MarkerTable::Compile), found 16 bytes at a time with compiler vector
-// extensions (SSE2 on x86-64, NEON on aarch64; no library, so the release
-// build's glibc 2.17 and aarch64 targets need nothing new). Memory: bounded
-// (kEvidenceLine per line being judged, a small carry).
+// MarkerTable::Compile), found 32 bytes at a time: on x86-64 with pshufb
+// nibble tables (AVX2 or SSSE3, chosen at run time), elsewhere (aarch64) with
+// compiler vector extensions. No library, so the release build's glibc 2.17
+// and aarch64 targets need nothing new. Memory: bounded (kEvidenceLine per
+// line being judged, a small carry).
 //
 // One scanner per stream; not thread-safe (the pump thread owns it).
 #pragma once
@@ -73,6 +74,9 @@ class MarkerScanner {
   std::string line_;             // its bytes so far (at most kEvidenceLine)
   std::vector<std::uint32_t> candidates_;  // markers found on it
   std::vector<Match> matches_;   // scratch, reused
+  // The anchor bytes as two 16-entry tables, by low and by high nibble, of
+  // bucket bits (marker_scanner.cc: x86-64's pshufb search).
+  unsigned char nibbles_[32] = {};
 };
 
 }  // namespace trainlet::exitcodes
