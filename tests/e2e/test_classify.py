@@ -9,6 +9,8 @@
     /dev/shm with two workers is a warning at start;
   * the pod's pids.max reached at start, and at an in-place restart (--max-restarts):
     75 naming pids.max, every time (10 runs each), never 78;
+  * a read-only root and a non-root user: error and heartbeat files from /dev/shm; with
+    nothing writable, a warning naming what is off, and --hang-timeout is config (78);
   * with a current torch 2.x from PyPI (/opt/trainlet-torch, scripts/install-torch; skipped,
     saying why, when absent): a real faulthandler dump after a watchdog line, a DataLoader on
     a 2 MiB /dev/shm, an @record error file.
@@ -195,6 +197,61 @@ exec sleep 30
                     self.assertSummary(s, "infra", 75)
                     self.assertIn("pids.max", s["reason"], json.dumps(s))
             self.assertNothingLeft(c)
+
+
+class ReadOnlyRootTest(_Base):
+    """readOnlyRootFilesystem: true and a non-root user: the pod's root mount is read-only in
+    its own mount namespace (a bind remount: the file system itself is untouched), and
+    trainlet runs as nobody (65534)."""
+
+    # Read-only root (and /tmp with it); $1 = "shm-ro" makes /dev/shm read-only too.
+    WRAP = ["sh", "-c", 'set -e; mount -o remount,bind,ro /; '
+            'if [ "$0" = shm-ro ]; then mount -o remount,bind,ro /dev/shm; fi; '
+            'exec setpriv --reuid 65534 --regid 65534 --clear-groups "$@"']
+
+    def run_ro(self, worker, shm, *flags, code):
+        """Runs `worker` (sh script, 2 workers); returns (the summary from trainlet's last
+        stderr line: the termination log cannot be written either, stderr)."""
+        with self.cluster(pods=1) as c:
+            c.publish(0)
+            argv = self.trainlet(*flags, nproc=2, cmd=sh(worker))
+            pod = c.start_pod(0, [*self.WRAP[:3], shm, *argv])
+            self.assertExit(pod, 20, code)
+            err = pod.stderr()
+            self.assertNothingLeft(c)
+        last = [ln for ln in err.splitlines() if ln.strip()][-1]
+        return json.loads(last[last.index("{"):]), err
+
+    def test_features_work_from_dev_shm(self):
+        worker = r"""
+if [ "$LOCAL_RANK" = 1 ]; then
+    case "$TORCHELASTIC_ERROR_FILE" in /dev/shm/*) ;; *) echo "error file: $TORCHELASTIC_ERROR_FILE"; exit 9;; esac
+    [ -w "$TRAINLET_HEARTBEAT_FILE" ] || { echo "no heartbeat file"; exit 8; }
+    printf '{"message": "CUDA error: uncorrectable ECC error encountered"}' > "$TORCHELASTIC_ERROR_FILE"
+    exit 1
+fi
+exec sleep 30
+"""
+        s, err = self.run_ro(worker, "shm-rw", "--hang-timeout", "20", code=74)
+        self.assertEqual((s["class"], s["evidence"]), ("hardware", "error-file"), json.dumps(s))
+        self.assertNotIn("no writable directory", err)
+
+    def test_nothing_writable_is_a_warning_or_config(self):
+        worker = r"""
+if [ "$LOCAL_RANK" = 1 ]; then
+    [ -z "$TORCHELASTIC_ERROR_FILE" ] || { echo "error file: $TORCHELASTIC_ERROR_FILE"; exit 9; }
+    exit 3
+fi
+exec sleep 30
+"""
+        s, err = self.run_ro(worker, "shm-ro", code=3)
+        self.assertEqual(s["class"], "worker", json.dumps(s))
+        self.assertIn("no writable directory for the workers' files", err)
+        self.assertIn("error files (TORCHELASTIC_ERROR_FILE", err)
+        self.assertIn("heartbeat files", err)
+        s, err = self.run_ro(worker, "shm-ro", "--hang-timeout", "3", code=78)
+        self.assertEqual(s["class"], "config", json.dumps(s))
+        self.assertIn("--hang-timeout needs a writable directory", s["reason"], json.dumps(s))
 
 
 class Torch2ClassifyTest(_Base):
