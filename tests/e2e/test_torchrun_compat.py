@@ -42,6 +42,9 @@ print("err", os.environ["LOCAL_RANK"], file=sys.stderr)
 # Set by one launcher and not the other, on purpose (see the docstring).
 DIFFERENT = {"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
              "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+             # torch 1.13's agent sets the old name; trainlet, as torch >= 2.2's, does not
+             # (torch >= 2.2 warns in every rank when it is set; README).
+             "NCCL_ASYNC_ERROR_HANDLING",
              # torch 1.13's agent: its own store and timer; no equivalent needed.
              "TORCHELASTIC_ENABLE_FILE_TIMER", "TORCHELASTIC_TIMER_FILE"}
 # Equal only for the static rendezvous (--standalone picks free ports and a run id in both).
@@ -124,6 +127,7 @@ class TorchrunCompatTest(unittest.TestCase):
                 self.assertEqual(lw["env"].get(k), v, f"{rank}: {k}")
             # torch 2.x's name (torch >= 2.2), which 1.13 does not set.
             self.assertEqual(lw["env"].get("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1")
+            self.assertNotIn("NCCL_ASYNC_ERROR_HANDLING", lw["env"])
 
     def test_script_underscore_flags_and_log_files(self):
         args = ["--nproc_per_node", "2", "--rdzv_id", "cmp", "--max_restarts", "0",
