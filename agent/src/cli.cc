@@ -160,6 +160,22 @@ void AddTorchrunSwitch(CLI::App& app, Flags& f, const std::string& name, bool* t
   f.pet[name] = EnvName("PET_", name);
 }
 
+// Where the agent's own files go; in `local` too.
+void AddFileFlags(CLI::App& app, Flags& f) {
+  AddFlag(app, f, "termination-log", &f.termination_log,
+          "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
+          "writable)");
+  AddFlag(app, f, "run-dir", &f.run_dir,
+          "directory for the files trainlet makes for the workers (error files, heartbeat "
+          "files); default: the first writable of $TMPDIR, /dev/shm, /tmp, --log-dir");
+}
+
+// The log options with --run-dir (run_dir.h), which the pod reads beside --log-dir.
+WorkerLogOptions WithRunDir(WorkerLogOptions logs, const std::string& run_dir) {
+  logs.run_dir = run_dir;
+  return logs;
+}
+
 // How the first positional runs; in `local` too.
 void AddTrainerFlags(CLI::App& app, Flags& f) {
   AddTorchrunSwitch(app, f, "module", &f.module,
@@ -285,9 +301,6 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "hang-timeout", &f.hang_timeout,
           "seconds a worker may go without touching $TRAINLET_HEARTBEAT_FILE before the gang "
           "is stopped as hung (exit 75); 0 = off (default)");
-  AddFlag(app, f, "run-dir", &f.run_dir,
-          "directory for the files trainlet makes for the workers (error files, heartbeat "
-          "files); default: the first writable of $TMPDIR, /dev/shm, /tmp, --log-dir");
   AddFlag(app, f, "hang-start-timeout", &f.hang_start_timeout,
           "seconds until a worker's first heartbeat (model loading, compilation); default: "
           "none (a worker that never touches the file is not watched)");
@@ -298,9 +311,7 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "hang-signal", &f.hang_signal,
           "signal sent, when a hang is found, to the worker processes that handle it, for "
           "stack dumps (default SIGUSR1)");
-  AddFlag(app, f, "termination-log", &f.termination_log,
-          "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
-          "writable)");
+  AddFileFlags(app, f);
   AddTrainerFlags(app, f);
   if (local) return;
   AddTorchrunFlags(app, f);
@@ -1057,14 +1068,13 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     if (!f.token_file.empty()) {
       lo.pass_through.insert(lo.pass_through.end(), {"--token-file", f.token_file});
     }
-    if (!f.run_dir.empty()) lo.pass_through.insert(lo.pass_through.end(), {"--run-dir", f.run_dir});
     lo.pass_through.insert(lo.pass_through.end(),
                            {"--max-restarts", std::to_string(*max_restarts), "--hang-timeout",
                             f.hang_timeout, "--nccl-ids", f.nccl_ids, "--gpu-health",
                             f.gpu_health});
     // Only what was given: these are refused without the flag they refine.
     for (const char* name : {"hang-start-timeout", "hang-signal", "preflight-timeout",
-                             "preflight-min-busbw", "straggler-factor"}) {
+                             "preflight-min-busbw", "straggler-factor", "run-dir"}) {
       if (f.opts.at(name)->count() > 0) {
         lo.pass_through.insert(lo.pass_through.end(),
                                {"--" + std::string(name), f.opts.at(name)->as<std::string>()});
@@ -1205,7 +1215,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                           "port: JAX's coordinator needs a port of its own");
     }
   }
-  po.logs = tr.logs;
+  po.logs = WithRunDir(tr.logs, f.run_dir);
   po.local_addr = tr.local_addr;
   po.rdzv_read_timeout = tr.read_timeout;
   po.rdzv_timeout = *rdzv_timeout;
@@ -1234,7 +1244,6 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     po.token = std::move(token).value();
   }
   po.hang_timeout = *hang_timeout;
-  po.run_dir = f.run_dir;
   po.hang_start_timeout = *hang_start_timeout;
   po.hang_signal = *hang_signal;
   po.max_restarts = *max_restarts;

@@ -107,10 +107,10 @@ class Pod {
       return Fail(s);
     }
     // Error and heartbeat files need a writable directory (read-only images).
-    run_dir_ = ChooseRunDir(RunDirCandidates(options_.run_dir, options_.env,
-                                             options_.logs.log_dir));
+    run_dir_.choice = ChooseRunDir(RunDirCandidates(options_.logs.run_dir, options_.env,
+                                                    options_.logs.log_dir));
     std::string run_dir_warning;
-    if (Status s = JudgeRunDir(run_dir_, !options_.run_dir.empty(),
+    if (Status s = JudgeRunDir(run_dir_.choice, !options_.logs.run_dir.empty(),
                                options_.hang_timeout.count() > 0, &run_dir_warning);
         !s.ok()) {
       return Fail(s);
@@ -398,7 +398,7 @@ class Pod {
   Result<std::vector<WorkerSpec>> MakeSpecs(const rendezvous::wire::Assignment& a,
                                             const std::map<std::string, std::string>& base_env) {
     const PodIdentity& id = options_.identity;
-    const std::string& error_dir = error_dir_;  // made before the rendezvous
+    const std::string& error_dir = run_dir_.generation;  // made before the rendezvous
     auto streams = log_dirs_.ForAttempt(a.run_id, a.generation, id.nproc_per_node, a.rank_base,
                                         id.role_name);
     if (!streams.ok()) return streams.status();
@@ -678,23 +678,23 @@ class Pod {
   }
 
   // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)
-  // and heartbeat files, in error_dir_; left empty if it cannot be made.
+  // and heartbeat files, in run_dir_.generation; left empty if it cannot be made.
   void MakeErrorDir() {
-    if (run_dir_.base.empty()) return;  // said at start (JudgeRunDir)
-    std::string tmpl = run_dir_.base + "/trainlet-XXXXXX";
-    if (::mkdtemp(tmpl.data()) != nullptr) error_dir_ = tmpl;
+    if (run_dir_.choice.base.empty()) return;  // said at start (JudgeRunDir)
+    std::string tmpl = run_dir_.choice.base + "/trainlet-XXXXXX";
+    if (::mkdtemp(tmpl.data()) != nullptr) run_dir_.generation = tmpl;
   }
 
-  // Removes error_dir_ and what the workers left in it. Usually it is empty:
+  // Removes run_dir_.generation and what the workers left in it. Usually it is empty:
   // one rmdir(2) then, not remove_all's unlink-then-rmdir of the directory
   // (each locks the temp directory, which all pods on a node share under
   // `trainlet local`, and 64 pods ending at once spun on that lock: 11 % of
   // the CPU of a 64-pod rendezvous run, bench/HISTORY.md).
   void RemoveErrorDir() {
-    if (error_dir_.empty()) return;
-    if (::rmdir(error_dir_.c_str()) == 0 || errno == ENOENT) return;
+    if (run_dir_.generation.empty()) return;
+    if (::rmdir(run_dir_.generation.c_str()) == 0 || errno == ENOENT) return;
     std::error_code ec;
-    std::filesystem::remove_all(error_dir_, ec);
+    std::filesystem::remove_all(run_dir_.generation, ec);
   }
 
   // ---- The gang's control channel (see rendezvous/leader.h, member.h) ----
@@ -811,7 +811,7 @@ class Pod {
     if (leader_) leader_->Close();
     leader_.reset();
     RemoveErrorDir();
-    error_dir_.clear();
+    run_dir_.generation.clear();
     heartbeat_files_.clear();
     error_files_.clear();
     hang_policy_.reset();
@@ -1002,8 +1002,12 @@ class Pod {
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
-  RunDirChoice run_dir_;  // where error_dir_ is made (run_dir.h)
-  std::string error_dir_;
+  // Where the workers' error and heartbeat files go (run_dir.h): the base
+  // chosen at start, and this generation's directory in it ("" if none).
+  struct RunDir {
+    RunDirChoice choice;
+    std::string generation;
+  } run_dir_;
   std::uint32_t rank_base_ = 0;
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
   std::optional<std::uint64_t> oom_kills_at_failure_;  // counted up to the first failure

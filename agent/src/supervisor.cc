@@ -176,6 +176,16 @@ Status OpenStream(const std::string& file, bool reader, StreamFds* s) {
   return Status::Ok();
 }
 
+// A spawn that failed with `rc` (an errno value): a shortage (EAGAIN at
+// pids.max, ENOMEM, ...) is infra, as when a pump thread fails for it
+// (exitcodes::ErrnoStatus); anything else is the command's fault, config.
+Status SpawnFailure(int rc, const std::string& who, const std::string& program) {
+  if (exitcodes::IsResourceErrno(rc)) {
+    return exitcodes::ErrnoStatus(rc, "cannot start " + who, exitcodes::FailureClass::kInfra);
+  }
+  return Status::Config(CannotExecuteMessage(program, rc));
+}
+
 // posix_spawn has no attribute for a parent-death signal, so: fork, set up the
 // child like posix_spawn does for the workers (own process group, default
 // mask and dispositions, fds 1/2, nothing else open), arm PR_SET_PDEATHSIG,
@@ -752,8 +762,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     StreamFds streams[2];  // stdout, stderr
     if (im.options.capture_output) {
       for (int i : {0, 1}) {
-        // stderr always has a reader: its tail classifies failures (kTailBytes);
-        // stdout too when markers are scanned (NCCL writes its WARN lines there).
+        // stderr always has a reader (its tail, kTailBytes); stdout too to scan it.
         const bool reader = i == 1 || spec.stdout_console || im.options.markers != nullptr;
         result = OpenStream(i == 1 ? spec.stderr_file : spec.stdout_file, reader, &streams[i]);
         if (!result.ok()) break;
@@ -788,13 +797,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     }
     if (rc != 0) {
       for (StreamFds& s : streams) s.CloseAll();
-      // A shortage (EAGAIN at pids.max, ENOMEM...) is infra, as when the pump
-      // thread below fails for it; the command itself is config.
-      result = exitcodes::IsResourceErrno(rc)
-                   ? exitcodes::ErrnoStatus(rc, "cannot start " + im.options.noun + " " +
-                                                    std::to_string(rank),
-                                            exitcodes::FailureClass::kInfra)
-                   : Status::Config(CannotExecuteMessage(spec.argv[0], rc));
+      result = SpawnFailure(rc, im.options.noun + " " + std::to_string(rank), spec.argv[0]);
       break;
     }
     im.workers.push_back({pid, static_cast<int>(rank)});
@@ -810,8 +813,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     for (auto& w : im.workers) ::waitpid(w.pid, nullptr, 0);
     im.finished = true;
     im.pumps.clear();  // the workers are gone: the pumps end at EOF (or are stopped)
-    im.stderr_pumps.clear();
-    im.stdout_pumps.clear();
+    for (auto* by_rank : {&im.stderr_pumps, &im.stdout_pumps}) by_rank->clear();
     im.workers.clear();
   }
   return result;

@@ -75,9 +75,6 @@ struct PodOptions {
   std::uint16_t health_port = 0;  // /readyz and /livez (health.h); 0 = off
   std::string token;  // shared token for the rendezvous (rendezvous/auth.h); empty = off
   std::chrono::milliseconds hang_timeout{0};
-  // --run-dir: where error and heartbeat files go (run_dir.h); "" = the first
-  // writable of $TMPDIR, /dev/shm, /tmp, --log-dir.
-  std::string run_dir;
   std::chrono::milliseconds hang_start_timeout{0};  // zero: no first touch required
   int hang_signal = 10;  // SIGUSR1
   std::map<std::string, std::string> env;  // the agent's environment, passed on to workers
