@@ -296,8 +296,8 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "fatal-exit-codes", &f.fatal_exit_codes,
           "comma list of worker exit codes that mean a software defect (default 42)");
   AddFlag(app, f, "marker", &f.markers,
-          "CLASS=TEXT, repeatable: stderr text that classifies a worker failure (bug, infra, "
-          "hardware, oom), checked before the built-in table");
+          "CLASS=TEXT, repeatable: text in a worker's stdout or stderr that classifies its "
+          "failure (bug, infra, hardware, oom), checked before the built-in table");
   AddFlag(app, f, "hang-timeout", &f.hang_timeout,
           "seconds a worker may go without touching $TRAINLET_HEARTBEAT_FILE before the gang "
           "is stopped as hung (exit 75); 0 = off (default)");
