@@ -25,7 +25,9 @@ constexpr std::size_t kMaxVectorAnchors = 16;  // more: one table look-up per by
 }  // namespace
 
 MarkerScanner::MarkerScanner(const MarkerTable& table)
-    : table_(table), carry_limit_(std::max(kLead, table.longest())) {
+    // A match may begin up to longest() - 1 bytes before a piece, and its line
+    // up to kLead bytes before that (found by fuzz_markers).
+    : table_(table), carry_limit_(kLead + table.longest()) {
   // Anchor k sets bit k % 8 in its low and its high nibble's entry.
   for (std::size_t k = 0; k < table.anchor_bytes().size(); ++k) {
     const unsigned char b = table.anchor_bytes()[k];
@@ -231,9 +233,11 @@ void MarkerScanner::Feed(std::string_view data) {
 void MarkerScanner::Collect(std::string_view data, const std::vector<Match>& matches) {
   std::size_t pos = 0;  // data before pos is in the open line, or judged
   for (const Match& m : matches) {
-    if (best_ && m.marker > best_->index) continue;
     const std::size_t s = static_cast<std::size_t>(std::max<std::ptrdiff_t>(m.start, 0));
     if (open_ && s >= pos) pos = ExtendLine(data, pos, s);
+    // After the lines before it are judged, whatever the pieces were (found
+    // by fuzz_markers): a weaker marker opens no line.
+    if (best_ && m.marker > best_->index) continue;
     if (!open_) {
       OpenLine(data, m.start);
       pos = std::max(pos, s);
