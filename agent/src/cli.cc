@@ -80,6 +80,7 @@ struct Flags {
   std::string termination_log;
   std::string hang_timeout = "0", hang_start_timeout = "0", hang_signal = "SIGUSR1";
   std::string signal_scope = "main";
+  std::string run_dir;
   std::string health_port = "0";
   std::string max_restarts = "0";
   std::string token_file;
@@ -162,6 +163,22 @@ void AddTorchrunSwitch(CLI::App& app, Flags& f, const std::string& name, bool* t
                      ->envname(EnvName("TRAINLET_", name))
                      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   f.pet[name] = EnvName("PET_", name);
+}
+
+// Where the agent's own files go; in `local` too.
+void AddFileFlags(CLI::App& app, Flags& f) {
+  AddFlag(app, f, "termination-log", &f.termination_log,
+          "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
+          "writable)");
+  AddFlag(app, f, "run-dir", &f.run_dir,
+          "directory for the files trainlet makes for the workers (error files, heartbeat "
+          "files); default: the first writable of $TMPDIR, /dev/shm, /tmp, --log-dir");
+}
+
+// The log options with --run-dir (run_dir.h), which the pod reads beside --log-dir.
+WorkerLogOptions WithRunDir(WorkerLogOptions logs, const std::string& run_dir) {
+  logs.run_dir = run_dir;
+  return logs;
 }
 
 // How the first positional runs; in `local` too.
@@ -320,8 +337,8 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
   AddFlag(app, f, "fatal-exit-codes", &f.fatal_exit_codes,
           "comma list of worker exit codes that mean a software defect (default 42)");
   AddFlag(app, f, "marker", &f.markers,
-          "CLASS=TEXT, repeatable: stderr text that classifies a worker failure (bug, infra, "
-          "hardware, oom), checked before the built-in table");
+          "CLASS=TEXT, repeatable: text in a worker's stdout or stderr that classifies its "
+          "failure (bug, infra, hardware, oom), checked before the built-in table");
   AddFlag(app, f, "hang-timeout", &f.hang_timeout,
           "seconds a worker may go without touching $TRAINLET_HEARTBEAT_FILE before the gang "
           "is stopped as hung (exit 75); 0 = off (default)");
@@ -336,9 +353,7 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "signal sent, when a hang is found, to each worker's main process if it handles it "
           "(--signal-scope group: to every process of its group that does), for stack dumps "
           "(default SIGUSR1)");
-  AddFlag(app, f, "termination-log", &f.termination_log,
-          "file for the JSON summary of a non-zero exit (default /dev/termination-log when "
-          "writable)");
+  AddFileFlags(app, f);
   AddTrainerFlags(app, f);
   AddLogFileFlags(app, f);
   AddFlag(app, f, "health-port", &f.health_port,
@@ -1303,7 +1318,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                             f.gpu_health, "--signal-scope", f.signal_scope});
     // Only what was given: these are refused without the flag they refine.
     for (const char* name : {"hang-start-timeout", "hang-signal", "preflight-timeout",
-                             "preflight-min-busbw", "straggler-factor"}) {
+                             "preflight-min-busbw", "straggler-factor", "run-dir"}) {
       if (f.opts.at(name)->count() > 0) {
         lo.pass_through.insert(lo.pass_through.end(),
                                {"--" + std::string(name), f.opts.at(name)->as<std::string>()});
@@ -1406,7 +1421,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
                           "port: JAX's coordinator needs a port of its own");
     }
   }
-  po.logs = tr.logs;
+  po.logs = WithRunDir(tr.logs, f.run_dir);
   po.logs.console_prefix = f.worker_log_format != "plain";
   po.logs.hostname = in.hostname;
   po.virtual_local_rank = tr.virtual_local_rank;

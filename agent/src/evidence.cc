@@ -2,6 +2,7 @@
 
 #include "file_util.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -146,6 +147,20 @@ std::string ErrorFileMessage(const std::string& content) {
     return text;
   }
   return "";
+}
+
+std::optional<std::uint64_t> SharedMemoryBytes(const std::string& path) {
+  struct statvfs st{};
+  if (::statvfs(path.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(st.f_blocks) * st.f_frsize;
+}
+
+std::string SmallSharedMemoryWarning(std::optional<std::uint64_t> shm_bytes, std::uint32_t workers,
+                                     bool gpus) {
+  if (!shm_bytes || *shm_bytes >= kSmallSharedMemory || (workers <= 1 && !gpus)) return "";
+  return "/dev/shm is only " + std::to_string(*shm_bytes >> 20) +
+         " MiB: DataLoader workers and NCCL use it, and a job that runs out fails the same way "
+         "on every retry (exit 78); mount an emptyDir with medium: Memory at /dev/shm";
 }
 
 void WriteTerminationLog(const std::string& path, const std::string& summary) {

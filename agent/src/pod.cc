@@ -31,6 +31,7 @@
 #include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/log_format.h"
+#include "trainlet/agent/run_dir.h"
 #include "trainlet/agent/metrics.h"
 #include "trainlet/agent/stragglers.h"
 #include "trainlet/agent/signals.h"
@@ -107,6 +108,21 @@ class Pod {
                                options_.logs, WorkingDirectory());
         !s.ok()) {
       return Fail(s);
+    }
+    // Error and heartbeat files need a writable directory (read-only images).
+    run_dir_.choice = ChooseRunDir(RunDirCandidates(options_.logs.run_dir, options_.env,
+                                                    options_.logs.log_dir));
+    std::string run_dir_warning;
+    if (Status s = JudgeRunDir(run_dir_.choice, !options_.logs.run_dir.empty(),
+                               options_.hang_timeout.count() > 0, &run_dir_warning);
+        !s.ok()) {
+      return Fail(s);
+    }
+    if (!run_dir_warning.empty()) spdlog::warn("{}", run_dir_warning);
+    if (std::string w = SmallSharedMemoryWarning(SharedMemoryBytes(), id.nproc_per_node,
+                                                 options_.gpu_count > 0);
+        !w.empty()) {
+      spdlog::warn("{}", w);
     }
     auto signals = SignalSource::Create(io_.get_executor(), [this](int s) { OnSignal(s); });
     if (!signals.ok()) return Fail(signals.status());
@@ -405,7 +421,7 @@ class Pod {
   Result<std::vector<WorkerSpec>> MakeSpecs(const rendezvous::wire::Assignment& a,
                                             const std::map<std::string, std::string>& base_env) {
     const PodIdentity& id = options_.identity;
-    const std::string& error_dir = error_dir_;  // made before the rendezvous
+    const std::string& error_dir = run_dir_.generation;  // made before the rendezvous
     auto streams = log_dirs_.ForAttempt(a.run_id, a.generation, id.nproc_per_node, a.rank_base,
                                         id.role_name);
     if (!streams.ok()) return streams.status();
@@ -476,6 +492,7 @@ class Pod {
     so.worker_oom_score_adj = worker_oom_score_adj_;
     so.signal_scope = options_.signal_scope;
     if (options_.json_worker_lines) so.json_lines_rank_base = a.rank_base;
+    so.markers = &options_.markers;
     so.on_first_failure = [this, epoch = epoch_](const FirstFailure& f) {
       if (epoch != epoch_) return;
       first_failure_class_ = ClassOf(f);
@@ -688,22 +705,23 @@ class Pod {
   }
 
   // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)
-  // and heartbeat files, in error_dir_; left empty if it cannot be made.
+  // and heartbeat files, in run_dir_.generation; left empty if it cannot be made.
   void MakeErrorDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "trainlet-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) != nullptr) error_dir_ = tmpl;
+    if (run_dir_.choice.base.empty()) return;  // said at start (JudgeRunDir)
+    std::string tmpl = run_dir_.choice.base + "/trainlet-XXXXXX";
+    if (::mkdtemp(tmpl.data()) != nullptr) run_dir_.generation = tmpl;
   }
 
-  // Removes error_dir_ and what the workers left in it. Usually it is empty:
+  // Removes run_dir_.generation and what the workers left in it. Usually it is empty:
   // one rmdir(2) then, not remove_all's unlink-then-rmdir of the directory
   // (each locks the temp directory, which all pods on a node share under
   // `trainlet local`, and 64 pods ending at once spun on that lock: 11 % of
   // the CPU of a 64-pod rendezvous run, bench/HISTORY.md).
   void RemoveErrorDir() {
-    if (error_dir_.empty()) return;
-    if (::rmdir(error_dir_.c_str()) == 0 || errno == ENOENT) return;
+    if (run_dir_.generation.empty()) return;
+    if (::rmdir(run_dir_.generation.c_str()) == 0 || errno == ENOENT) return;
     std::error_code ec;
-    std::filesystem::remove_all(error_dir_, ec);
+    std::filesystem::remove_all(run_dir_.generation, ec);
   }
 
   // ---- The gang's control channel (see rendezvous/leader.h, member.h) ----
@@ -744,6 +762,7 @@ class Pod {
   exitcodes::FailureClass ClassOf(const FirstFailure& f) {
     exitcodes::Evidence e;
     e.first_failure = WorkerFailureOf(f);
+    e.shm_bytes = SharedMemoryBytes();
     oom_kills_at_failure_ = e.oom_kills = OomKillsSinceStart();
     return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
@@ -754,6 +773,7 @@ class Pod {
     w.rank = static_cast<int>(rank_base_) + f.local_rank;
     w.exit = f.exit;
     w.stderr_tail = supervisor_->StderrTail(f.local_rank);
+    w.stream_marker = supervisor_->StreamMarker(f.local_rank);
     if (f.local_rank >= 0 && static_cast<std::size_t>(f.local_rank) < error_files_.size() &&
         !error_files_[f.local_rank].empty()) {
       w.error_file_message = ReadErrorFileMessage(error_files_[f.local_rank]);
@@ -818,7 +838,7 @@ class Pod {
     if (leader_) leader_->Close();
     leader_.reset();
     RemoveErrorDir();
-    error_dir_.clear();
+    run_dir_.generation.clear();
     heartbeat_files_.clear();
     error_files_.clear();
     hang_policy_.reset();
@@ -869,6 +889,7 @@ class Pod {
         e.hang = hang_reason_;
         if (r.first_failure) {
           e.first_failure = WorkerFailureOf(*r.first_failure);
+          e.shm_bytes = SharedMemoryBytes();
           e.gpu_fault = GpuFaultEvidence(options_.gpu);
         }
         break;
@@ -1008,7 +1029,12 @@ class Pod {
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
-  std::string error_dir_;
+  // Where the workers' error and heartbeat files go (run_dir.h): the base
+  // chosen at start, and this generation's directory in it ("" if none).
+  struct RunDir {
+    RunDirChoice choice;
+    std::string generation;
+  } run_dir_;
   std::uint32_t rank_base_ = 0;
   std::optional<std::uint64_t> oom_baseline_;  // memory cgroup oom_kill before the workers
   std::size_t read_ahead_bytes_ = kReadAheadMax;  // PlanMemory

@@ -497,7 +497,7 @@ OutputPump::Read OutputPump::ReadSome() {
   // the pipe but are not in the tail yet.
   std::unique_lock<std::mutex> tail_lock;
   const bool keep_tail = tail_limit_ > 0 && watch_fd_ < 0;  // a followed file is its own tail
-  if (keep_tail) tail_lock = std::unique_lock(tail_mu_);
+  if (keep_tail || scanner_) tail_lock = std::unique_lock(tail_mu_);
   for (;;) {
     ssize_t n = ::read(read_fd_, buf_.get(), kReadBytes);
     if (n > 0) {
@@ -505,8 +505,12 @@ OutputPump::Read OutputPump::ReadSome() {
       if (keep_tail) {
         tail_.append(data);
         if (tail_.size() > 2 * tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
-        tail_lock.unlock();
       }
+      if (scanner_) {
+        scanner_->Feed(data);
+        if (scanner_->TakeImproved()) marker_ = scanner_->best();
+      }
+      if (tail_lock.owns_lock()) tail_lock.unlock();
       if (file_fd_ >= 0) WriteFile(data);
       if (out_fd_ >= 0) lines_.Feed(data);
       full_.store(lines_.output().size() >= max_ahead_, std::memory_order_release);
@@ -531,15 +535,29 @@ OutputPump::Read OutputPump::ReadSome() {
     // EOF: every writer (the worker and whatever inherited its stdout) is gone;
     // a read error ends the stream the same way.
     eof_ = true;
+    if (scanner_) {
+      scanner_->Finish();
+      if (scanner_->TakeImproved()) marker_ = scanner_->best();
+    }
     if (tail_lock.owns_lock()) tail_lock.unlock();
     lines_.Finish();
     return Read::kEof;
   }
 }
 
-bool OutputPump::CaughtUp() const {
-  if (watch_fd_ >= 0) return true;  // Tail() reads the file itself
+std::optional<exitcodes::MarkerHit> OutputPump::Marker() const {
   std::lock_guard lock(tail_mu_);
+  return marker_;
+}
+
+bool OutputPump::CaughtUp() const {
+  std::lock_guard lock(tail_mu_);
+  if (watch_fd_ >= 0) {
+    // Tail() reads the file itself; the scanner has seen what was read.
+    struct stat st{};
+    return !scanner_ || eof_ || ::fstat(read_fd_, &st) != 0 ||
+           ::lseek(read_fd_, 0, SEEK_CUR) >= st.st_size;
+  }
   if (eof_ || read_fd_ < 0) return true;
   // Reading paused at kMaxAhead (the output is backed up): nothing more comes
   // into the tail until the output drains, so there is nothing to wait for.

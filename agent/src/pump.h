@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -38,6 +39,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "trainlet/agent/metrics.h"
+#include "trainlet/exitcodes/marker_scanner.h"
 
 namespace trainlet::agent {
 
@@ -218,6 +220,15 @@ class OutputPump {
   // description of the file closes, such as a shell's `echo >/dev/stderr`.)
   // Tail() reads the file itself. Call before Start().
   void Follow(int watch_fd);
+  // Passes every byte read through a marker scanner (classify.h), as it is
+  // forwarded: Marker() then holds the strongest marker of the whole stream.
+  // `table` is not owned and must outlive the pump. Call before Start().
+  void ScanMarkers(const exitcodes::MarkerTable& table) {
+    scanner_ = std::make_unique<exitcodes::MarkerScanner>(table);
+  }
+  // The strongest marker read so far (ScanMarkers), nullopt if none.
+  // Thread-safe.
+  std::optional<exitcodes::MarkerHit> Marker() const;
   // No process is left that could write a followed file (the supervisor has
   // no children left): the pump reads to the file's end and ends the stream,
   // as a pipe's EOF would. No-op for a pipe. Thread-safe, idempotent, never
@@ -233,13 +244,14 @@ class OutputPump {
   // The last `tail_bytes` bytes read (lines without prefix); of a followed
   // file, its last tail_bytes bytes, whatever the pump has read. Thread-safe.
   std::string Tail() const;
-  // True once Tail() holds everything the worker has written so far: nothing
-  // is left unread in its pipe (FIONREAD), or the stream has ended; always for
-  // a followed file (its Tail() reads the file). False
+  // True once Tail() (and Marker()) hold everything the worker has written so
+  // far: nothing is left unread in its pipe (FIONREAD), or the stream has
+  // ended; for a followed file, always without a scanner (its Tail() reads the
+  // file), else once it is read to its current end. False
   // while bytes wait in the pipe for the pump. Also true while the pump has
   // stopped reading (kMaxAhead buffered, the output backed up): the tail then
-  // lags, and waiting would not help. For a pump with a tail (tail_bytes > 0).
-  // Thread-safe.
+  // lags, and waiting would not help. For a pump with a tail (tail_bytes > 0)
+  // or a scanner. Thread-safe.
   bool CaughtUp() const;
 
  private:
@@ -312,6 +324,8 @@ class OutputPump {
   std::unique_ptr<char[]> buf_;  // kReadBytes, not zeroed: a quiet worker leaves it unbacked
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_
+  std::unique_ptr<exitcodes::MarkerScanner> scanner_;  // pump thread only
+  std::optional<exitcodes::MarkerHit> marker_;  // scanner_'s best, guarded by tail_mu_
   std::atomic<bool> stopping_{false};
   std::atomic<bool> full_{false};  // max_ahead_ buffered: reading paused (CaughtUp)
   std::thread thread_;

@@ -168,11 +168,22 @@ Status OpenStream(const std::string& file, bool reader, StreamFds* s) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) {
     s->CloseAll();
-    return Status::Infra(std::string("pipe: ") + std::strerror(errno));
+    return exitcodes::ErrnoStatus(errno, "cannot make a pipe for worker output",
+                                  exitcodes::FailureClass::kInfra);
   }
   s->child = p[1];
   s->read = p[0];
   return Status::Ok();
+}
+
+// A spawn that failed with `rc` (an errno value): a shortage (EAGAIN at
+// pids.max, ENOMEM, ...) is infra, as when a pump thread fails for it
+// (exitcodes::ErrnoStatus); anything else is the command's fault, config.
+Status SpawnFailure(int rc, const std::string& who, const std::string& program) {
+  if (exitcodes::IsResourceErrno(rc)) {
+    return exitcodes::ErrnoStatus(rc, "cannot start " + who, exitcodes::FailureClass::kInfra);
+  }
+  return Status::Config(CannotExecuteMessage(program, rc));
 }
 
 // posix_spawn has no attribute for a parent-death signal, so: fork, set up the
@@ -380,6 +391,7 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   std::vector<Worker> workers;
   std::vector<std::unique_ptr<OutputPump>> pumps;
   std::vector<OutputPump*> stderr_pumps;  // by local rank
+  std::vector<OutputPump*> stdout_pumps;  // by local rank; nullptr where stdout is not read
   int open_pumps = 0;
   asio::steady_timer grace_timer;
   asio::steady_timer reserve_timer;  // grace - StopReserve(grace): the rest of the pod's turn
@@ -444,8 +456,10 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
     if (!file.empty()) {
       pump.OnFileError([file, followed](int err) { LogFileError(file, followed, err); });
     }
-    if (is_err) stderr_pumps.push_back(&pump);
+    if (options.markers != nullptr) pump.ScanMarkers(*options.markers);
+    (is_err ? stderr_pumps : stdout_pumps).push_back(&pump);
   }
+  if (stdout_pumps.size() < stderr_pumps.size()) stdout_pumps.push_back(nullptr);
   for (std::size_t i = first; i < pumps.size(); ++i) {
     try {
       pumps[i]->Start(executor, [weak = weak_from_this()] {
@@ -458,7 +472,8 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
     } catch (const std::system_error& e) {
       // No thread to be had (the pod's pids.max counts threads): like a
       // spawn that failed, nothing of this start may survive.
-      return Status::Infra(std::string("cannot start a thread for worker output: ") + e.what());
+      return exitcodes::ErrnoStatus(e.code().value(), "cannot start a thread for worker output",
+                                    exitcodes::FailureClass::kInfra);
     }
   }
   return Status::Ok();
@@ -699,19 +714,44 @@ Supervisor::~Supervisor() {
   // Stopped and joined here, while the executor they post to is alive.
   impl_->pumps.clear();
   impl_->stderr_pumps.clear();
+  impl_->stdout_pumps.clear();
 }
 
-std::string Supervisor::StderrTail(int local_rank) const {
-  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
-  const OutputPump& pump = *impl_->stderr_pumps[local_rank];
-  // Usually caught up at once: the pump thread reads as the worker writes.
-  // It can be behind when the cores are busy, or stopped reading (its output
-  // backed up past OutputPump::kMaxAhead): then the tail is what it has.
+namespace {
+// Usually caught up at once: the pump thread reads as the worker writes. It
+// can be behind when the cores are busy, or stopped reading (its output
+// backed up past OutputPump::kMaxAhead): then it has what it has.
+void AwaitCaughtUp(const OutputPump& pump) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   while (!pump.CaughtUp() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+}
+}  // namespace
+
+std::string Supervisor::StderrTail(int local_rank) const {
+  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return "";
+  const OutputPump& pump = *impl_->stderr_pumps[local_rank];
+  AwaitCaughtUp(pump);
   return pump.Tail();
+}
+
+std::optional<exitcodes::MarkerHit> Supervisor::StreamMarker(int local_rank) const {
+  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return {};
+  std::optional<exitcodes::MarkerHit> best;
+  for (auto [pumps, name] : {std::pair{&impl_->stderr_pumps, "stderr"},
+                             std::pair{&impl_->stdout_pumps, "stdout"}}) {
+    const OutputPump* pump = static_cast<std::size_t>(local_rank) < pumps->size()
+                                 ? (*pumps)[local_rank] : nullptr;
+    if (pump == nullptr) continue;
+    AwaitCaughtUp(*pump);
+    auto hit = pump->Marker();
+    if (hit && (!best || exitcodes::Stronger(*hit, *best))) {
+      best = std::move(hit);
+      best->stream = name;
+    }
+  }
+  return best;
 }
 
 bool Supervisor::running(int local_rank) const {
@@ -786,8 +826,8 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     StreamFds streams[2];  // stdout, stderr
     if (im.options.capture_output) {
       for (int i : {0, 1}) {
-        // stderr always has a reader: its tail classifies failures (kTailBytes).
-        const bool reader = i == 1 || spec.stdout_console;
+        // stderr always has a reader (its tail, kTailBytes); stdout too to scan it.
+        const bool reader = i == 1 || spec.stdout_console || im.options.markers != nullptr;
         result = OpenStream(i == 1 ? spec.stderr_file : spec.stdout_file, reader, &streams[i]);
         if (!result.ok()) break;
       }
@@ -821,7 +861,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     }
     if (rc != 0) {
       for (StreamFds& s : streams) s.CloseAll();
-      result = Status::Config(CannotExecuteMessage(spec.argv[0], rc));
+      result = SpawnFailure(rc, im.options.noun + " " + std::to_string(rank), spec.argv[0]);
       break;
     }
     if (im.options.worker_oom_score_adj) SetOomScoreAdj(pid, *im.options.worker_oom_score_adj);
@@ -838,7 +878,7 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
     for (auto& w : im.workers) ::waitpid(w.pid, nullptr, 0);
     im.finished = true;
     im.pumps.clear();  // the workers are gone: the pumps end at EOF (or are stopped)
-    im.stderr_pumps.clear();
+    for (auto* by_rank : {&im.stderr_pumps, &im.stdout_pumps}) by_rank->clear();
     im.workers.clear();
   }
   return result;

@@ -61,18 +61,17 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
   // The trainers' rank 0 hosts the store itself (init_process_group env://).
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   if (!p.error_file.empty()) set("TORCHELASTIC_ERROR_FILE", p.error_file);
-  // torchrun sets it unless the user did (torch >= 2.2's name, and the older
-  // NCCL_ASYNC_ERROR_HANDLING that torch < 2.2 reads): a collective that
-  // times out aborts the communicator instead of hanging.
-  const char* kAsync[] = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"};
-  std::string async_value = "1";
-  for (const char* k : kAsync) {
-    if (auto it = base.find(k); it != base.end()) {
-      async_value = it->second;
-      break;
-    }
+  // As torch >= 2.2's agent does (torch/distributed/elastic/agent/server/
+  // local_elastic_agent.py): TORCH_NCCL_ASYNC_ERROR_HANDLING=1 unless set, so a
+  // collective that times out aborts the communicator instead of hanging. Not
+  // the old NCCL_ASYNC_ERROR_HANDLING: torch >= 2.2 warns in every rank when it
+  // is set (torch < 2.2 reads only it: README). A user's value of either name
+  // passes through untouched, and then nothing is added: torch reads the new
+  // name first, so adding it would override the user's old one.
+  if (!base.contains("TORCH_NCCL_ASYNC_ERROR_HANDLING") &&
+      !base.contains("NCCL_ASYNC_ERROR_HANDLING")) {
+    env.try_emplace("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   }
-  for (const char* k : kAsync) env.try_emplace(k, async_value);
   // JAX on the same gang: jax.distributed.initialize()'s arguments.
   if (p.jax_port != 0) {
     const bool v6 = p.master_addr.find(':') != std::string::npos;

@@ -569,10 +569,11 @@ TEST(CliTest, TorchrunFlagsInBothSpellingsAndPetVariables) {
                                        "--max_restarts 0 --monitor_interval 1 --start_method fork "
                                        "--rdzv_backend c10d --nnodes 1:1") + show);
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("[rank1]: trainer/job7/2/1/1"), std::string::npos) << r.out;
+  // Only torch >= 2.2's name is set; a user's old name passes through alone.
+  EXPECT_NE(r.out.find("[rank1]: trainer/job7/2/1/\n"), std::string::npos) << r.out;
   r = Trainlet("PET_ROLE=w PET_RDZV_ID=j PET_NPROC_PER_NODE=2 NCCL_ASYNC_ERROR_HANDLING=0",
                show);
-  EXPECT_NE(r.out.find("[rank1]: w/j/2/0/0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank1]: w/j/2//0"), std::string::npos) << r.out;
   r = Trainlet("TORCH_NCCL_ASYNC_ERROR_HANDLING=3 NCCL_ASYNC_ERROR_HANDLING=2", show);
   EXPECT_NE(r.out.find("[rank0]: default/"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("/1/3/2"), std::string::npos) << r.out;  // never replaced

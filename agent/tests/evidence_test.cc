@@ -130,6 +130,21 @@ TEST_F(EvidenceTest, TerminationLogWritesOnlyWhereAllowed) {
   }
 }
 
+TEST(SharedMemoryTest, ItsSizeFromStatvfsAndAWarningWhenSmall) {
+  auto shm = SharedMemoryBytes("/dev/shm");
+  ASSERT_TRUE(shm.has_value());
+  EXPECT_GT(*shm, 0U);
+  EXPECT_FALSE(SharedMemoryBytes("/nonexistent").has_value());
+  const std::uint64_t small = 64ULL << 20;
+  EXPECT_NE(SmallSharedMemoryWarning(small, 2, false).find("/dev/shm is only 64 MiB"),
+            std::string::npos);
+  EXPECT_NE(SmallSharedMemoryWarning(small, 1, true).find("emptyDir with medium: Memory"),
+            std::string::npos);
+  EXPECT_EQ(SmallSharedMemoryWarning(small, 1, false), "") << "one CPU worker: no DataLoader need";
+  EXPECT_EQ(SmallSharedMemoryWarning(kSmallSharedMemory, 8, true), "");
+  EXPECT_EQ(SmallSharedMemoryWarning(std::nullopt, 8, true), "");
+}
+
 }  // namespace
 }  // namespace trainlet::agent
 

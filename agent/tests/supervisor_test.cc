@@ -148,6 +148,7 @@ class SupervisorTest : public ::testing::Test {
     o.grace = grace;
     if (edit_options_) edit_options_(o);
     o.signal_scope = scope_;
+    o.markers = markers_;
     Supervisor* self = nullptr;
     o.on_first_failure = [&](const FirstFailure& f) {
       if (at_first_failure) at_first_failure(*self, f);
@@ -218,6 +219,7 @@ class SupervisorTest : public ::testing::Test {
   std::function<void(std::vector<WorkerSpec>&)> edit_specs_;  // applied before Start
   std::function<void(SupervisorOptions&)> edit_options_;      // applied before Start
   SignalScope scope_ = SignalScope::kMain;
+  const exitcodes::MarkerTable* markers_ = nullptr;  // SupervisorOptions::markers
 };
 
 bool NoChildrenLeft() {
@@ -324,6 +326,29 @@ TEST_F(SupervisorTest, TheStderrTailAtTheFirstFailureHasTheLastLine) {
   EXPECT_NE(tail.find("NCCL WARN NET/IB: last words\n"), std::string::npos)
       << tail.substr(tail.size() > 200 ? tail.size() - 200 : 0);
   EXPECT_LE(tail.size(), 8192u);
+}
+
+// Every byte of both streams passes the marker scanner: a marker on stdout,
+// written in two pieces with a pause between (two reads), and then 20 KB of
+// stderr, is the evidence at the first failure.
+TEST_F(SupervisorTest, TheStrongestMarkerOfBothStreamsIsKeptPastTheTail) {
+  const exitcodes::MarkerTable table = exitcodes::MarkerTable::Defaults();
+  markers_ = &table;
+  CapturedFd err(STDERR_FILENO);
+  CapturedFd out(STDOUT_FILENO);
+  std::optional<exitcodes::MarkerHit> hit;
+  auto r = Run({"printf 'NCCL error: ncclRem'; sleep 0.3; printf 'oteError: peer gone\\n'; "
+                "yes 'ImportError is weaker' | head -c 20000 >&2; exit 1"},
+               5s, {}, 20s, [&](Supervisor& sup, const FirstFailure& f) {
+                 hit = sup.StreamMarker(f.local_rank);
+               });
+  out.Restore();
+  err.Restore();
+  EXPECT_EQ(r.exit_code, 1);
+  ASSERT_TRUE(hit.has_value());
+  EXPECT_EQ(table.markers()[hit->index].text, "ncclRemoteError");
+  EXPECT_EQ(hit->stream, "stdout");
+  EXPECT_EQ(hit->line, "NCCL error: ncclRemoteError: peer gone");
 }
 
 std::string Slurp(const std::string& path) {

@@ -1,6 +1,12 @@
 #include "trainlet/exitcodes/classify.h"
 
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "trainlet/exitcodes/marker_scanner.h"
+#include "trainlet/exitcodes/xid.h"
 
 #include "trainlet/exitcodes/termination.h"
 
@@ -9,34 +15,51 @@ namespace trainlet::exitcodes {
 MarkerTable MarkerTable::Defaults() {
   MarkerTable t;
   const FailureClass hw = FailureClass::kHardware, infra = FailureClass::kInfra,
-                     bug = FailureClass::kBug;
+                     bug = FailureClass::kBug, config = FailureClass::kConfig;
+  auto add = [&t](FailureClass c, std::initializer_list<const char*> texts,
+                  MarkerMeaning meaning = MarkerMeaning::kPlain, const char* context = "") {
+    for (const char* s : texts) t.markers_.push_back({c, s, meaning, context});
+  };
   // What trainlet::Session::ReportError writes (session/include/trainlet/session.h):
   // the trainer said which class its failure is.
-  t.markers_.push_back({hw, "[trainlet:hardware]"});
-  t.markers_.push_back({infra, "[trainlet:infra]"});
-  t.markers_.push_back({bug, "[trainlet:bug]"});
-  t.markers_.push_back({FailureClass::kOom, "[trainlet:oom]"});
+  add(hw, {"[trainlet:hardware]"});
+  add(infra, {"[trainlet:infra]"});
+  add(bug, {"[trainlet:bug]"});
+  add(FailureClass::kOom, {"[trainlet:oom]"});
   // GPU and driver faults (CUDA runtime error strings, NVRM Xid reports).
-  for (const char* s : {"uncorrectable ECC error", "CUDA_ERROR_ECC_UNCORRECTABLE",
-                        "fallen off the bus", "fell off the bus", "Xid", "CUDA_ERROR_LAUNCH_FAILED",
-                        "unspecified launch failure", "device(s) is/are busy or unavailable",
-                        "CUDA error: an illegal memory access was encountered",
-                        "CUDA driver version is insufficient", "NVML_ERROR_GPU_IS_LOST"}) {
-    t.markers_.push_back({hw, s});
-  }
+  add(hw, {"uncorrectable ECC error", "CUDA_ERROR_ECC_UNCORRECTABLE", "fallen off the bus",
+           "fell off the bus"});
+  // An Xid by its number (xid.h): Xid 31, an MMU fault, is the program's.
+  add(hw, {"Xid"}, MarkerMeaning::kXid);
+  add(hw, {"CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure",
+           "device(s) is/are busy or unavailable", "CUDA driver version is insufficient",
+           "NVML_ERROR_GPU_IS_LOST"});
+  // A kernel's bad pointer: the worker's own failure (its code passes through,
+  // Count), unless an Xid or NVML says the GPU failed.
+  add(FailureClass::kWorker, {"an illegal memory access was encountered"});
+  // Shared memory ran out: /dev/shm is sized by the pod spec, so a retry fails
+  // the same way. torch's DataLoader (torch/utils/data/_utils/signal_handling.py;
+  // torch 2.x's "unable to allocate shared memory(shm) for file </torch_...>",
+  // 1.13's libshm "unable to write to file </torch_...>"), NCCL's
+  // src/misc/shmutils.cc ("Error while creating shared memory segment ...").
+  add(config, {"insufficient shared memory (shm)", "out of shared memory",
+               "unable to allocate shared memory(shm)", "unable to write to file </torch_",
+               "Couldn't allocate shared memory segment", "shared memory segment /dev/shm/",
+               "failed to create shared memory file /dev/shm/"},
+      MarkerMeaning::kSharedMemory);
   // Collective and network faults: retriable.
-  for (const char* s : {"ncclRemoteError", "ncclSystemError", "NCCL WARN NET/",
-                        "remote process exited or there was a network error",
-                        "Connection reset by peer", "Connection refused", "No route to host",
-                        "Socket Timeout", "Watchdog caught collective operation timeout",
-                        "DistNetworkError", "DistStoreError"}) {
-    t.markers_.push_back({infra, s});
-  }
+  add(infra, {"ncclRemoteError", "ncclSystemError", "NCCL WARN NET/",
+              "remote process exited or there was a network error", "Connection reset by peer",
+              "Connection refused", "No route to host", "Socket Timeout",
+              "Watchdog caught collective operation timeout", "DistNetworkError",
+              "DistStoreError"});
   // Deterministic Python errors: the same code fails the same way again.
-  for (const char* s : {"ModuleNotFoundError", "ImportError", "SyntaxError", "IndentationError",
-                        "NameError: name"}) {
-    t.markers_.push_back({bug, s});
-  }
+  add(bug, {"ModuleNotFoundError", "ImportError", "SyntaxError", "IndentationError",
+            "NameError: name"});
+  // A full /dev/shm named by path; last, as "No space left on device" elsewhere
+  // (a full disk) says nothing.
+  add(config, {"No space left on device"}, MarkerMeaning::kSharedMemory, "/dev/shm");
+  t.Compile();
   return t;
 }
 
@@ -54,17 +77,144 @@ Status MarkerTable::Add(const std::vector<std::string>& specs) {
       return Status::Config("--marker '" + s + "': markers can only say bug, infra, hardware "
                             "or oom");
     }
+    if (s.size() - eq - 1 > kMaxMarkerText) {
+      return Status::Config("--marker '" + s.substr(0, 40) + "...': longer than " +
+                            std::to_string(kMaxMarkerText) + " bytes");
+    }
     added.push_back({*cls, s.substr(eq + 1)});
   }
   markers_.insert(markers_.begin(), added.begin(), added.end());
+  Compile();
   return Status::Ok();
 }
 
-std::optional<Marker> MarkerTable::Match(const std::string& text) const {
-  for (const Marker& m : markers_) {
-    if (text.find(m.text) != std::string::npos) return m;
+namespace {
+
+// An estimate of how often byte `b` occurs in training logs, per 1000 bytes
+// (English text, numbers, Python tracebacks): the anchors are the rare ones.
+double Frequency(unsigned char b) {
+  auto in = [b](const char* set) { return b != 0 && std::strchr(set, b) != nullptr; };
+  if (b == ' ') return 150;
+  if (in("etaoinsr")) return 60;
+  if (in("hldcum")) return 30;
+  if (b >= '0' && b <= '9') return 25;
+  if (in("fpgwybv.,:=_-/\n")) return 12;
+  if (in("kxqjz")) return 3;
+  if (b >= 'A' && b <= 'Z') return in("XQJZKVWY") ? 0.5 : 3;
+  if (in("[]()'\"<>")) return 3;
+  if (b < 0x20 || b >= 0x7f) return 0.5;
+  return 2;
+}
+
+}  // namespace
+
+void MarkerTable::Compile() {
+  // Weighted set cover, greedily: the byte that anchors the most markers not
+  // yet anchored per unit of cost (its frequency, plus one vector compare per
+  // distinct anchor in the scanner's loop), until every marker has one.
+  constexpr double kPerAnchor = 4;
+  anchors_.assign(256, {});
+  anchor_bytes_.clear();
+  longest_ = 0;
+  std::vector<bool> covered(markers_.size(), false);
+  std::size_t left = markers_.size();
+  for (std::size_t i = 0; i < markers_.size(); ++i) {
+    longest_ = std::max(longest_, markers_[i].text.size());
+    if (markers_[i].text.empty()) {
+      covered[i] = true;
+      --left;
+    }
   }
-  return std::nullopt;
+  while (left > 0) {
+    int best = -1;
+    double best_cost = 0;
+    for (int b = 0; b < 256; ++b) {
+      std::size_t gain = 0;
+      for (std::size_t i = 0; i < markers_.size(); ++i) {
+        if (!covered[i] && markers_[i].text.find(static_cast<char>(b)) != std::string::npos) ++gain;
+      }
+      if (gain == 0) continue;
+      const double cost = (Frequency(static_cast<unsigned char>(b)) + kPerAnchor) /
+                          static_cast<double>(gain);
+      if (best < 0 || cost < best_cost) {
+        best = b;
+        best_cost = cost;
+      }
+    }
+    anchor_bytes_.push_back(static_cast<unsigned char>(best));
+    for (std::size_t i = 0; i < markers_.size(); ++i) {
+      const std::size_t at = markers_[i].text.find(static_cast<char>(best));
+      if (covered[i] || at == std::string::npos) continue;
+      anchors_[best].push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(at)});
+      covered[i] = true;
+      --left;
+    }
+  }
+}
+
+std::optional<MarkerHit> MarkerTable::Match(std::string_view text) const {
+  MarkerScanner scanner(*this);
+  scanner.Feed(text);
+  scanner.Finish();
+  return scanner.best();
+}
+
+bool Stronger(const MarkerHit& a, const MarkerHit& b) {
+  if (a.index != b.index) return a.index < b.index;
+  return a.failure_class != FailureClass::kWorker && b.failure_class == FailureClass::kWorker;
+}
+
+std::optional<std::pair<FailureClass, std::string>> Interpret(const Marker& m,
+                                                              std::string_view line) {
+  if (!m.context.empty() && line.find(m.context) == std::string_view::npos) return std::nullopt;
+  switch (m.meaning) {
+    case MarkerMeaning::kPlain:
+      return std::pair{m.failure_class, std::string()};
+    case MarkerMeaning::kSharedMemory:
+      return std::pair{m.failure_class, std::string("shared memory ran out")};
+    case MarkerMeaning::kXid:
+      break;
+  }
+  const std::optional<std::uint64_t> xid = ParseXid(line);
+  if (!xid) return std::pair{m.failure_class, std::string("an Xid report without its number")};
+  const XidInfo info = LookUpXid(*xid);
+  const std::string n = "Xid " + std::to_string(*xid);
+  // NVIDIA's Xid catalogue: https://docs.nvidia.com/deploy/xid-errors/
+  switch (info.cause) {
+    case XidCause::kApplication:
+      return std::pair{FailureClass::kWorker,
+                       n + ", " + std::string(info.meaning) +
+                           ": an application fault (NVIDIA Xid catalogue), not the GPU's"};
+    case XidCause::kHardware:
+      return std::pair{FailureClass::kHardware,
+                       n + ", " + std::string(info.meaning) +
+                           ": the GPU or its board (NVIDIA Xid catalogue)"};
+    case XidCause::kUnknown:
+      break;
+  }
+  return std::pair{FailureClass::kHardware,
+                   n + ": not in trainlet's Xid table, taken as a GPU fault"};
+}
+
+bool IsResourceErrno(int err) {
+  return err == EAGAIN || err == ENOMEM || err == EMFILE || err == ENFILE;
+}
+
+Status ErrnoStatus(int err, const std::string& what, FailureClass otherwise) {
+  const std::string text = what + ": " + std::strerror(err);
+  switch (err) {
+    case EAGAIN:
+      return Status::Infra(text + " (the pod's process limit is reached: pids.max, the "
+                                  "kubelet's podPidsLimit, or RLIMIT_NPROC; a retry can succeed)");
+    case EMFILE:
+      return Status::Infra(text + " (RLIMIT_NOFILE, the process's open-files limit, is reached)");
+    case ENFILE:
+      return Status::Infra(text + " (the node's open-files limit, fs.file-max, is reached)");
+    case ENOMEM:
+      return Status::Infra(text + " (out of memory: the pod's memory limit or the node's)");
+    default:
+      return Status(otherwise, text);
+  }
 }
 
 namespace {
@@ -85,6 +235,104 @@ std::string Excerpt(const std::string& message) {
   return Utf8Head(line, kErrorFileExcerpt) + "...";
 }
 
+// "; its stderr says 'TEXT' (NOTE): LINE".
+std::string Says(const MarkerHit& h, const MarkerTable& markers) {
+  std::string s = "; its " + (h.stream.empty() ? std::string("output") : h.stream) + " says '" +
+                  markers.markers()[h.index].text + "'";
+  if (!h.note.empty()) s += " (" + h.note + ")";
+  if (std::string line = Excerpt(h.line); !line.empty()) s += ": " + line;
+  return s;
+}
+
+// "64 MiB", "1.5 GiB".
+std::string Size(std::uint64_t bytes) {
+  char buf[32];
+  if (bytes >= (1ULL << 30)) {
+    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f MiB", static_cast<double>(bytes) / (1ULL << 20));
+  }
+  return buf;
+}
+
+// The verdict a decisive marker gives.
+Verdict FromHit(const MarkerHit& h, const MarkerTable& markers, const std::string& who,
+                const Evidence& e, const ExitCodeTable& codes, const char* evidence) {
+  std::string reason = who + Says(h, markers);
+  if (markers.markers()[h.index].meaning == MarkerMeaning::kSharedMemory) {
+    // The pod spec sizes /dev/shm (a container's default is 64 MiB): a retry
+    // fails the same way, so the Job should not retry (config, FailJob).
+    reason += "; /dev/shm" + (e.shm_bytes ? " (" + Size(*e.shm_bytes) + ")" : std::string()) +
+              " is too small: mount an emptyDir with medium: Memory at /dev/shm";
+  }
+  return Make(h.failure_class, codes.CodeFor(h.failure_class), std::move(reason), evidence);
+}
+
+// The verdict on the first worker failure `e.first_failure`.
+Verdict ClassifyWorkerFailure(const Evidence& e, const ExitCodeTable& codes,
+                              const MarkerTable& markers) {
+  const WorkerFailure& f = e.first_failure.value();
+  std::string who = "local rank " + std::to_string(f.local_rank) + " (rank " +
+                    std::to_string(f.rank) + ") " +
+                    (f.exit.signaled ? "died of " + f.exit.Describe()
+                                     : "exited with code " + std::to_string(f.exit.exit_status));
+  if (e.collateral > 0) {
+    who += "; " + std::to_string(e.collateral) + " worker(s) stopped by trainlet afterwards";
+  }
+  // The kernel's OOM killer sends SIGKILL; a rising counter says it was it
+  // (and not, say, the kubelet or a user) — kubernetes/kubernetes#78973. Its
+  // victim need not be the worker itself: when it is one of the worker's
+  // processes (a DataLoader worker: "DataLoader worker (pid N) is killed by
+  // signal: Killed.", pytorch/pytorch#8976), the trainer then exits 1.
+  if (e.oom_kills > 0) {
+    return Make(FailureClass::kOom, codes.CodeFor(FailureClass::kOom),
+                who + (f.exit.signaled && f.exit.signal == SIGKILL
+                           ? " and the memory cgroup counted "
+                           : " after the memory cgroup counted ") +
+                    std::to_string(e.oom_kills) + " OOM kill(s)",
+                "oom");
+  }
+  // NVML saw the GPU fail (ECC, Xid, a recovery action): the crash is the
+  // hardware's, however the trainer reported it (microsoft/pai#4314).
+  if (e.gpu_fault) {
+    return Make(FailureClass::kHardware, codes.CodeFor(FailureClass::kHardware),
+                who + "; GPU fault: " + *e.gpu_fault, "gpu-health");
+  }
+  // The error file, then the output: the strongest marker each holds. One
+  // that means the worker's own failure (Xid 31, an illegal memory access)
+  // decides nothing, but is said in the reason.
+  std::optional<MarkerHit> file_hit;
+  if (!f.error_file_message.empty()) {
+    file_hit = markers.Match(f.error_file_message);
+    if (file_hit) file_hit->stream = "error file";
+  }
+  if (file_hit && file_hit->failure_class != FailureClass::kWorker) {
+    return FromHit(*file_hit, markers, who, e, codes, "error-file");
+  }
+  if (!file_hit) {
+    // No class in it, but what the trainer said it died of belongs in the summary.
+    if (std::string line = Excerpt(f.error_file_message); !line.empty()) {
+      who += "; its error file says: " + line;
+    }
+  }
+  std::optional<MarkerHit> hit = f.stream_marker;
+  if (!hit) {
+    hit = markers.Match(f.stderr_tail);
+    if (hit) hit->stream = "stderr";
+  }
+  if (hit && hit->failure_class != FailureClass::kWorker) {
+    return FromHit(*hit, markers, who, e, codes, "marker");
+  }
+  for (const auto* h : {&file_hit, &hit}) {
+    if (*h) who += Says(**h, markers);
+  }
+  if (!f.exit.signaled && codes.IsFatalWorkerCode(f.exit.exit_status)) {
+    return Make(FailureClass::kBug, codes.CodeFor(FailureClass::kBug),
+                who + " (a --fatal-exit-codes code: software defect)", "exit-code");
+  }
+  return Make(FailureClass::kWorker, f.exit.code(), who, "exit-code");
+}
+
 }  // namespace
 
 Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTable& markers) {
@@ -100,54 +348,7 @@ Verdict Classify(const Evidence& e, const ExitCodeTable& codes, const MarkerTabl
     return Make(FailureClass::kInfra, codes.CodeFor(FailureClass::kInfra), "hang: " + *e.hang,
                 "hang");
   }
-  if (e.first_failure) {
-    const WorkerFailure& f = e.first_failure.value();
-    std::string who = "local rank " + std::to_string(f.local_rank) + " (rank " +
-                      std::to_string(f.rank) + ") " +
-                      (f.exit.signaled ? "died of " + f.exit.Describe()
-                                       : "exited with code " + std::to_string(f.exit.exit_status));
-    if (e.collateral > 0) {
-      who += "; " + std::to_string(e.collateral) + " worker(s) stopped by trainlet afterwards";
-    }
-    // The kernel's OOM killer sends SIGKILL; a rising counter says it was it
-    // (and not, say, the kubelet or a user) — kubernetes/kubernetes#78973. Its
-    // victim need not be the worker itself: when it is one of the worker's
-    // processes (a DataLoader worker: "DataLoader worker (pid N) is killed by
-    // signal: Killed.", pytorch/pytorch#8976), the trainer then exits 1.
-    if (e.oom_kills > 0) {
-      return Make(FailureClass::kOom, codes.CodeFor(FailureClass::kOom),
-                  who + (f.exit.signaled && f.exit.signal == SIGKILL
-                             ? " and the memory cgroup counted "
-                             : " after the memory cgroup counted ") +
-                      std::to_string(e.oom_kills) + " OOM kill(s)",
-                  "oom");
-    }
-    // NVML saw the GPU fail (ECC, Xid, a recovery action): the crash is the
-    // hardware's, however the trainer reported it (microsoft/pai#4314).
-    if (e.gpu_fault) {
-      return Make(FailureClass::kHardware, codes.CodeFor(FailureClass::kHardware),
-                  who + "; GPU fault: " + *e.gpu_fault, "gpu-health");
-    }
-    if (!f.error_file_message.empty()) {
-      if (auto m = markers.Match(f.error_file_message)) {
-        return Make(m->failure_class, codes.CodeFor(m->failure_class),
-                    who + "; its error file says '" + m->text + "'", "error-file");
-      }
-      // No class in it, but what the trainer said it died of belongs in the summary.
-      if (std::string line = Excerpt(f.error_file_message); !line.empty()) {
-        who += "; its error file says: " + line;
-      }
-    }
-    if (auto m = markers.Match(f.stderr_tail)) {
-      return Make(m->failure_class, codes.CodeFor(m->failure_class),
-                  who + "; its stderr says '" + m->text + "'", "marker");
-    }
-    if (!f.exit.signaled && codes.IsFatalWorkerCode(f.exit.exit_status)) {
-      return Make(FailureClass::kBug, codes.CodeFor(FailureClass::kBug),
-                  who + " (a --fatal-exit-codes code: software defect)", "exit-code");
-    }
-    return Make(FailureClass::kWorker, f.exit.code(), who, "exit-code");
-  }
+  if (e.first_failure) return ClassifyWorkerFailure(e, codes, markers);
   if (e.stop_signal) {
     return Make(FailureClass::kTerminated, codes.CodeFor(FailureClass::kTerminated),
                 "stopped by " + SignalName(*e.stop_signal) + " (preemption, eviction or deletion)",

@@ -30,11 +30,15 @@ const std::vector<ContractRow>& ContractTable() {
       {FailureClass::kBug, kExitBug,
        "software defect: a worker exited with a code in --fatal-exit-codes (default 42), or its error says so (ModuleNotFoundError, ImportError, SyntaxError, ...): retrying cannot help"},
       {FailureClass::kConfig, kExitConfig,
-       "trainlet's own input is invalid (env, flags, command not found or not executable): retrying cannot help"},
+       "trainlet's own input is invalid (env, flags, command not found or not executable), or "
+       "the pod spec is too small for the job (shared memory ran out in /dev/shm): retrying "
+       "cannot help"},
       {FailureClass::kInfra, kExitInfra,
-       "retriable infrastructure fault: DNS, leader unreachable, rendezvous timeout, NCCL/network errors"},
+       "retriable infrastructure fault: DNS, leader unreachable, rendezvous timeout, NCCL/network "
+       "errors, a runtime resource running short (pids.max, RLIMIT_NOFILE, memory)"},
       {FailureClass::kHardware, kExitHardware,
-       "GPU or driver fault (uncorrectable ECC, fallen off the bus, Xid, ...)"},
+       "GPU or driver fault (uncorrectable ECC, fallen off the bus, an Xid that NVIDIA's catalogue "
+       "puts on the GPU, ...)"},
       {FailureClass::kPeerFailed, kExitPeerFailed,
        "this pod was healthy and stopped because another pod of the gang failed first (or the leader was lost)"},
       {FailureClass::kOom, kExitOom,

@@ -228,5 +228,101 @@ TEST(MarkerTableTest, RefusesBadSpecs) {
   ASSERT_TRUE(m.Match("libfabric EFA link down").has_value());
 }
 
+TEST(ClassifyTest, GpuEvidenceByWhatItMeans) {
+  struct Row {
+    const char* name;
+    std::string text;
+    WorkerExit exit;
+    FailureClass want;
+    int code;
+    const char* in_reason;
+  };
+  const std::vector<Row> rows = {
+      {"Xid 31 is the application's: the worker's code passes through",
+       "NVRM: Xid (PCI:0000:3b:00): 31, pid=9, name=python, MMU Fault\n", Exited(1),
+       FailureClass::kWorker, 1, "Xid 31, GPU memory page fault: an application fault"},
+      {"Xid 13 on a signal death", "Xid 13 graphics engine exception\n", Killed(SIGABRT),
+       FailureClass::kWorker, 134, "Xid 13"},
+      {"Xid 43", "NVRM: Xid (PCI:0000:3b:00): 43, pid=9\n", Exited(3), FailureClass::kWorker, 3,
+       "Xid 43"},
+      {"Xid 79 is hardware", "NVRM: Xid (PCI:0000:3b:00): 79, pid=9, GPU has fallen off\n",
+       Exited(1), FailureClass::kHardware, 74, "Xid 79"},
+      {"Xid 48 is hardware", "Xid 48: DBE\n", Exited(1), FailureClass::kHardware, 74, "Xid 48"},
+      {"Xid 94 is hardware", "Xid 94\n", Exited(1), FailureClass::kHardware, 74, "Xid 94"},
+      {"an unknown Xid stays hardware", "Xid 1234\n", Exited(1), FailureClass::kHardware, 74,
+       "not in trainlet's Xid table"},
+      {"an illegal memory access alone is the worker's",
+       "RuntimeError: CUDA error: an illegal memory access was encountered\n", Exited(1),
+       FailureClass::kWorker, 1, "illegal memory access"},
+      {"an illegal memory access after Xid 79 is hardware",
+       "Xid 79\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+       Exited(1), FailureClass::kHardware, 74, "Xid 79"},
+      {"an illegal memory access and exit 42 is still a bug",
+       "CUDA error: an illegal memory access was encountered\n", Exited(42), FailureClass::kBug,
+       42, "illegal memory access"},
+      {"ECC uncorrectable stays hardware", "CUDA error: uncorrectable ECC error encountered\n",
+       Exited(1), FailureClass::kHardware, 74, "uncorrectable ECC error"},
+  };
+  for (const Row& r : rows) {
+    Verdict v = Classify({.first_failure = Failure(r.exit, r.text)}, ExitCodeTable(),
+                         MarkerTable::Defaults());
+    EXPECT_EQ(v.failure_class, r.want) << r.name << ": " << v.reason;
+    EXPECT_EQ(v.code, r.code) << r.name;
+    EXPECT_NE(v.reason.find(r.in_reason), std::string::npos) << r.name << ": " << v.reason;
+  }
+  // With NVML's evidence an illegal memory access is the GPU's.
+  Verdict v = Classify({.first_failure = Failure(Exited(1), "an illegal memory access was "
+                                                            "encountered"),
+                        .gpu_fault = "GPU 0: 2 uncorrected ECC errors"},
+                       ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_EQ(v.failure_class, FailureClass::kHardware);
+}
+
+TEST(ClassifyTest, SharedMemoryRunningOutIsConfigNamingDevShmAndTheFix) {
+  const std::vector<std::string> texts = {
+      "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+      "shared memory (shm).\n",
+      "RuntimeError: DataLoader worker (pid 77) is killed by signal: Bus error. It is possible "
+      "that dataloader's workers are out of shared memory. Please try to raise your shared "
+      "memory limit.\n",
+      "RuntimeError: unable to write to file </torch_77_1234_0>: No space left on device (28)\n",
+      // torch 2.15's DataLoader on a 2 MiB /dev/shm (tests/e2e/test_classify.py).
+      "RuntimeError: unable to allocate shared memory(shm) for file </torch_11_2391983_0>: No "
+      "space left on device (28)\n",
+      "misc/shmutils.cc:87 NCCL WARN Error while creating shared memory segment "
+      "/dev/shm/nccl-AbCdEf (size 9637888), error: No space left on device (28)\n"
+      "NCCL error: unhandled system error (run with NCCL_DEBUG=INFO), ncclSystemError\n",
+      "OSError: [Errno 28] No space left on device: '/dev/shm/batch-7'\n",
+  };
+  for (const std::string& t : texts) {
+    Verdict v = Classify({.first_failure = Failure(Exited(1), t), .shm_bytes = 64ULL << 20},
+                         ExitCodeTable(), MarkerTable::Defaults());
+    EXPECT_EQ(v.failure_class, FailureClass::kConfig) << t << v.reason;
+    EXPECT_EQ(v.code, 78);
+    EXPECT_NE(v.reason.find("/dev/shm (64 MiB) is too small"), std::string::npos) << v.reason;
+    EXPECT_NE(v.reason.find("emptyDir with medium: Memory"), std::string::npos) << v.reason;
+  }
+  // A full disk elsewhere is not shared memory.
+  Verdict v = Classify({.first_failure = Failure(Exited(1), "OSError: [Errno 28] No space left "
+                                                            "on device: '/ckpt/a.pt'\n")},
+                       ExitCodeTable(), MarkerTable::Defaults());
+  EXPECT_EQ(v.failure_class, FailureClass::kWorker) << v.reason;
+}
+
+TEST(ClassifyTest, TheStreamsMarkerBeatsTheTailAndNamesItsStream) {
+  MarkerHit hit{.index = 0, .failure_class = FailureClass::kInfra, .note = "",
+                .line = "NCCL WARN NET/IB : Got completion with error 12", .stream = "stdout"};
+  MarkerTable markers = MarkerTable::Defaults();
+  ASSERT_TRUE(markers.Add({"infra=NCCL WARN NET/IB"}).ok());
+  WorkerFailure f = Failure(Exited(134), "Fatal Python error: Aborted\n");
+  f.stream_marker = hit;
+  Verdict v = Classify({.first_failure = f}, ExitCodeTable(), markers);
+  EXPECT_EQ(v.failure_class, FailureClass::kInfra);
+  EXPECT_EQ(v.evidence, "marker");
+  EXPECT_NE(v.reason.find("its stdout says 'NCCL WARN NET/IB': NCCL WARN NET/IB : Got"),
+            std::string::npos)
+      << v.reason;
+}
+
 }  // namespace
 }  // namespace trainlet::exitcodes

@@ -1,5 +1,7 @@
 #include "trainlet/gpu/health.h"
 
+#include "trainlet/exitcodes/xid.h"
+
 #include <dlfcn.h>
 
 #include <nlohmann/json.hpp>
@@ -154,7 +156,14 @@ std::optional<std::string> HardwareEvidence(const HealthReport& report) {
     if (g.row_remap_failed) add("row remapping failed");
     if (g.row_remap_pending) add("row remap pending a reset");
     if (g.retired_pages_pending) add("page retirement pending a reset");
-    for (auto x : g.xids) add("Xid " + std::to_string(x));
+    // By number, from NVIDIA's Xid catalogue (exitcodes/xid.h,
+    // https://docs.nvidia.com/deploy/xid-errors/): an application's Xid (31,
+    // an MMU fault) is no fault of the GPU; the ECC counters above decide.
+    for (auto x : g.xids) {
+      if (exitcodes::LookUpXid(x).cause != exitcodes::XidCause::kApplication) {
+        add("Xid " + std::to_string(x));
+      }
+    }
     if (g.recovery_action != 0) add(std::string("recovery action: ") + ActionName(g.recovery_action));
     if (what.empty()) continue;
     out += (out.empty() ? "" : "; ") + ("GPU " + std::to_string(g.index)) +

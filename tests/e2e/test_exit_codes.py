@@ -15,8 +15,8 @@ same JSON as trainlet's last stderr line.
     trainer then exits 42 or 0 while shutting down;
   * command not found / invalid flag: 78 within 1 s, class "config";
   * two workers fail: the first one decides (exit 3), not the one trainlet stopped (42);
-  * stderr markers of the failing worker: CUDA ECC -> 74, NCCL -> 75, ModuleNotFoundError
-    -> 42; not on stdout, and not from a worker trainlet stopped;
+  * markers of the failing worker: CUDA ECC -> 74 (on stderr or stdout: both streams are
+    scanned), NCCL -> 75, ModuleNotFoundError -> 42; not from a worker trainlet stopped;
   * 100 KB of UTF-8 stderr: the summary stays <= 4096 bytes, valid JSON and UTF-8, and its
     stderr_tail ends with the worker's last line.
 """
@@ -451,7 +451,7 @@ exec sleep 30
 """
         cases = [("ECC on stderr", sh(script, ecc, 2), "hardware", 74),
                  ("NCCL on stderr", sh(script, nccl, 2), "infra", 75),
-                 ("ECC on stdout only", sh(script, ecc, 1), "worker", 1),
+                 ("ECC on stdout only", sh(script, ecc, 1), "hardware", 74),
                  ("ModuleNotFoundError", [PYTHON, "-c", "import os\nif os.environ['LOCAL_RANK']"
                                           " == '1': import no_such_module_for_trainlet_e2e\n"
                                           "else: import time; time.sleep(30)"], "bug", 42)]

@@ -62,6 +62,9 @@ print("err", os.environ["LOCAL_RANK"], file=sys.stderr)
 # Set by one launcher and not the other, on purpose (see the docstring).
 DIFFERENT = {"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
              "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+             # torch 1.13's agent sets the old name; trainlet, as torch >= 2.2's, does not
+             # (torch >= 2.2 warns in every rank when it is set; README).
+             "NCCL_ASYNC_ERROR_HANDLING",
              # torch 1.13's agent: its own store and timer; no equivalent needed.
              "TORCHELASTIC_ENABLE_FILE_TIMER", "TORCHELASTIC_TIMER_FILE"}
 # Equal only for the static rendezvous (--standalone picks free ports and a run id in both),
@@ -160,6 +163,7 @@ class SideBySide(unittest.TestCase):
             # The same names; MASTER_PORT is a port the leader found free unless given.
             for k in PORTS:
                 self.assertIn(k, lw["env"], f"{rank}: {k}")
+            self.assertNotIn("NCCL_ASYNC_ERROR_HANDLING", lw["env"])
 
 class TorchrunCompatTest(SideBySide):
     def test_script_underscore_flags_and_log_files(self):

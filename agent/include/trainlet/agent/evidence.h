@@ -58,6 +58,21 @@ std::string ReadErrorFileMessage(const std::string& path);
 // The same, from the file's content (agent/fuzz/fuzz_error_file.cc). Never throws.
 std::string ErrorFileMessage(const std::string& content);
 
+// The size of the shared-memory file system at `path` in bytes (statvfs(3):
+// f_blocks * f_frsize), nullopt when it cannot be read. A container's
+// /dev/shm is 64 MiB unless the pod mounts an emptyDir with medium: Memory.
+std::optional<std::uint64_t> SharedMemoryBytes(const std::string& path = "/dev/shm");
+
+// Below this, /dev/shm is worth a warning at start (torch's DataLoader
+// workers pass batches through it, NCCL its intra-node buffers).
+inline constexpr std::uint64_t kSmallSharedMemory = 1ULL << 30;
+
+// A one-line warning when /dev/shm (`shm_bytes`) is under kSmallSharedMemory
+// and the pod runs more than one worker or has a GPU, naming its size and the
+// fix; "" otherwise (also when the size is unknown). Pure.
+std::string SmallSharedMemoryWarning(std::optional<std::uint64_t> shm_bytes, std::uint32_t workers,
+                                     bool gpus);
+
 // Writes the termination message (see exitcodes/termination.h) to `path`, or,
 // when `path` is empty, to /dev/termination-log if it exists and is writable
 // (Kubernetes mounts it into every container; elsewhere nothing is created

@@ -22,6 +22,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "trainlet/agent/supervision_policy.h"
+#include "trainlet/exitcodes/classify.h"
 #include "trainlet/exitcodes/status.h"
 
 namespace trainlet::agent {
@@ -97,6 +98,11 @@ struct SupervisorOptions {
   // Set: written to every worker's /proc/<pid>/oom_score_adj right after its
   // spawn (WorkerOomScoreAdj). Its children (torchrun's workers) inherit it.
   std::optional<int> worker_oom_score_adj;
+  // Set (with capture_output): every byte of each worker's stdout and stderr
+  // passes through a MarkerScanner of this table as it is forwarded
+  // (StreamMarker); stdout is then always read, even when it goes only to a
+  // log file. Not owned; must outlive the Supervisor.
+  const exitcodes::MarkerTable* markers = nullptr;
 };
 
 struct SupervisorResult {
@@ -146,6 +152,12 @@ class Supervisor {
   // exits, its last lines may still be in the pipe: waits (blocking, at most
   // 100 ms) until the stderr pump has read all the pipe holds.
   std::string StderrTail(int local_rank) const;
+
+  // The strongest marker in everything the worker wrote to stdout and stderr
+  // (SupervisorOptions::markers; the stronger of the two streams, stderr on a
+  // tie), with MarkerHit::stream set; nullopt when none or not scanned. Waits
+  // like StderrTail, at most 100 ms per stream.
+  std::optional<exitcodes::MarkerHit> StreamMarker(int local_rank) const;
 
   // True once the workers are being stopped (a failure, a signal, a peer).
   bool stopping() const;

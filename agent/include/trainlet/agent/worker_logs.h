@@ -24,6 +24,9 @@ namespace trainlet::agent {
 struct WorkerLogOptions {
   // --log-dir; empty: a fresh $TMPDIR/torchelastic_XXXXXX when a stream goes to a file.
   std::string log_dir;
+  // --run-dir: where error and heartbeat files go (run_dir.h); "" = the first
+  // writable of $TMPDIR, /dev/shm, /tmp, --log-dir.
+  std::string run_dir;
   StdSpec redirects, tee;                    // --redirects, --tee
   std::set<std::uint32_t> local_ranks_filter;  // empty: every local rank on the console
   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (ExpandPrefixTemplate); empty: "[rank<N>]: ".

@@ -13,7 +13,11 @@
 //      (HARDWARE);
 //   3. the torchelastic error file the worker wrote (TORCHELASTIC_ERROR_FILE);
 //      a message no marker matches is quoted in the reason (kErrorFileExcerpt);
-//   4. markers in the last lines of the worker's stderr (MarkerTable);
+//   4. the strongest marker anywhere in the worker's stdout and stderr
+//      (MarkerScanner, fed as the output is forwarded; the stderr tail when
+//      nothing was scanned), read for what it means: an Xid by its number
+//      (xid.h), shared memory running out as config (/dev/shm is a pod-spec
+//      size), an illegal memory access as the worker's own failure;
 //   5. the worker's exit code: one of --fatal-exit-codes is BUG, anything else
 //      passes through as the worker's own code (or 128+signal).
 // The first failure wins: only the worker that failed first, before any stop,
@@ -25,6 +29,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "trainlet/exitcodes/contract.h"
@@ -33,29 +39,93 @@
 
 namespace trainlet::exitcodes {
 
-// A substring that, found in a worker's error output, says what kind of failure
-// it was. Matching is case-sensitive and plain (no regex), on purpose: cheap,
+// What an occurrence of a marker means beyond its listed class.
+enum class MarkerMeaning {
+  kPlain,         // the listed class
+  kXid,           // an NVIDIA Xid report: the number on its line decides (xid.h)
+  kSharedMemory,  // shared memory ran out: config, naming /dev/shm and the fix
+};
+
+// A substring that, found in a worker's output, says what kind of failure it
+// was. Matching is case-sensitive and plain (no regex), on purpose: cheap,
 // predictable, and easy to extend with --marker CLASS=TEXT.
 struct Marker {
   FailureClass failure_class;
   std::string text;
+  MarkerMeaning meaning = MarkerMeaning::kPlain;
+  // Non-empty: the marker counts only on a line that also contains this
+  // ("No space left on device" is shared memory only under /dev/shm).
+  std::string context{};
 };
+
+// Longest marker text (bytes): --marker entries longer are a config error.
+inline constexpr std::size_t kMaxMarkerText = 256;
+// The bytes of the line a marker was found on that are kept as evidence.
+inline constexpr std::size_t kEvidenceLine = 512;
+
+// A marker as found in a worker's output, with what this occurrence means.
+struct MarkerHit {
+  std::size_t index = 0;  // in MarkerTable::markers(): lower is stronger
+  FailureClass failure_class = FailureClass::kWorker;  // Interpret()'s class
+  std::string note{};     // what the line means, e.g. "Xid 31: GPU memory page fault ..."
+  std::string line{};     // the first line it counted on, at most kEvidenceLine bytes
+  std::string stream{};   // where: "stderr", "stdout", "error file" (set by the caller)
+};
+
+// Compares two hits of the same stream or worker: true if `a` is stronger (a
+// lower index; at the same index, a decisive class over kWorker, e.g. Xid 79
+// over Xid 31).
+bool Stronger(const MarkerHit& a, const MarkerHit& b);
 
 class MarkerTable {
  public:
-  // The documented defaults: CUDA/driver faults -> hardware, NCCL and network
-  // faults -> infra, Python import/syntax errors -> bug.
+  // The documented defaults: trainlet::Session's own markers; CUDA/driver
+  // faults -> hardware (an Xid by its number; an illegal memory access ->
+  // worker); shared memory running out -> config; NCCL and network faults
+  // -> infra; Python import/syntax errors -> bug.
   static MarkerTable Defaults();
   // Adds "CLASS=TEXT" entries, checked before the defaults. Errors (config): no
-  // '=', an unknown class, empty text, a class that is not bug/infra/hardware/oom.
+  // '=', an unknown class, empty text or longer than kMaxMarkerText, a class
+  // that is not bug/infra/hardware/oom.
   [[nodiscard]] Status Add(const std::vector<std::string>& specs);
-  // The first marker found in `text`, searching the user's markers first.
-  std::optional<Marker> Match(const std::string& text) const;
+  // The strongest marker in `text` (a whole text at once: MarkerScanner).
+  std::optional<MarkerHit> Match(std::string_view text) const;
   const std::vector<Marker>& markers() const { return markers_; }
 
+  // The prefilter MarkerScanner uses (marker_scanner.h): every marker has one
+  // anchor byte; a match is looked for only where an anchor byte occurs.
+  struct Anchor {
+    std::uint32_t marker;  // index into markers()
+    std::uint32_t offset;  // of the anchor byte in the marker's text
+  };
+  const std::vector<unsigned char>& anchor_bytes() const { return anchor_bytes_; }
+  const std::vector<Anchor>& anchors_of(unsigned char b) const { return anchors_[b]; }
+  std::size_t longest() const { return longest_; }
+
  private:
+  void Compile();
   std::vector<Marker> markers_;
+  std::vector<unsigned char> anchor_bytes_;      // distinct anchor bytes
+  std::vector<std::vector<Anchor>> anchors_ = std::vector<std::vector<Anchor>>(256);
+  std::size_t longest_ = 0;
 };
+
+// What one occurrence of marker `m` on `line` means: its class and a note
+// (an Xid's number and the catalogue's verdict; "" for a plain marker), or
+// nullopt when the marker's context is not on the line. Pure.
+std::optional<std::pair<FailureClass, std::string>> Interpret(const Marker& m,
+                                                              std::string_view line);
+
+// Status for a system call that failed with `err` while trainlet started or
+// ran something: a shortage of a runtime resource (EAGAIN: the pod's pids.max
+// or RLIMIT_NPROC; EMFILE: RLIMIT_NOFILE; ENFILE: the node's fs.file-max;
+// ENOMEM: memory) is INFRA, naming the limit, whatever failed (a spawn, a
+// thread, a pipe, a socket): the same spec can succeed on a retry. Any other
+// errno gets `otherwise`. The one place that decides it; `what` says what
+// failed, e.g. "cannot start worker 3". Pure.
+Status ErrnoStatus(int err, const std::string& what, FailureClass otherwise);
+// True for the errno values ErrnoStatus calls a resource shortage.
+bool IsResourceErrno(int err);
 
 // What we know about the worker that failed first.
 struct WorkerFailure {
@@ -64,6 +134,9 @@ struct WorkerFailure {
   WorkerExit exit{};
   std::string error_file_message{};  // the "message" of its torchelastic error file, if any
   std::string stderr_tail{};         // the last bytes it wrote to stderr
+  // The strongest marker in everything it wrote (MarkerScanner); nullopt when
+  // its output was not scanned (then stderr_tail is matched).
+  std::optional<MarkerHit> stream_marker = std::nullopt;
 };
 
 struct Evidence {
@@ -88,6 +161,9 @@ struct Evidence {
   // HardwareEvidence: uncorrected ECC, Xid, a recovery action...): the failure
   // is HARDWARE whatever the worker's code or stderr said (microsoft/pai#4314).
   std::optional<std::string> gpu_fault = std::nullopt;
+  // The size of /dev/shm in bytes (statvfs), for a shared-memory verdict's
+  // message; nullopt when unknown.
+  std::optional<std::uint64_t> shm_bytes = std::nullopt;
 };
 
 struct Verdict {

@@ -56,8 +56,9 @@ HealthReport CheckHealthInChild(const std::string& libnvml = kDefaultLibNvml,
 // One line naming each faulty GPU and its evidence ("GPU 1 (GPU-...): 3
 // uncorrected ECC errors, Xid 79, recovery action: node reboot"), or nullopt when
 // every GPU is healthy (or NVML is unavailable). Faults: uncorrected ECC
-// errors, a failed row remap, a pending retirement/remap, any Xid, a
-// recovery action other than none. Pure.
+// errors, a failed row remap, a pending retirement/remap, an Xid that NVIDIA's
+// catalogue does not put on the application (exitcodes/xid.h: Xid 13, 31, 43
+// and 45 are left out), a recovery action other than none. Pure.
 std::optional<std::string> HardwareEvidence(const HealthReport& report);
 
 // A report as text and back (the child's answer; also handy in logs).

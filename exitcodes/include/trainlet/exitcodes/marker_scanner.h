@@ -1,0 +1,82 @@
+// trainlet/exitcodes/marker_scanner.h — the strongest marker anywhere in a
+// stream, fed in pieces as it is read.
+//
+// A worker's evidence is not always in its last lines: NCCL's watchdog line
+// can be followed by a 15 KB faulthandler dump, and NCCL writes its WARN lines
+// to stdout. The scanner sees every byte once, as the pump forwards it, and
+// keeps the strongest hit (Stronger(): the lowest table index, i.e. --marker
+// entries first, then hardware, shared memory, infra, bug) with the first line
+// it counted on. Markers that span two pieces are found (the last
+// MarkerTable::longest() - 1 bytes are carried over).
+//
+// Speed: a match is looked for only where one of the table's anchor bytes
+// occurs (one rare byte per marker, a few distinct ones for the defaults:
+// MarkerTable::Compile), found 32 bytes at a time: on x86-64 with pshufb
+// nibble tables (AVX2 or SSSE3, chosen at run time), elsewhere (aarch64) with
+// compiler vector extensions. No library, so the release build's glibc 2.17
+// and aarch64 targets need nothing new. Memory: bounded (kEvidenceLine per
+// line being judged, a small carry).
+//
+// One scanner per stream; not thread-safe (the pump thread owns it).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainlet/exitcodes/classify.h"
+
+namespace trainlet::exitcodes {
+
+class MarkerScanner {
+ public:
+  // `table` is not owned and must outlive the scanner.
+  explicit MarkerScanner(const MarkerTable& table);
+  // Scans the next piece of the stream.
+  void Feed(std::string_view data);
+  // The stream ended: judges a line still open (one without its '\n').
+  void Finish();
+  // The strongest hit so far (its `stream` is empty).
+  const std::optional<MarkerHit>& best() const { return best_; }
+  // True once after best() changed.
+  bool TakeImproved() { return std::exchange(improved_, false); }
+
+ private:
+  struct Match {
+    std::ptrdiff_t start;  // relative to the piece being fed; < 0: in carry_
+    std::uint32_t marker;
+  };
+  // Appends to `out` the matches in `text` that begin at or after `from` and
+  // end after `min_end`, by anchor position; skips markers weaker than best_.
+  void Find(std::string_view text, std::size_t from, std::size_t min_end,
+            std::ptrdiff_t shift, std::vector<Match>* out) const;
+  void CheckAnchor(std::string_view text, std::size_t at, std::size_t from,
+                   std::size_t min_end, std::ptrdiff_t shift, std::vector<Match>* out) const;
+  // Walks the piece's matches in order, collecting each candidate line.
+  void Collect(std::string_view data, const std::vector<Match>& matches);
+  // Starts collecting the line around a match at `start` (may be < 0).
+  void OpenLine(std::string_view data, std::ptrdiff_t start);
+  // Appends data[from, to) to the open line (bounded); judges it at a '\n'
+  // found there. Returns where the line ended (to if it did not).
+  std::size_t ExtendLine(std::string_view data, std::size_t from, std::size_t to);
+  // Judges the open line's candidates and closes it.
+  void Judge();
+  bool Done() const { return best_ && best_->index == 0 && best_->failure_class != FailureClass::kWorker; }
+
+  const MarkerTable& table_;
+  std::size_t carry_limit_;
+  std::string carry_;  // the stream's last carry_limit_ bytes
+  std::optional<MarkerHit> best_;
+  bool improved_ = false;
+  bool open_ = false;            // a candidate line is being collected
+  std::string line_;             // its bytes so far (at most kEvidenceLine)
+  std::vector<std::uint32_t> candidates_;  // markers found on it
+  std::vector<Match> matches_;   // scratch, reused
+  // The anchor bytes as two 16-entry tables, by low and by high nibble, of
+  // bucket bits (marker_scanner.cc: x86-64's pshufb search).
+  unsigned char nibbles_[32] = {};
+};
+
+}  // namespace trainlet::exitcodes
