@@ -94,6 +94,9 @@ class Pod {
     spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}' attempt {}, {}",
                  id.index, id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
                  ::getpid() == 1 ? "PID 1" : "child subreaper");
+    if (auto notice = UnauthenticatedGangNotice(id, !options_.token.empty(), options_.env)) {
+      spdlog::warn("{}", *notice);
+    }
     // Output never blocks the loop; what is still queued for a slow reader at
     // exit gets a bounded chance (exiting before the kubelet's SIGKILL matters
     // more).
