@@ -73,10 +73,11 @@ def run(binary, seconds, slow, idle, log=print):
                    "dropped": counts["dropped"] if counts else 0,
                    "vmhwm_kib": common.memory(agent.pid)[1]}
             rows.append(row)
+            ms_of = {k: "-" if row[k] is None else f"{row[k]:.2f}"
+                     for k in ("median_ms", "p99_ms", "max_ms")}
             log(f"probes, {name}: {row['ok']}/{row['probes']} answered 200 within 1 s, median "
-                f"{row['median_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms, max {row['max_ms']:.2f} "
-                f"ms; flood connections dropped {row['dropped']}; agent VmHWM "
-                f"{row['vmhwm_kib']} KiB")
+                f"{ms_of['median_ms']} ms, p99 {ms_of['p99_ms']} ms, max {ms_of['max_ms']} ms; "
+                f"flood connections dropped {row['dropped']}; agent VmHWM {row['vmhwm_kib']} KiB")
         return rows
     finally:
         common.kill_all([agent], 15)
