@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -76,6 +77,14 @@ TEST(HealthRouteTest, EachRequestGetsItsStatus) {
   }
 }
 
+// A table of `max` holding connections 1, 2, ... from `addresses`, in that order.
+HealthConnections Table(std::size_t max, std::initializer_list<const char*> addresses) {
+  HealthConnections t(max);
+  std::uint64_t id = 0;
+  for (const char* a : addresses) t.Admit(++id, a, kT0);
+  return t;
+}
+
 TEST(HealthConnectionsTest, BelowTheLimitNobodyIsEvicted) {
   HealthConnections t(3);
   EXPECT_FALSE(t.Admit(1, "a", kT0));
@@ -89,11 +98,7 @@ TEST(HealthConnectionsTest, BelowTheLimitNobodyIsEvicted) {
 }
 
 TEST(HealthConnectionsTest, FullTheOldestOfTheAddressHoldingMostGoesNotTheNewcomer) {
-  HealthConnections t(4);
-  t.Admit(1, "kubelet", kT0);
-  t.Admit(2, "flood", kT0);
-  t.Admit(3, "flood", kT0);
-  t.Admit(4, "flood", kT0);
+  HealthConnections t = Table(4, {"kubelet", "flood", "flood", "flood"});
   auto e = t.Admit(5, "flood", kT0);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->id, 2u);  // the kubelet's (older) keeps its slot
@@ -109,11 +114,7 @@ TEST(HealthConnectionsTest, FullTheOldestOfTheAddressHoldingMostGoesNotTheNewcom
 }
 
 TEST(HealthConnectionsTest, WithinThatAddressReadingGoesBeforeMetricsBeforeAProbesAnswer) {
-  HealthConnections t(4);
-  t.Admit(1, "x", kT0);
-  t.Admit(2, "x", kT0);
-  t.Admit(3, "x", kT0);
-  t.Admit(4, "x", kT0);
+  HealthConnections t = Table(4, {"x", "x", "x", "x"});
   t.Set(1, State::kAnswering);
   t.Set(2, State::kAnsweringMetrics);
   auto e = t.Admit(5, "y", kT0);
@@ -132,22 +133,15 @@ TEST(HealthConnectionsTest, WithinThatAddressReadingGoesBeforeMetricsBeforeAProb
 }
 
 TEST(HealthConnectionsTest, TiesGoToTheAddressWhoseOldestIsOldest) {
-  HealthConnections t(4);
-  t.Admit(1, "b", kT0);
-  t.Admit(2, "a", kT0);
-  t.Admit(3, "a", kT0);
-  t.Admit(4, "b", kT0);
+  HealthConnections t = Table(4, {"b", "a", "a", "b"});
   auto e = t.Admit(5, "c", kT0);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->id, 1u);
 }
 
 TEST(HealthConnectionsTest, MakeRoomEvictsTheIdleAtOnceOthersAfterTheGrace) {
-  HealthConnections t(64);
-  EXPECT_FALSE(t.MakeRoom(kT0, 100ms));
-  t.Admit(1, "kubelet", kT0);
-  t.Admit(2, "flood", kT0);
-  t.Admit(3, "flood", kT0);
+  EXPECT_FALSE(HealthConnections(64).MakeRoom(kT0, 100ms));
+  HealthConnections t = Table(64, {"kubelet", "flood", "flood"});
   t.Admit(4, "flood", kT0 + 50ms);
   t.Set(2, State::kAnswering);
   for (std::uint64_t id : {1, 3, 4}) t.Received(id);
