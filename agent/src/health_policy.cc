@@ -65,11 +65,22 @@ HealthConnections::Eviction HealthConnections::Forget(std::size_t index) {
 
 std::optional<HealthConnections::Eviction> HealthConnections::MakeRoom(
     Clock::time_point now, std::chrono::milliseconds grace) {
+  // An idle one goes at once only when its address lost one within the grace
+  // (a flood reconnecting): a probe whose request is a little late is not.
+  auto flooding = [&](const std::string& address) {
+    auto it = last_evicted_.find(address);
+    return it != last_evicted_.end() && now - it->second < grace;
+  };
   auto v = Victim([&](const Entry& e) {
     if (e.state == HealthConnState::kAnswering) return false;
-    return (e.state == HealthConnState::kReading && !e.received) || now - e.since >= grace;
+    const bool idle = e.state == HealthConnState::kReading && !e.received;
+    return (idle && flooding(e.address)) || now - e.since >= grace;
   });
   if (!v) return std::nullopt;
+  if (last_evicted_.size() >= kMaxRemembered) {
+    std::erase_if(last_evicted_, [&](const auto& kv) { return now - kv.second >= grace; });
+  }
+  if (last_evicted_.size() < kMaxRemembered) last_evicted_[entries_[*v].address] = now;
   return Forget(*v);
 }
 

@@ -154,10 +154,13 @@ TEST(HealthConnectionsTest, MakeRoomEvictsTheIdleAtOnceOthersAfterTheGrace) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->id, 1u);
   EXPECT_FALSE(t.MakeRoom(kT0 + 100ms, 100ms));
-  t.Admit(5, "flood", kT0 + 100ms);  // sends nothing: may go at once
+  t.Admit(5, "flood", kT0 + 100ms);  // sends nothing, and flood just lost one: goes at once
   e = t.MakeRoom(kT0 + 100ms, 100ms);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->id, 5u);
+  t.Admit(6, "prober", kT0 + 100ms);  // its request not here yet, its address lost none: stays
+  EXPECT_FALSE(t.MakeRoom(kT0 + 101ms, 100ms));
+  t.Remove(6);
   e = t.MakeRoom(kT0 + 150ms, 100ms);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->id, 4u);
@@ -166,15 +169,15 @@ TEST(HealthConnectionsTest, MakeRoomEvictsTheIdleAtOnceOthersAfterTheGrace) {
 }
 
 TEST(HealthConnectionsTest, OutOfDescriptorsAProbeIsNotEvictedByTheConnectionsAfterIt) {
-  // One descriptor to go round: the flood reconnects as fast as it can and
-  // sends nothing, a probe comes in between and sends its request: the flood's
-  // go one after the other, the probe's stays until it is answered.
+  // Out of descriptors, the flood reconnects as fast as it can and sends
+  // nothing, a probe comes in between and its request is late: the flood's go
+  // (once the first waited the grace, at once), the probe's stays until it is
+  // answered.
   HealthConnections t(64);
   auto now = kT0;
   t.Admit(1, "flood", now);
   now += 1ms;
-  t.Admit(2, "kubelet", now);
-  t.Received(2);  // its request is arriving
+  t.Admit(2, "kubelet", now);  // its request is late: nothing received yet
   for (std::uint64_t id = 3; id < 50; ++id) {
     now += 1ms;
     if (auto e = t.MakeRoom(now, 100ms)) {

@@ -16,11 +16,12 @@
 //    slot while other addresses flood, as the rendezvous port's handshakes do
 //    (rendezvous/src/leader.cc, EvictPending).
 //  - Out of descriptors, one connection is closed to accept the next, by the
-//    same rules but only among those that sent nothing yet, or were open for a
-//    grace period, and are not being sent a probe's answer: with a handful of
-//    descriptors, idle ones turn over at once (the probe behind them in the
-//    listen queue comes soon) while one whose request is arriving (a probe's
-//    takes a round trip) is not evicted by the next. With none to close,
+//    same rules but only among those open for a grace period, or that sent
+//    nothing while their address lost another within it (a flood
+//    reconnecting), and never one being sent a probe's answer: with a
+//    handful of descriptors a flood's idle ones turn over at once (the probe
+//    behind them in the listen queue comes soon), while a probe whose request
+//    is a little late is not evicted by the next. With none to close,
 //    accepting waits.
 //  - GET /livez (or /healthz) and GET /readyz answer 200 or 503 from the state
 //    alone, never after /metrics; a query string is ignored. Another path: 404;
@@ -32,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,9 +66,9 @@ class HealthConnections {
   // first, chosen by the rules above, and forgets it.
   std::optional<Eviction> Admit(std::uint64_t id, std::string address, Clock::time_point now);
   // Out of descriptors, one must be freed to accept the next: the one to close,
-  // chosen by the same rules among those that received nothing or were open at
-  // least `grace`, never one being sent a probe's answer; forgotten. nullopt
-  // when there is none (then wait).
+  // chosen by the same rules among those open at least `grace` or idle from an
+  // address that lost one within `grace`, never one being sent a probe's
+  // answer; forgotten. nullopt when there is none (then wait).
   std::optional<Eviction> MakeRoom(Clock::time_point now, std::chrono::milliseconds grace);
   // Connection `id` moved on (its request arrived). Unknown ids are ignored.
   void Set(std::uint64_t id, HealthConnState state);
@@ -89,7 +91,9 @@ class HealthConnections {
   // Index into entries_ of the one to evict among those `eligible`.
   std::optional<std::size_t> Victim(const std::function<bool(const Entry&)>& eligible) const;
   Eviction Forget(std::size_t index);
+  static constexpr std::size_t kMaxRemembered = 4096;  // addresses whose last eviction is kept
   std::vector<Entry> entries_;  // oldest first
+  std::map<std::string, Clock::time_point> last_evicted_;  // out of descriptors, per address
   std::size_t max_;
 };
 
