@@ -674,4 +674,15 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   return id;
 }
 
+std::optional<std::string> UnauthenticatedGangNotice(const PodIdentity& id, bool has_token,
+                                                     const std::map<std::string, std::string>& env) {
+  const bool in_pod = env.contains("KUBERNETES_SERVICE_HOST") ||
+                      id.index_source == "JOB_COMPLETION_INDEX" ||
+                      id.index_source.find(kIndexAnnotation) != std::string::npos;
+  if (id.nnodes < 2 || has_token || !in_pod) return std::nullopt;
+  return "the gang is unauthenticated (no --token-file): anyone who can reach the leader's port "
+         "can take a free index and stall the gang (README, \"Strangers on the port\"); mount a "
+         "Secret and pass --token-file, as examples/k8s/indexed-job.yaml does";
+}
+
 }  // namespace trainlet::agent

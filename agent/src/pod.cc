@@ -98,6 +98,9 @@ class Pod {
                  ::getpid() == 1 ? "PID 1" : "child subreaper",
                  options_.interpreter.empty() ? "" : ", python " + options_.interpreter);
     PlanMemory();
+    if (auto notice = UnauthenticatedGangNotice(id, !options_.token.empty(), options_.env)) {
+      spdlog::warn("{}", *notice);
+    }
     // Output never blocks the loop; what is still queued for a slow reader at
     // exit gets a bounded chance (exiting before the kubelet's SIGKILL matters
     // more).

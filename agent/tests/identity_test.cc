@@ -520,5 +520,30 @@ TEST(PodInfoTest, PodInfoDirAndFile) {
   EXPECT_EQ(id->job_id, "uid-1");
 }
 
+// A gang without a token says so once at start in a pod (Kubernetes sets
+// KUBERNETES_SERVICE_HOST in every container; an index from the Job means a
+// pod too), never for one pod, with a token, or outside a pod.
+TEST(IdentityTest, AnUnauthenticatedGangInAPodSaysSo) {
+  IdentityInputs in = Pod(1, "4");  // index from JOB_COMPLETION_INDEX
+  auto id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto notice = UnauthenticatedGangNotice(*id, false, in.env);
+  ASSERT_TRUE(notice);
+  EXPECT_NE(notice->find("unauthenticated"), std::string::npos) << *notice;
+  EXPECT_NE(notice->find("--token-file"), std::string::npos) << *notice;
+  EXPECT_NE(notice->find("examples/k8s/"), std::string::npos) << *notice;
+  EXPECT_FALSE(UnauthenticatedGangNotice(*id, true, in.env)) << "with a token";
+  PodIdentity single = *id;
+  single.nnodes = 1;
+  EXPECT_FALSE(UnauthenticatedGangNotice(single, false, in.env)) << "one pod: no gang port";
+  PodIdentity by_flag = *id;
+  by_flag.index_source = "--node-rank";
+  EXPECT_FALSE(UnauthenticatedGangNotice(by_flag, false, {})) << "not in a pod";
+  EXPECT_TRUE(UnauthenticatedGangNotice(by_flag, false, {{"KUBERNETES_SERVICE_HOST", "10.0.0.1"}}));
+  PodIdentity by_annotation = by_flag;
+  by_annotation.index_source = "/etc/podinfo/annotations (batch.kubernetes.io/job-completion-index)";
+  EXPECT_TRUE(UnauthenticatedGangNotice(by_annotation, false, {}));
+}
+
 }  // namespace
 }  // namespace trainlet::agent

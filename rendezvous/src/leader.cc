@@ -17,7 +17,7 @@
 #include "trainlet/rendezvous/backoff.h"
 #include "logging.h"
 #include "net_util.h"
-#include "peer_log_limiter.h"
+#include "trainlet/rendezvous/peer_log_limiter.h"
 
 namespace trainlet::rendezvous {
 

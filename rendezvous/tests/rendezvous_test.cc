@@ -18,7 +18,7 @@
 #include <sstream>
 
 #include "../src/frame_queue.h"
-#include "../src/peer_log_limiter.h"
+#include "trainlet/rendezvous/peer_log_limiter.h"
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"

@@ -180,4 +180,13 @@ std::optional<std::string> LookupPodInfo(const std::string& content, const std::
 // lists `hostname`, starting with "<hostname>.". Empty when none.
 std::string FqdnFromHosts(const std::string& etc_hosts, const std::string& hostname);
 
+// The line a gang without --token-file logs once at start when it runs in a
+// pod (`env` has KUBERNETES_SERVICE_HOST, which the kubelet sets in every
+// container, or the index came from the Job: JOB_COMPLETION_INDEX or the
+// completion-index annotation): there anyone who can reach the leader's port
+// can take a free index (README, "Strangers on the port"). nullopt for a
+// single pod, with a token, or outside a pod.
+std::optional<std::string> UnauthenticatedGangNotice(const PodIdentity& id, bool has_token,
+                                                     const std::map<std::string, std::string>& env);
+
 }  // namespace trainlet::agent

@@ -1,8 +1,9 @@
-// Private: at most a few log lines per peer address per window; the rest are
-// counted and the count is reported with the peer's next logged line. A flood
-// of bad connections (a port scanner, random bytes, a misconfigured client)
-// then costs a handful of lines instead of one per connection. Pure: the
-// caller passes the time. Not thread-safe (one per event loop).
+// trainlet/rendezvous/peer_log_limiter.h — at most a few log lines per peer
+// address per window; the rest are counted and the count is reported with the
+// peer's next logged line. A flood of bad connections (a port scanner, random
+// bytes, a misconfigured client) then costs a handful of lines instead of one
+// per connection. Used by the leader's port and the agent's health port. Pure:
+// the caller passes the time. Not thread-safe (one per event loop).
 #pragma once
 
 #include <chrono>
