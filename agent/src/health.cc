@@ -85,7 +85,10 @@ struct HealthServer::Impl : std::enable_shared_from_this<Impl> {
                        conn->response.set(http::field::content_type, "text/plain");
                        conn->response.body() = code == http::status::not_found
                                                    ? "not found\n"
-                                                   : (ok ? "ok\n" : "not yet\n");
+                                                   : ok ? "ok\n"
+                                                   : target == "/readyz" && s.spare
+                                                       ? "spare\n"
+                                                       : "not yet\n";
                        self->Respond(conn);
                      });
   }

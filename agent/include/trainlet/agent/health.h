@@ -26,6 +26,7 @@ class HealthServer {
   struct State {
     bool ready = false;
     bool live = true;
+    bool spare = false;  // a hot spare: /readyz answers 503 "spare" (no workers here)
   };
   // Listens on 0.0.0.0:`port` (all interfaces, so the kubelet can reach it).
   // `metrics` renders /metrics' body, on the loop, per request (unset: 404).
