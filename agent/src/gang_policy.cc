@@ -212,6 +212,7 @@ GangActions LeaderPolicy::On(const GangEvent& e) {
   }
   if (const auto* l = std::get_if<gang::Lost>(&e)) {
     if (gen_.spares.erase(l->index) > 0) {  // a waiting spare: no worker of the gang ran there
+      if (gen_.restarting) return {};  // it left to rejoin the next generation
       GangActions a;
       a.log = "spare pod " + std::to_string(l->index) + " was lost: " + l->why;
       return a;

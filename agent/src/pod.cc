@@ -802,7 +802,9 @@ class Pod {
            .on_lost =
                [this, epoch](std::uint32_t index, const std::string& why) {
                  if (epoch != epoch_) return;
-                 if (auto it = roster_.find(index); it != roster_.end()) it->second.lost = true;
+                 // While the gang restarts, every pod closes its connection to rejoin.
+                 auto it = roster_.find(index);
+                 if (it != roster_.end() && !policy_.role().gen().restarting) it->second.lost = true;
                  Feed(gang::Lost{index, why});
                }},
           heartbeat, misses);

@@ -527,6 +527,16 @@ TEST(SparePolicyTest, ASpareOfAGangThatStopsForGoodIsCollateral) {
   EXPECT_EQ(a.conclude->kind, Kind::kPeerFailed);
 }
 
+TEST(SparePolicyTest, ASpareLeavingToRejoinDuringARestartIsNotLost) {
+  GangPolicy p = MakeWithSpare(0);
+  GangActions a = p.On(Failed(1, FailureClass::kWorker));
+  ASSERT_TRUE(a.broadcast && a.broadcast->restart);
+  a = p.On(gang::Lost{2, "its connection closed"});
+  EXPECT_TRUE(a.log.empty());
+  EXPECT_FALSE(a.conclude);
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+}
+
 TEST(SparePolicyTest, ASpareThatLosesTheLeaderRejoins) {
   GangPolicy spare = MakeWithSpare(2, /*spare=*/true);
   GangActions a = spare.On(gang::Lost{0, "no heartbeat"});
