@@ -302,14 +302,17 @@ class Pod {
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
       leader_->Start(hello, on_assignment);
+      if (id.nnodes > 1 && !gang_formed_) StartLeaderProbe(hello);
       if (id.nnodes > 1 && !name_check_) {  // the name members dial leads here? (name_check.h)
         rendezvous::NameCheckOptions nc;
         nc.name = id.leader_host;
+        nc.on_resolved = [this](const std::vector<boost::asio::ip::address>& addresses) {
+          if (leader_probe_) leader_probe_->Probe(addresses);
+        };
         auto check = rendezvous::LeaderNameCheck::Start(
             io_.get_executor(), nc, [](const std::string& problem) { spdlog::warn("{}", problem); });
         if (check.ok()) name_check_ = std::move(check).value();
       }
-      if (id.nnodes > 1 && !gang_formed_) StartLeaderProbe(hello);
       return Status::Ok();
     }
     rendezvous::MemberOptions mo;
@@ -400,11 +403,10 @@ class Pod {
     po.port = options_.rdzv_port;
     po.hello = std::move(hello);
     po.token = options_.token;
-    auto probe = rendezvous::LeaderProbe::Start(
+    leader_probe_ = rendezvous::LeaderProbe::Start(
         io_.get_executor(), std::move(po), [this, epoch = epoch_](const std::string& clash) {
           if (epoch == epoch_) Feed(gang::AgentFailed{Status::Config(clash)});
         });
-    if (probe.ok()) leader_probe_ = std::move(probe).value();
   }
 
   void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {

@@ -1,6 +1,7 @@
 #include "trainlet/rendezvous/leader_probe.h"
 
 #include <array>
+#include <optional>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -21,12 +22,13 @@ struct LeaderProbe::Impl {
       : executor(ex), options(std::move(o)), timer(ex), deadline(ex), socket(ex) {}
   asio::any_io_executor executor;
   LeaderProbeOptions options;
-  std::unique_ptr<Resolver> resolver;  // null for an IP literal
-  asio::steady_timer timer;            // between rounds
+  std::optional<asio::ip::address> literal;  // the name is an IP address: probed on a timer
+  asio::steady_timer timer;            // between rounds (literal)
   asio::steady_timer deadline;         // one address's connect and reply
   tcp::socket socket;
   std::function<void(const std::string&)> clash;
   std::vector<asio::ip::address> todo;  // this round's foreign addresses
+  bool busy = false;                    // a round is under way
   std::string peer;                     // "10.0.0.7:29400"
   wire::Decoder decoder;
   std::array<std::uint8_t, 4096> rx{};
@@ -35,21 +37,18 @@ struct LeaderProbe::Impl {
   bool done = false;
 };
 
-exitcodes::Result<std::shared_ptr<LeaderProbe>> LeaderProbe::Start(
-    asio::any_io_executor executor, LeaderProbeOptions options,
-    std::function<void(const std::string&)> clash) {
+std::shared_ptr<LeaderProbe> LeaderProbe::Start(asio::any_io_executor executor,
+                                                LeaderProbeOptions options,
+                                                std::function<void(const std::string&)> clash) {
   std::shared_ptr<LeaderProbe> p(new LeaderProbe());
-  ResolverOptions ro = options.resolver;
   p->impl_ = std::make_unique<Impl>(executor, std::move(options));
   p->impl_->clash = std::move(clash);
-  boost::system::error_code literal;
-  asio::ip::make_address(p->impl_->options.name, literal);
-  if (literal) {
-    auto resolver = Resolver::Create(executor, ro);
-    if (!resolver.ok()) return resolver.status();
-    p->impl_->resolver = std::move(resolver).value();
+  boost::system::error_code ec;
+  auto literal = asio::ip::make_address(p->impl_->options.name, ec);
+  if (!ec) {
+    p->impl_->literal = literal;
+    p->Round();
   }
-  p->Round();
   return p;
 }
 
@@ -62,33 +61,26 @@ void LeaderProbe::Cancel() {
   impl_->deadline.cancel();
   boost::system::error_code ec;
   impl_->socket.close(ec);
-  if (impl_->resolver) impl_->resolver->Cancel();
 }
 
-void LeaderProbe::Round() {
+void LeaderProbe::Probe(const std::vector<asio::ip::address>& addresses) {
   Impl& im = *impl_;
-  auto got = [self = shared_from_this()](ResolveOutcome out) {
-    Impl& im = *self->impl_;
-    if (im.done) return;
-    auto ours = im.options.local_addresses ? im.options.local_addresses() : LocalAddresses();
-    im.todo.clear();
-    for (const auto& a : out.addresses) {
-      if (!IsOwnAddress(a, ours)) im.todo.push_back(a);
-    }
-    self->Next();
-  };
-  if (!im.resolver) {
-    ResolveOutcome literal;
-    literal.addresses = {asio::ip::make_address(im.options.name)};
-    got(std::move(literal));
-    return;
+  if (im.done || im.busy) return;
+  auto ours = im.options.local_addresses ? im.options.local_addresses() : LocalAddresses();
+  im.todo.clear();
+  for (const auto& a : addresses) {
+    if (!IsOwnAddress(a, ours)) im.todo.push_back(a);
   }
-  im.resolver->Resolve(im.options.name, std::move(got));
+  im.busy = true;
+  Next();
 }
+
+void LeaderProbe::Round() { Probe({*impl_->literal}); }
 
 void LeaderProbe::Later() {
   Impl& im = *impl_;
-  if (im.done) return;
+  im.busy = false;
+  if (im.done || !im.literal) return;
   im.timer.expires_after(im.options.interval);
   im.timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec && !self->impl_->done) self->Round();

@@ -100,6 +100,8 @@ void LeaderNameCheck::Check() {
     if (im.done) return;
     auto ours = im.options.local_addresses ? im.options.local_addresses() : LocalAddresses();
     std::string problem;
+    if (out.ok() && im.options.on_resolved) im.options.on_resolved(out.addresses);
+    if (im.done) return;
     if (out.ok()) {
       for (const auto& a : out.addresses) {
         if (IsOwnAddress(a, ours)) {

@@ -244,8 +244,8 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   RunUntil([&] { return leader->admitted() == 2; });
   auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port(), 1500ms);
   s->Start([&](auto r) { stranger = r; });
-  // A second pod with index 1 is told to wait (the first connection may be
-  // stale); while the first holds the index it never gets in.
+  // A second pod with index 1 while the first is live (it answers the waiting
+  // heartbeats): a clash, refused for good, naming both pods.
   auto d = MakeMember(HelloFor(1, 3), leader->port(), 1500ms);
   d->Start([&](auto r) { dup = r; });
   RunUntil([&] { return stranger && dup; });
@@ -254,8 +254,8 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   EXPECT_NE(stranger->status().message().find("belongs to job 'other-job-0'"), std::string::npos)
       << stranger->status().message();
   ASSERT_TRUE(dup && !dup->ok());
-  EXPECT_EQ(dup->status().failure_class(), FailureClass::kInfra) << "retriable, not config";
-  EXPECT_NE(dup->status().message().find("index 1 already joined"), std::string::npos)
+  EXPECT_EQ(dup->status().failure_class(), FailureClass::kConfig) << "a clash: not retried";
+  EXPECT_NE(dup->status().message().find("two live pods claim index 1"), std::string::npos)
       << dup->status().message();
   EXPECT_FALSE(own.has_value()) << "the leader waits on";
   auto m2 = MakeMember(HelloFor(2, 3), leader->port());

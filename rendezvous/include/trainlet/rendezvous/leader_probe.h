@@ -2,8 +2,10 @@
 //
 // Two pods launched as index 0 (both with --node-rank=0 and the leader's name)
 // both listen and each waits for the other's index until --rdzv-timeout. The
-// leader therefore resolves the name its members dial and, for every address
-// that is not its own (IsOwnAddress), says hello there as index 0 with its own
+// leader therefore takes the addresses of the name its members dial (from the
+// name check's lookups, name_check.h: one DNS query serves both; an IP literal
+// itself, every `interval`) and, for every address that is not its own
+// (IsOwnAddress), says hello there as index 0 with its own
 // job, attempt and launch configuration. Another trainlet leader of the same
 // job and attempt refuses that for good (Reject, not retriable: leader.h) and
 // stops itself; this probe then reports the clash. Addresses of a stale pod
@@ -25,7 +27,6 @@
 #include <boost/asio/ip/address.hpp>
 
 #include "trainlet/exitcodes/status.h"
-#include "trainlet/rendezvous/resolver.h"
 #include "trainlet/rendezvous/tunables.h"
 #include "trainlet/rendezvous/wire.h"
 
@@ -36,8 +37,7 @@ struct LeaderProbeOptions {
   std::uint16_t port = 29400;  // the rendezvous port
   wire::Hello hello;     // this leader's own hello (index 0), leader_id set
   std::string token;     // shared token (auth.h); empty: none
-  ResolverOptions resolver;
-  std::chrono::milliseconds interval = tunables::kHeartbeatInterval;  // between rounds
+  std::chrono::milliseconds interval = tunables::kHeartbeatInterval;  // between rounds (IP literal)
   std::chrono::milliseconds timeout = tunables::kConnectTimeout;     // per address: connect + reply
   // This pod's addresses; unset: every interface's (LocalAddresses()).
   std::function<std::vector<boost::asio::ip::address>()> local_addresses;
@@ -47,11 +47,15 @@ class LeaderProbe : public std::enable_shared_from_this<LeaderProbe> {
  public:
   // Starts probing. `clash` runs at most once, on the executor, with one line
   // naming the other leader's address and its refusal (which names both pods).
-  // Never after Cancel(). Errors: Resolver::Create's.
-  [[nodiscard]] static exitcodes::Result<std::shared_ptr<LeaderProbe>> Start(
-      boost::asio::any_io_executor executor, LeaderProbeOptions options,
-      std::function<void(const std::string&)> clash);
+  // Never after Cancel(). An IP literal name is probed every `interval`; a DNS
+  // name waits for Probe(). Does not fail.
+  static std::shared_ptr<LeaderProbe> Start(boost::asio::any_io_executor executor,
+                                            LeaderProbeOptions options,
+                                            std::function<void(const std::string&)> clash);
   ~LeaderProbe();
+  // Probes the addresses of one lookup of the name that are not this pod's;
+  // ignored while a round is under way.
+  void Probe(const std::vector<boost::asio::ip::address>& addresses);
   void Cancel();
 
  private:

@@ -38,6 +38,9 @@ struct NameCheckOptions {
   std::chrono::milliseconds interval = tunables::kHeartbeatInterval;
   // This pod's addresses; unset: every interface's (getifaddrs(3)).
   std::function<std::vector<boost::asio::ip::address>()> local_addresses;
+  // Each successful lookup's addresses (the leader probe, leader_probe.h, tries
+  // them: one query serves both). Unset: none.
+  std::function<void(const std::vector<boost::asio::ip::address>&)> on_resolved;
 };
 
 class LeaderNameCheck : public std::enable_shared_from_this<LeaderNameCheck> {
