@@ -56,16 +56,20 @@ class GangClashTest(test_gang.GangHelpers, PodsimTestCase):
             self.assertRegex(s.get("reason", ""), reason, json.dumps(s))
         return s
 
+    def leader_and_pod_1(self, c):
+        """A 3-pod gang's leader (slot 0) and pod 1 (slot 1), admitted; the gang waits."""
+        c.publish_all()
+        self.start(c, 0, 0, nnodes=3)
+        c.pods[0].wait_for_output(r"leader: listening on port", 10, "stderr")
+        self.start(c, 1, 1, nnodes=3)
+        c.pods[0].wait_for_output(r"pod 1 joined from", 10, "stderr")
+
     def codes(self, exits):
         return {i: code for i, (code, _) in exits.items()}
 
     def test_two_live_pods_claim_one_index(self):
         with self.cluster(pods=4) as c:
-            c.publish_all()
-            self.start(c, 0, 0, nnodes=3)
-            c.pods[0].wait_for_output(r"leader: listening on port", 10, "stderr")
-            self.start(c, 1, 1, nnodes=3)
-            c.pods[0].wait_for_output(r"pod 1 joined from", 10, "stderr")
+            self.leader_and_pod_1(c)
             t0 = time.time()
             self.start(c, 2, 1, nnodes=3)
             code = c.pods[2].wait(15)
@@ -86,11 +90,7 @@ class GangClashTest(test_gang.GangHelpers, PodsimTestCase):
 
     def test_replacement_of_a_silent_holder_is_admitted(self):
         with self.cluster(pods=4) as c:
-            c.publish_all()
-            self.start(c, 0, 0, nnodes=3)
-            c.pods[0].wait_for_output(r"leader: listening on port", 10, "stderr")
-            self.start(c, 1, 1, nnodes=3)
-            c.pods[0].wait_for_output(r"pod 1 joined from", 10, "stderr")
+            self.leader_and_pod_1(c)
             c.pods[1].signal(signal.SIGSTOP)  # connection open, nothing answers
             time.sleep(3.5)  # past the holder's liveness (2.4 s)
             self.start(c, 2, 1, nnodes=3)
