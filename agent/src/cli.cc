@@ -83,6 +83,7 @@ struct Flags {
   std::string run_dir;
   std::string health_port = "0";
   std::string max_restarts = "0";
+  std::string spares = "0";
   std::string token_file;
   bool preflight = false, require_gpus = false;
   std::string preflight_timeout = "60", preflight_min_busbw = "0";
@@ -318,6 +319,10 @@ void AddAgentFlags(CLI::App& app, Flags& f, bool local) {
           "restart the whole gang in place up to this many times after a retriable failure "
           "(worker, infra, oom, a lost pod): new rendezvous generation, pods keep running; "
           "never after bug, config or hardware; also PET_MAX_RESTARTS (default 0)");
+  AddFlag(app, f, "spares", &f.spares,
+          "hot spares: the Job runs --nnodes + K pods; K wait, connected, without workers, "
+          "and take the node rank of a lost pod or of one whose GPU failed (hardware) in the "
+          "next generation, without waiting for Kubernetes (default 0)");
   AddFlag(app, f, "log-level", &f.log_level,
           "trace|debug|info|warn|error|off (default info, or SPDLOG_LEVEL)");
   AddFlag(app, f, "log-format", &f.log_format,
@@ -1338,6 +1343,10 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   TorchrunSettings tr;
   if (auto st = ReadTorchrunFlags(f, env, &tr); !st.ok()) return config_error(st.message());
   IdentityInputs in;
+  auto spares = ParseCount(Source(f, "spares", env),
+                           Given(f, "spares", env, &f.spares).value_or(f.spares), 1'000'000);
+  if (!spares.ok()) return config_error(spares.status().message());
+  in.spares = *spares;
   in.node_rank = Given(f, "node-rank", env, &f.node_rank);
   in.node_rank_source = Source(f, "node-rank", env);
   in.nnodes = Given(f, "nnodes", env, &f.nnodes);
@@ -1390,6 +1399,7 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
   }
   auto identity = ResolveIdentity(in);
   if (!identity.ok()) return config_error(identity.status().message());
+  if (auto s = CheckLeaderNotLoopback(*identity, env); !s.ok()) return config_error(s.message());
   if (tr.role) {
     if (!identity->gang.empty()) {
       return config_error("--role/PET_ROLE with --gang: the roles are the gang's replicated Jobs");

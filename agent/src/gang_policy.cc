@@ -82,6 +82,11 @@ GangActions GangPolicyBase::OnCommon(const GangEvent& e, bool* handled) {
   if (const auto* a = std::get_if<gang::Assigned>(&e)) {
     generation_ = a->generation;
     gen_.running = true;
+    gen_.spares = a->spares;
+    if (a->spare) {
+      gen_.spare = true;
+      gen_.done = true;  // no workers to wait for; never a success of its own
+    }
     return {};
   }
   if (const auto* f = std::get_if<gang::AgentFailed>(&e)) {
@@ -114,9 +119,24 @@ bool LeaderPolicy::GangSucceeded() const {
   return gen_.member_succeeded || (gen_.done && gen_.success);
 }
 
+// Concludes the leader; when the gang succeeded, the spares still waiting are
+// told (a final Stop of class ok) and exit 0.
+GangActions LeaderPolicy::ConcludeGang(GangActions a) {
+  a = ConcludeNow(std::move(a));
+  if (a.conclude && a.conclude->kind == Kind::kOk && !gen_.spares.empty()) {
+    a.broadcast = rendezvous::wire::Stop{.failed_index = config_.index,
+                                         .reason = "the gang finished",
+                                         .restart = false,
+                                         .next_generation = generation_,
+                                         .failure_class =
+                                             static_cast<std::uint16_t>(FailureClass::kOk)};
+  }
+  return a;
+}
+
 GangActions LeaderPolicy::MaybeConclude(GangActions a) {
   if (!gen_.done) return a;
-  if (gen_.first || AllSettled()) return ConcludeNow(std::move(a));
+  if (gen_.first || AllSettled()) return ConcludeGang(std::move(a));
   if (gen_.success) {
     a.log = "workers finished; waiting for the other pods to finish";
     a.log_info = true;
@@ -129,7 +149,11 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   GangActions a;
   if (gen_.first) return a;
   gen_.first = index;
-  const bool restart = CanRestart(c) && !GangSucceeded();
+  // A member's hardware failure: it leaves and a waiting spare takes its place.
+  const bool swap = c == FailureClass::kHardware && index != config_.index &&
+                    !gen_.spares.empty() && !stop_signal_ &&
+                    generation_ < config_.max_restarts;
+  const bool restart = (CanRestart(c) || swap) && !GangSucceeded();
   const int diag = hang ? config_.hang_signal : 0;
   a.broadcast = rendezvous::wire::Stop{.failed_index = index,
                                        .reason = reason,
@@ -187,6 +211,12 @@ GangActions LeaderPolicy::On(const GangEvent& e) {
                      r->report.hang);
   }
   if (const auto* l = std::get_if<gang::Lost>(&e)) {
+    if (gen_.spares.erase(l->index) > 0) {  // a waiting spare: no worker of the gang ran there
+      if (gen_.restarting) return {};  // it left to rejoin the next generation
+      GangActions a;
+      a.log = "spare pod " + std::to_string(l->index) + " was lost: " + l->why;
+      return a;
+    }
     if (!gen_.settled.insert(l->index).second) return {};
     return PodFailed(l->index, FailureClass::kInfra,
                      "pod " + std::to_string(l->index) + " was lost: " + l->why, false);
@@ -288,8 +318,22 @@ GangActions MemberPolicy::AfterOwnFailureDone() {
 GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   GangActions a;
   if (gen_.verdict || gen_.restarting) return a;
+  if (!s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
+    // The gang finished: a spare (the only pod still waiting for a word) exits 0.
+    gen_.verdict = true;
+    gen_.success = true;
+    return gen_.done ? Conclude(std::move(a), {.kind = Kind::kOk}) : a;
+  }
   const std::string first =
       FirstWords(s.failed_index, static_cast<FailureClass>(s.failure_class), s.reason);
+  if (s.restart && s.failed_index == config_.index &&
+      !RestartableClass(static_cast<FailureClass>(s.failure_class))) {
+    // Our own failure points at this node (hardware): the gang goes on with a
+    // spare in our place; we leave with our own class.
+    gen_.verdict = true;
+    if (gen_.done) return ConcludeNow(std::move(a));
+    return a;
+  }
   if (s.restart && !stop_signal_) {
     gen_.restarting = true;
     a.log = "the leader restarts the gang in place (generation " +
@@ -323,6 +367,7 @@ GangActions MemberPolicy::OnLost(const gang::Lost& l) {
     gen_.restarting = true;
     a.log = "lost the leader: " + l.why + "; stopping the workers, then rejoining (restart " +
             std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
+    if (gen_.done) return Restart(std::move(a));  // a spare: no workers to stop
     return a;
   }
   gen_.peer = "lost the leader: " + l.why;

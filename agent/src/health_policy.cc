@@ -124,6 +124,7 @@ HealthReply RouteHealthRequest(HealthRead read, std::string_view method, std::st
   auto answer = [](bool ok) {
     return HealthReply{.status = ok ? 200 : 503, .body = ok ? "ok\n" : "not yet\n"};
   };
+  if (path == "/readyz" && !state.ready && state.spare) return {.status = 503, .body = "spare\n"};
   if (path == "/readyz") return answer(state.ready);
   if (path == "/livez" || path == "/healthz") return answer(state.live);
   if (path == "/metrics" && has_metrics) return {.status = 200, .body = "", .metrics = true};

@@ -2,9 +2,12 @@
 
 #include "trainlet/agent/torchrun.h"
 
+#include <cctype>
 #include <charconv>
 #include <sstream>
 #include <vector>
+
+#include <boost/asio/ip/address.hpp>
 
 namespace trainlet::agent {
 namespace {
@@ -465,11 +468,14 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   } else if (index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
-    if (*n >= id.nnodes) {
+    const std::uint32_t pods = id.nnodes + in.spares;  // the Job runs N + K pods
+    if (*n >= pods) {
       return Status::Config(index->source + "=" + Quote(index->value) +
-                            " is not below the number of pods " + std::to_string(id.nnodes) +
-                            " (" + nnodes->source + "); indices run from 0 to " +
-                            std::to_string(id.nnodes - 1));
+                            " is not below the number of pods " + std::to_string(pods) +
+                            " (" + nnodes->source +
+                            (in.spares > 0 ? " plus --spares " + std::to_string(in.spares)
+                                           : std::string()) +
+                            "); indices run from 0 to " + std::to_string(pods - 1));
     }
     id.index = *n;
     id.index_source = index->source;
@@ -483,6 +489,14 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   } else {
     id.index_source = "default (single pod)";
   }
+  if (in.spares > 0 && layout) {
+    return Status::Config("--spares with --gang: hot spares take node ranks of a plain Indexed "
+                          "Job; a JobSet's roles have fixed places");
+  }
+  id.spares = in.spares;
+  // An index the Job controller gave (not a flag): the gang spans pods.
+  id.index_from_job = index && (index->source == "JOB_COMPLETION_INDEX" ||
+                                index->source.find(kIndexAnnotation) != std::string::npos);
 
   // Workers per pod.
   std::optional<Sourced> nproc;
@@ -641,14 +655,30 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
       id.restart_attempt = *n;
       id.attempt_source = a->source;
     }
-    if (auto a = podinfo("jobset.sigs.k8s.io/job-restart-attempt")) {
-      auto n = ParseCount(a->source, a->value, 1'000'000'000);
-      if (!n.ok()) return n.status();
-      id.job_restart_attempt = *n;
-      id.attempt_source += (id.attempt_source.empty() ? "" : " + ") + a->source;
-    }
-    id.attempt = id.restart_attempt + id.job_restart_attempt.value_or(0);
+    id.attempt = id.restart_attempt;
     if (id.attempt_source.empty()) id.attempt_source = "default";
+  }
+  // JobSet's per-Job restart count, its own field (kubernetes-sigs/jobset
+  // pkg/constants/constants.go JobRestartAttemptKey: "the individual restart
+  // attempt number the Job is currently on", jobRestarts[jobIndex] of its
+  // replicatedJob): RestartJob raises it for the one recreated Job, the
+  // JobSet-wide restart-attempt stays. Kept apart from the attempt so a stale
+  // pod (0, 1) and a current one (1, 0) never look alike. (JobSet has no
+  // execution-attempt key; its in-place-restart-attempt is written by its
+  // in-place restart agent on the Pod, not on the Job: not read.)
+  if (auto a = podinfo("jobset.sigs.k8s.io/job-restart-attempt")) {
+    auto n = ParseCount(a->source, a->value, 1'000'000'000);
+    if (!n.ok()) return n.status();
+    id.job_restart_attempt = *n;
+    id.job_restart_attempt_source = a->source;
+  }
+  // The Job this pod belongs to (Kubernetes labels a Job's pods with its name).
+  if (auto j = podinfo("batch.kubernetes.io/job-name")) {
+    id.job_name = j->value;
+  } else if (auto j2 = podinfo("job-name")) {
+    id.job_name = j2->value;
+  } else if (id.job_restart_attempt) {
+    id.job_name = id.role_name;  // one Job per role: the best key left
   }
   if (in.job_id) {
     id.job_id = *in.job_id;
@@ -683,6 +713,41 @@ std::optional<std::string> UnauthenticatedGangNotice(const PodIdentity& id, bool
   return "the gang is unauthenticated (no --token-file): anyone who can reach the leader's port "
          "can take a free index and stall the gang (README, \"Strangers on the port\"); mount a "
          "Secret and pass --token-file, as examples/k8s/indexed-job.yaml does";
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  std::string h = host;
+  if (!h.empty() && h.back() == '.') h.pop_back();
+  for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (h.size() > 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  boost::system::error_code ec;
+  auto a = boost::asio::ip::make_address(h, ec);
+  if (!ec) {
+    return a.is_loopback() || (a.is_v6() && a.to_v6().is_v4_mapped() &&
+                               boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped,
+                                                                a.to_v6()).is_loopback());
+  }
+  // RFC 6761 6.3: "localhost." and names below it are loopback; Debian's
+  // /etc/hosts adds ip6-localhost and ip6-loopback.
+  return h == "localhost" || h.ends_with(".localhost") || h == "ip6-localhost" ||
+         h == "ip6-loopback";
+}
+
+exitcodes::Status CheckLeaderNotLoopback(const PodIdentity& id,
+                                         const std::map<std::string, std::string>& env) {
+  if (id.is_leader() || id.nnodes <= 1 || !IsLoopbackHost(id.leader_host)) return Status::Ok();
+  if (env.contains(kLocalGangVariable)) return Status::Ok();  // trainlet local: one pod
+  auto k8s = env.find("KUBERNETES_SERVICE_HOST");
+  const bool in_pod = k8s != env.end() && !k8s->second.empty();
+  if (!in_pod && !id.index_from_job) return Status::Ok();  // one host: loopback reaches it
+  return Status::Config(
+      "the leader's address " + Quote(id.leader_host) + " (" + id.leader_source +
+      ") is loopback, but this gang of " + std::to_string(id.nnodes) + " pods spans pods (" +
+      (id.index_from_job ? "index " + std::to_string(id.index) + " from " + id.index_source
+                         : std::string("KUBERNETES_SERVICE_HOST is set: this runs in a pod")) +
+      "): each pod would dial itself and wait until --rdzv-timeout. Set --master-addr or "
+      "--rdzv-endpoint to the leader pod's name (<job>-0.<service>), or leave both out to "
+      "derive it from this pod's FQDN");
 }
 
 }  // namespace trainlet::agent

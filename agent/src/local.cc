@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "output.h"
+#include "trainlet/agent/identity.h"
 #include "trainlet/agent/signals.h"
 #include "trainlet/agent/supervisor.h"
 #include "trainlet/exitcodes/exit_code.h"
@@ -65,6 +66,9 @@ int RunLocal(const LocalOptions& o) {
     env.push_back(kv);
   }
   const std::string job_id = "local-" + std::to_string(::getpid());
+  // Every agent's leader is 127.0.0.1 in this one pod (identity.h: a loopback
+  // leader is refused only where the gang spans pods).
+  env.push_back(std::string(kLocalGangVariable) + "=" + job_id);
   std::vector<WorkerSpec> agents;
   for (std::uint32_t i = 0; i < o.nnodes; ++i) {
     std::vector<std::string> argv = {

@@ -88,6 +88,20 @@ std::string RenderMetrics(const MetricsSnapshot& s) {
   w.Sample("trainlet_gang_pods_joined", s.pods_joined);
   w.Family("trainlet_gang_pods_expected", "gauge", "Pods the gang needs (--nnodes).");
   w.Sample("trainlet_gang_pods_expected", s.pods_expected);
+  w.Family("trainlet_gang_spare", "gauge",
+           "1 while this pod waits as a hot spare (--spares), without workers.");
+  w.Sample("trainlet_gang_spare", s.spare ? 1 : 0);
+  if (s.leader) {
+    w.Family("trainlet_gang_replacements_total", "counter",
+             "Leader: node ranks a hot spare took over from a lost or failed pod.");
+    w.Sample("trainlet_gang_replacements_total", static_cast<double>(s.replacements.size()));
+    w.Family("trainlet_gang_replacement", "gauge",
+             "Leader: 1 per replacement so far: the spare pod and the pod it replaced.");
+    for (const auto& [left, spare] : s.replacements) {
+      w.Sample("trainlet_gang_replacement", 1,
+               Label("spare", std::to_string(spare)) + "," + Label("replaced", std::to_string(left)));
+    }
+  }
   w.Family("trainlet_workers_running", "gauge", "This pod's workers that have not exited.");
   w.Sample("trainlet_workers_running", s.workers_running);
   w.Family("trainlet_worker_exits_total", "counter",

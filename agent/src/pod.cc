@@ -30,6 +30,7 @@
 #include "trainlet/agent/gpu_setup.h"
 #include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
+#include "trainlet/agent/membership_policy.h"
 #include "trainlet/agent/log_format.h"
 #include "trainlet/agent/run_dir.h"
 #include "trainlet/agent/metrics.h"
@@ -39,7 +40,9 @@
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/exitcodes/termination.h"
 #include "trainlet/rendezvous/launch.h"
+#include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/leader.h"
+#include "trainlet/rendezvous/leader_probe.h"
 #include "trainlet/rendezvous/member.h"
 #include "trainlet/rendezvous/name_check.h"
 #include "trainlet/rendezvous/tunables.h"
@@ -134,7 +137,8 @@ class Pod {
       auto health = HealthServer::Start(io_.get_executor(), options_.health_port, [this] {
         // Ready: the gang formed and our workers run. Live: no hang found.
         return HealthServer::State{.ready = supervisor_ != nullptr && !own_result_,
-                                   .live = !hang_reason_};
+                                   .live = !hang_reason_,
+                                   .spare = spare_ && !in_rendezvous_};
       }, [this] { return RenderMetrics(Metrics()); });
       if (!health.ok()) return Fail(health.status());
       health_ = std::move(health).value();
@@ -194,6 +198,13 @@ class Pod {
     // trainlet_last_failure (metrics.h): the class of the failure this pod
     // reports, or of the culprit the leader names.
     if (a.broadcast) last_failure_class_ = exitcodes::FailureClass(a.broadcast->failure_class);
+    if (a.broadcast && a.broadcast->restart &&
+        !RestartableClass(exitcodes::FailureClass(a.broadcast->failure_class))) {
+      // A member whose failure points at its node leaves; a spare takes its place.
+      if (auto it = roster_.find(a.broadcast->failed_index); it != roster_.end()) {
+        it->second.must_leave = true;
+      }
+    }
     if (a.report && !a.report->ok) {
       last_failure_class_ = exitcodes::FailureClass(a.report->failure_class);
     }
@@ -275,7 +286,11 @@ class Pod {
                                                            .max_restarts = options_.max_restarts,
                                                            .gang = id.gang,
                                                            .preflight = options_.gpu.preflight,
-                                                           .generation = join_generation_});
+                                                           .generation = join_generation_,
+                                                           .job_name = id.job_name,
+                                                           .job_restart_attempt =
+                                                               id.job_restart_attempt,
+                                                           .spares = id.spares});
     auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
       if (epoch == epoch_) OnAssignment(a);
     };
@@ -317,13 +332,25 @@ class Pod {
       lo.bind_deadline =
           round_started + options_.rdzv_timeout - rendezvous::tunables::kBindRetryCap;
       lo.check_master_port = true;  // a busy MASTER_PORT is infra, not rank 0's failure
+      if (leader_id_.empty()) leader_id_ = rendezvous::NewNonce();
+      lo.leader_id = leader_id_;
+      if (id.spares > 0) {  // hot spares: the membership policy places the pods
+        lo.nnodes = id.nnodes + id.spares;
+        lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, lo.nnodes);
+        lo.expected = ExpectedPods();
+        lo.plan = [this](const std::vector<std::uint32_t>& joined) { return PlanRound(joined); };
+      }
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
       leader_->Start(hello, on_assignment);
+      if (id.nnodes > 1 && !gang_formed_) StartLeaderProbe(hello);
       if (id.nnodes > 1 && !name_check_) {  // the name members dial leads here? (name_check.h)
         rendezvous::NameCheckOptions nc;
         nc.name = id.leader_host;
+        nc.on_resolved = [this](const std::vector<boost::asio::ip::address>& addresses) {
+          if (leader_probe_) leader_probe_->Probe(addresses);
+        };
         auto check = rendezvous::LeaderNameCheck::Start(
             io_.get_executor(), nc, [](const std::string& problem) { spdlog::warn("{}", problem); });
         if (check.ok()) name_check_ = std::move(check).value();
@@ -355,7 +382,77 @@ class Pod {
     return Status::Ok();
   }
 
+  // ---- Hot spares (membership_policy.h): the leader's roster across generations ----
+
+  // The pods the next round waits for: every pod of the roster not lost and
+  // not leaving; empty (all indices) before the first generation.
+  std::set<std::uint32_t> ExpectedPods() const {
+    std::set<std::uint32_t> out;
+    for (const auto& [key, m] : roster_) {
+      if (!m.lost && !m.must_leave) out.insert(key);
+    }
+    return out;
+  }
+
+  // The leader's round: the joined pods with their last node ranks, and those
+  // that left, through PlanGeneration; node rank by index, nullopt to wait on.
+  std::optional<std::map<std::uint32_t, std::uint32_t>> PlanRound(
+      const std::vector<std::uint32_t>& joined) {
+    std::vector<MemberState> pods;
+    for (std::uint32_t key : joined) {
+      MemberState m{.key = key};
+      auto it = roster_.find(key);
+      if (it != roster_.end() && !it->second.lost && !it->second.must_leave) {
+        m.node_rank = it->second.node_rank;
+      }
+      pods.push_back(m);
+    }
+    for (const auto& [key, m] : roster_) {
+      if (std::find(joined.begin(), joined.end(), key) == joined.end()) pods.push_back(m);
+    }
+    const std::uint32_t n = options_.identity.nnodes;
+    GenerationPlan plan = PlanGeneration(pods, {.min_nodes = n, .max_nodes = n});
+    if (!plan.ready) return std::nullopt;
+    std::map<std::uint32_t, std::uint32_t> ranks;
+    for (std::uint32_t r = 0; r < plan.active.size(); ++r) ranks[plan.active[r]] = r;
+    planned_ = std::move(plan);
+    return ranks;
+  }
+
+  // The round formed as planned: the roster is the plan; who replaced whom is said.
+  void AdoptPlan(std::uint32_t generation) {
+    if (!planned_) return;
+    roster_.clear();
+    for (std::uint32_t r = 0; r < planned_->active.size(); ++r) {
+      roster_[planned_->active[r]] = {.key = planned_->active[r], .node_rank = r};
+    }
+    for (std::uint32_t key : planned_->waiting) roster_[key] = {.key = key};
+    for (const auto& [left, spare] : planned_->replaced) {
+      replacements_.emplace_back(left, spare);
+      spdlog::warn("generation {}: spare pod {} takes node rank {} of pod {}", generation, spare,
+                   *planned_->NodeRankOf(spare), left);
+    }
+    spares_waiting_ = std::set<std::uint32_t>(planned_->waiting.begin(), planned_->waiting.end());
+    planned_.reset();
+  }
+
+  // Another pod acting as this gang's leader (leader_probe.h): both stop, config.
+  void StartLeaderProbe(rendezvous::wire::Hello hello) {
+    if (leader_probe_) leader_probe_->Cancel();
+    hello.leader_id = leader_id_;
+    rendezvous::LeaderProbeOptions po;
+    po.name = options_.identity.leader_host;
+    po.port = options_.rdzv_port;
+    po.hello = std::move(hello);
+    po.token = options_.token;
+    leader_probe_ = rendezvous::LeaderProbe::Start(
+        io_.get_executor(), std::move(po), [this, epoch = epoch_](const std::string& clash) {
+          if (epoch == epoch_) Feed(gang::AgentFailed{Status::Config(clash)});
+        });
+  }
+
   void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
+    if (leader_probe_) leader_probe_->Cancel();
     deadline_timer_.cancel();
     in_rendezvous_ = false;
     rendezvous_seconds_ = std::chrono::duration<double>(Clock::now() - round_started_).count();
@@ -373,6 +470,17 @@ class Pod {
     rank_base_ = a.rank_base;
     generation_ = a.generation;
     SetLogGeneration(generation_);
+    if (leader_) AdoptPlan(a.generation);
+    spare_ = a.spare;
+    if (a.spare) {
+      spdlog::info("rendezvous {:.1f} ms: generation {}: a hot spare, waiting without workers "
+                   "({} active pod(s), world size {})",
+                   Ms(Clock::now() - round_started_), a.generation, a.nnodes, a.world_size);
+      Feed(gang::Assigned{.generation = a.generation, .spare = true});
+      StartGangChannel();
+      StartStallWatch();
+      return;
+    }
     spdlog::info("rendezvous {:.1f} ms: generation {}, world size {}, ranks {}..{}, "
                  "MASTER_ADDR={} MASTER_PORT={}",
                  Ms(Clock::now() - round_started_), a.generation, a.world_size, a.rank_base,
@@ -442,7 +550,7 @@ class Pod {
                                                        ".json");
       WorkerPlacement p{.local_rank = lr,
                         .nproc_per_node = id.nproc_per_node,
-                        .group_rank = id.index,
+                        .group_rank = a.node_rank.value_or(id.index),
                         .nnodes = a.nnodes,
                         .rank_base = a.rank_base,
                         .world_size = a.world_size,
@@ -530,7 +638,7 @@ class Pod {
       spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure",
                    a.generation, id.nproc_per_node, Ms(Clock::now() - failed_at_));
     }
-    Feed(gang::Assigned{a.generation});
+    Feed(gang::Assigned{.generation = a.generation, .spares = spares_waiting_});
     // Only now: gang events that arrived early (replayed here) can stop workers.
     StartGangChannel();
     StartStallWatch();
@@ -553,6 +661,8 @@ class Pod {
         in_rendezvous_ ? std::chrono::duration<double>(Clock::now() - round_started_).count()
                        : rendezvous_seconds_;
     m.pods_expected = id.nnodes;
+    m.spare = spare_ && !in_rendezvous_;
+    m.replacements = replacements_;
     m.pods_joined = in_rendezvous_ ? (leader_ ? leader_->admitted() : 0)
                                    : (gang_formed_ ? id.nnodes : 0);
     for (std::uint32_t lr = 0; supervisor_ && lr < id.nproc_per_node; ++lr) {
@@ -741,7 +851,11 @@ class Pod {
                },
            .on_lost =
                [this, epoch](std::uint32_t index, const std::string& why) {
-                 if (epoch == epoch_) Feed(gang::Lost{index, why});
+                 if (epoch != epoch_) return;
+                 // While the gang restarts, every pod closes its connection to rejoin.
+                 auto it = roster_.find(index);
+                 if (it != roster_.end() && !policy_.role().gen().restarting) it->second.lost = true;
+                 Feed(gang::Lost{index, why});
                }},
           heartbeat, misses);
     } else if (member_) {
@@ -981,6 +1095,7 @@ class Pod {
   }
 
   void Stop() {
+    if (leader_probe_) leader_probe_->Cancel();
     if (member_) member_->Close();
     if (leader_) leader_->Close();
     deadline_timer_.cancel();
@@ -1030,6 +1145,16 @@ class Pod {
   std::unique_ptr<HealthServer> health_;
   std::shared_ptr<rendezvous::Leader> leader_;
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
+  std::shared_ptr<rendezvous::LeaderProbe> leader_probe_;    // ... likewise
+  std::string leader_id_;  // this pod's leader instance id (LeaderOptions::leader_id)
+  // Hot spares (--spares). Leader: the pods of the last generation (node ranks,
+  // lost, leaving), the plan of the round being formed, the spares waiting, and
+  // every replacement so far. Any pod: whether it waits as a spare now.
+  std::map<std::uint32_t, MemberState> roster_;
+  std::optional<GenerationPlan> planned_;
+  std::set<std::uint32_t> spares_waiting_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> replacements_;
+  bool spare_ = false;
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;
   // Where the workers' error and heartbeat files go (run_dir.h): the base

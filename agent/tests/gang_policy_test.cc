@@ -451,5 +451,99 @@ TEST(MemberPolicyTest, EventsBeforeTheWorkersStartChangeNothing) {
   EXPECT_EQ(KindOf(p.On(gang::StopSignal{SIGINT})), Kind::kTerminated);
 }
 
+
+// ---- Hot spares (--spares) ----
+
+namespace spares {
+
+GangPolicy MakeWithSpare(std::uint32_t index, bool spare = false) {
+  GangPolicy p({.index = index, .nnodes = 2, .max_restarts = 2, .hang_signal = kHang});
+  p.On(gang::Assigned{.generation = 0, .spare = spare, .spares = index == 0 ? std::set<std::uint32_t>{2}
+                                                                          : std::set<std::uint32_t>{}});
+  return p;
+}
+
+TEST(SparePolicyTest, MembersHardwareFailureRestartsWithASpareAndTheCulpritLeaves) {
+  GangPolicy leader = MakeWithSpare(0);
+  GangActions a = leader.On(Failed(1, FailureClass::kHardware));
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_TRUE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failed_index, 1u);
+  const wire::Stop stop = *a.broadcast;
+  EXPECT_TRUE(leader.On(gang::WorkersDone{false}).restart);
+  // The culprit leaves with its own class.
+  GangPolicy culprit = MakeWithSpare(1);
+  culprit.On(Worker(FailureClass::kHardware));
+  culprit.On(gang::WorkersDone{false});
+  a = culprit.On(gang::Stop{stop});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kOwn);
+  EXPECT_EQ(a.conclude->failure_class, FailureClass::kHardware);
+  EXPECT_FALSE(a.restart);
+}
+
+TEST(SparePolicyTest, HardwareWithoutASpareStopsTheGang) {
+  GangPolicy p({.index = 0, .nnodes = 2, .max_restarts = 2, .hang_signal = kHang});
+  p.On(gang::Assigned{0});
+  GangActions a = p.On(Failed(1, FailureClass::kHardware));
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_FALSE(a.broadcast->restart);
+}
+
+TEST(SparePolicyTest, ALostSpareChangesNoGeneration) {
+  GangPolicy p = MakeWithSpare(0);
+  GangActions a = p.On(gang::Lost{2, "its connection closed"});
+  EXPECT_FALSE(a.broadcast);
+  EXPECT_FALSE(a.restart);
+  EXPECT_FALSE(a.conclude);
+  // Now a hardware failure finds no spare: the gang stops.
+  a = p.On(Failed(1, FailureClass::kHardware));
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_FALSE(a.broadcast->restart);
+}
+
+TEST(SparePolicyTest, TheSpareRestartsAtOnceAndExitsZeroWhenTheGangFinishes) {
+  GangPolicy spare = MakeWithSpare(2, /*spare=*/true);
+  GangActions a = spare.On(gang::Stop{RestartStop(1)});
+  EXPECT_TRUE(a.restart);  // no workers to wait for
+  spare.On(gang::Assigned{.generation = 1, .spare = true});
+  // The leader concludes ok: it tells the spares.
+  GangPolicy leader = MakeWithSpare(0);
+  leader.On(Ok(1));
+  a = leader.On(gang::WorkersDone{true});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kOk);
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kOk));
+  a = spare.On(gang::Stop{*a.broadcast});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kOk);
+}
+
+TEST(SparePolicyTest, ASpareOfAGangThatStopsForGoodIsCollateral) {
+  GangPolicy spare = MakeWithSpare(2, /*spare=*/true);
+  GangActions a = spare.On(gang::Stop{FinalStop(1, FailureClass::kBug)});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kPeerFailed);
+}
+
+TEST(SparePolicyTest, ASpareLeavingToRejoinDuringARestartIsNotLost) {
+  GangPolicy p = MakeWithSpare(0);
+  GangActions a = p.On(Failed(1, FailureClass::kWorker));
+  ASSERT_TRUE(a.broadcast && a.broadcast->restart);
+  a = p.On(gang::Lost{2, "its connection closed"});
+  EXPECT_TRUE(a.log.empty());
+  EXPECT_FALSE(a.conclude);
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+}
+
+TEST(SparePolicyTest, ASpareThatLosesTheLeaderRejoins) {
+  GangPolicy spare = MakeWithSpare(2, /*spare=*/true);
+  GangActions a = spare.On(gang::Lost{0, "no heartbeat"});
+  EXPECT_TRUE(a.restart);
+}
+
+}  // namespace spares
+
 }  // namespace
 }  // namespace trainlet::agent

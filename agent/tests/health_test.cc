@@ -77,6 +77,15 @@ TEST(HealthRouteTest, EachRequestGetsItsStatus) {
   }
 }
 
+// A hot spare (--spares) is live but not ready: /readyz says why.
+TEST(HealthRouteTest, ASpareIsLiveAndNotReady) {
+  const HealthState spare{.ready = false, .live = true, .spare = true};
+  HealthReply ready = RouteHealthRequest(HealthRead::kComplete, "GET", "/readyz", spare, false);
+  EXPECT_EQ(ready.status, 503);
+  EXPECT_EQ(ready.body, "spare\n");
+  EXPECT_EQ(RouteHealthRequest(HealthRead::kComplete, "GET", "/livez", spare, false).status, 200);
+}
+
 // A table of `max` holding connections 1, 2, ... from `addresses`, in that order.
 HealthConnections Table(std::size_t max, std::initializer_list<const char*> addresses) {
   HealthConnections t(max);

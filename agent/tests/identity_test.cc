@@ -466,7 +466,11 @@ TEST(NamesTest, DnsLengthsAndCharacters) {
       << id.status().message();
 }
 
-TEST(AttemptTest, RestartAndJobRestartAttemptsBothFence) {
+// JobSet's two counters are separate fields (kubernetes-sigs/jobset
+// pkg/constants/constants.go): restart-attempt fences the whole JobSet,
+// job-restart-attempt counts RestartJob of this pod's Job and is compared per
+// Job by the leader. A stale (0, 1) and a current (1, 0) must not look alike.
+TEST(AttemptTest, RestartAttemptFencesJobRestartAttemptIsItsOwnField) {
   JobSetPod pod("workers", 0, 1);
   auto id = ResolveIdentity(pod.in);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
@@ -479,16 +483,18 @@ TEST(AttemptTest, RestartAndJobRestartAttemptsBothFence) {
   id = ResolveIdentity(pod.in);
   ASSERT_TRUE(id.ok());
   EXPECT_EQ(id->restart_attempt, 1u);
-  const std::uint32_t second = id->attempt;
-  EXPECT_NE(second, first);
-  // Recreating only this pod's Job (RestartJob) bumps job-restart-attempt: a new fence too.
+  EXPECT_EQ(id->attempt, 1u);
+  // Recreating only this pod's Job (RestartJob) bumps job-restart-attempt:
+  // the fence stays, the per-Job count is read apart, with the Job's name.
   pod.files["/etc/podinfo/annotations"] +=
       "jobset.sigs.k8s.io/job-restart-attempt=\"2\"\n";
+  pod.files["/etc/podinfo/labels"] += "batch.kubernetes.io/job-name=\"js-workers-0\"\n";
   id = ResolveIdentity(pod.in);
   ASSERT_TRUE(id.ok());
   EXPECT_EQ(id->job_restart_attempt, 2u);
-  EXPECT_NE(id->attempt, second);
-  EXPECT_NE(id->attempt_source.find("job-restart-attempt"), std::string::npos);
+  EXPECT_EQ(id->attempt, 1u);
+  EXPECT_EQ(id->job_name, "js-workers-0");
+  EXPECT_NE(id->job_restart_attempt_source.find("job-restart-attempt"), std::string::npos);
   pod.files["/etc/podinfo/annotations"] =
       "jobset.sigs.k8s.io/restart-attempt=\"1\"\njobset.sigs.k8s.io/job-restart-attempt=\"x\"\n";
   id = ResolveIdentity(pod.in);
@@ -496,6 +502,62 @@ TEST(AttemptTest, RestartAndJobRestartAttemptsBothFence) {
   EXPECT_NE(id.status().message().find("annotation jobset.sigs.k8s.io/job-restart-attempt='x'"),
             std::string::npos)
       << id.status().message();
+}
+
+TEST(LoopbackLeaderTest, LoopbackNames) {
+  for (const char* h : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "::ffff:127.0.0.1", "localhost",
+                        "LOCALHOST.", "a.localhost", "ip6-localhost", "ip6-loopback"}) {
+    EXPECT_TRUE(IsLoopbackHost(h)) << h;
+  }
+  for (const char* h : {"10.0.0.1", "::2", "localhost.example", "trainer-0.trainer", ""}) {
+    EXPECT_FALSE(IsLoopbackHost(h)) << h;
+  }
+}
+
+// A member dialing loopback in a gang that spans pods waits on itself until
+// --rdzv-timeout: refused at once (config). Not for trainlet local's agents,
+// the leader, a single pod, or a gang on one host.
+TEST(LoopbackLeaderTest, RefusedOnlyWhereTheGangSpansPods) {
+  PodIdentity id;
+  id.index = 1;
+  id.nnodes = 2;
+  id.leader_host = "localhost";
+  id.leader_source = "--master-addr";
+  id.index_source = "--node-rank";
+  std::map<std::string, std::string> host_env;
+  EXPECT_TRUE(CheckLeaderNotLoopback(id, host_env).ok());  // one host
+  std::map<std::string, std::string> pod_env = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}};
+  auto s = CheckLeaderNotLoopback(id, pod_env);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.failure_class(), exitcodes::FailureClass::kConfig);
+  EXPECT_NE(s.message().find("'localhost'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("KUBERNETES_SERVICE_HOST"), std::string::npos) << s.message();
+  id.index_from_job = true;
+  id.index_source = "JOB_COMPLETION_INDEX";
+  s = CheckLeaderNotLoopback(id, host_env);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("JOB_COMPLETION_INDEX"), std::string::npos) << s.message();
+  pod_env[kLocalGangVariable] = "local-1";
+  EXPECT_TRUE(CheckLeaderNotLoopback(id, pod_env).ok());  // trainlet local inside a pod
+  PodIdentity leader = id;
+  leader.index = 0;
+  EXPECT_TRUE(CheckLeaderNotLoopback(leader, {{"KUBERNETES_SERVICE_HOST", "x"}}).ok());
+  id.leader_host = "trainer-0.trainer";
+  EXPECT_TRUE(CheckLeaderNotLoopback(id, {{"KUBERNETES_SERVICE_HOST", "x"}}).ok());
+}
+
+TEST(LoopbackLeaderTest, IndexFromTheJobIsMarked) {
+  IdentityInputs in = Pod(1, "4");
+  in.node_rank.reset();
+  in.env["JOB_COMPLETION_INDEX"] = "1";
+  auto id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_TRUE(id->index_from_job);
+  in.env.erase("JOB_COMPLETION_INDEX");
+  in.node_rank = "1";
+  id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_FALSE(id->index_from_job);
 }
 
 TEST(PodInfoTest, PodInfoDirAndFile) {

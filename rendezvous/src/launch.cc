@@ -9,6 +9,7 @@ wire::LaunchConfig MakeLaunchConfig(const LaunchSettings& s) {
                           {"max_restarts", std::to_string(s.max_restarts)},
                           {"gang", s.gang}};
   if (s.preflight) c.emplace_back("preflight", "1");
+  if (s.spares > 0) c.emplace_back("spares", std::to_string(s.spares));
   return c;
 }
 
@@ -21,6 +22,8 @@ wire::Hello MakeHello(const LaunchSettings& s) {
   hello.config = MakeLaunchConfig(s);
   hello.fingerprint = wire::Fingerprint(hello.config);
   hello.generation = s.generation;
+  hello.job_name = s.job_name;
+  hello.job_restart_attempt = s.job_restart_attempt;
   return hello;
 }
 

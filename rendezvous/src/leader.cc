@@ -35,6 +35,8 @@ struct Leader::Conn {
   std::string address;                 // "10.0.0.12": the key of the log rate limit
   std::optional<std::uint32_t> index;  // set once admitted
   std::uint32_t generation = 0;        // the generation its hello asked for
+  std::string job_name;                // its hello's (JobSet's Job), for the per-Job fence
+  std::optional<std::uint32_t> job_restart_attempt;
   bool closed = false;
   bool fresh = true;  // not read yet: the first read is tried at accept (see ReadFrom)
   // Control channel.
@@ -74,6 +76,9 @@ struct Leader::Impl {
   std::size_t pending = 0;                                 // connections mid-handshake
   std::map<std::string, std::size_t> pending_by_address;  // ... per peer address (eviction)
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
+  // JobSet's job-restart-attempt: the highest seen per Job (the leader's own
+  // included). Pods of a recreated Job replace the old Job's; older ones are stale.
+  std::map<std::string, std::uint32_t> job_attempts;
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
   bool assigning = false;
@@ -263,11 +268,8 @@ void Leader::BindAndAccept() {
     });
     return;
   }
-  if (im.options.nnodes > 1) {
-    AcceptNext();
-  } else {
-    MaybeAssign();
-  }
+  if (im.options.nnodes > 1) AcceptNext();
+  MaybeAssign();  // alone, or every pod expected (LeaderOptions::expected) is here already
 }
 
 Leader::~Leader() { Close(); }
@@ -278,10 +280,31 @@ std::uint32_t Leader::admitted() const {
 
 std::vector<std::uint32_t> Leader::missing() const {
   std::vector<std::uint32_t> out;
+  const auto& expected = impl_->options.expected;
   for (std::uint32_t i = 1; i < impl_->options.nnodes; ++i) {
-    if (!impl_->members.contains(i)) out.push_back(i);
+    if (!impl_->members.contains(i) && (expected.empty() || expected.contains(i))) {
+      out.push_back(i);
+    }
   }
   return out;
+}
+
+bool Leader::ExpectedJoined() const { return missing().empty(); }
+
+// The node rank of every pod joined (LeaderOptions::plan), or by index without
+// a plan; nullopt while the round cannot form yet.
+std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
+  Impl& im = *impl_;
+  if (!im.options.plan) {
+    if (admitted() < im.options.nnodes) return std::nullopt;
+    std::map<std::uint32_t, std::uint32_t> ranks{{0, 0}};
+    for (const auto& [index, conn] : im.members) ranks[index] = index;
+    return ranks;
+  }
+  if (!ExpectedJoined()) return std::nullopt;
+  std::vector<std::uint32_t> joined{0};
+  for (const auto& [index, conn] : im.members) joined.push_back(index);
+  return im.options.plan(joined);
 }
 
 void Leader::Close() {
@@ -312,6 +335,7 @@ void Leader::Start(wire::Hello own, Done done) {
                           std::to_string(own.index)));
     return;
   }
+  if (own.job_restart_attempt) im.job_attempts[own.job_name] = *own.job_restart_attempt;
   im.own = std::move(own);
   if (im.options.nnodes > 1) {
     im.log->info("leader: listening on port {}, waiting for {} pod(s)", port_,
@@ -518,6 +542,11 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                   /*retriable=*/true});
     return;
   }
+  if (hello.index == 0) {
+    RivalLeader(conn, hello);
+    return;
+  }
+  if (FencedByJobRestart(conn, hello)) return;
   std::string lv, mv;
   std::string field = hello.fingerprint == own.fingerprint && hello.config == own.config
                           ? ""
@@ -545,18 +574,11 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                                " (index 0 is this leader)"});
     return;
   }
-  if (auto it = im.members.find(hello.index); it != im.members.end()) {
-    // Either two pods claim one index, or the first connection is stale (its
-    // pod died without a FIN and keepalive has not noticed yet). The newcomer
-    // may retry: the slot frees when the stale connection is dropped.
-    Refuse(conn, {"index",
-                  "index " + std::to_string(hello.index) + " already joined from " +
-                      it->second->peer + "; refusing a second pod from " + conn->peer,
-                  /*retriable=*/true});
-    return;
-  }
+  if (!TakeHeldIndex(conn, hello)) return;
   conn->index = hello.index;
   conn->generation = hello.generation;
+  conn->job_name = hello.job_name;
+  conn->job_restart_attempt = hello.job_restart_attempt;
   conn->timer.cancel();
   NotPending(conn);
   im.members[hello.index] = conn;
@@ -565,14 +587,116 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   MaybeAssign();
 }
 
-void Leader::Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject) {
+// JobSet recreates one failed Job (failurePolicy action RestartJob) with its
+// label jobset.sigs.k8s.io/job-restart-attempt raised, the JobSet-wide
+// restart-attempt unchanged (kubernetes-sigs/jobset pkg/constants/constants.go
+// JobRestartAttemptKey; pkg/controllers/jobset_controller.go: a Job whose
+// job-restart-attempt is below jobset.status...jobRestarts[jobIndex] is
+// deleted as a previous one). A pod of a higher job-restart-attempt than seen
+// for its Job is a replacement: the old Job's pods still admitted are stale
+// and dropped. A lower one is a stale pod of the old Job: refused, retriable
+// (it is being deleted; at its deadline it exits infra, not config).
+bool Leader::FencedByJobRestart(const std::shared_ptr<Conn>& conn, const wire::Hello& hello) {
+  Impl& im = *impl_;
+  if (!hello.job_restart_attempt) return false;
+  const std::uint32_t jra = *hello.job_restart_attempt;
+  auto [seen, fresh] = im.job_attempts.try_emplace(hello.job_name, jra);
+  if (!fresh && jra < seen->second) {
+    Refuse(conn, {"job_restart_attempt",
+                  "pod " + std::to_string(hello.index) + " (" + conn->peer + ") of Job '" +
+                      hello.job_name + "' is from job-restart-attempt " + std::to_string(jra) +
+                      ", but that Job was recreated: attempt " + std::to_string(seen->second) +
+                      " already joined (a stale pod of the old Job)",
+                  /*retriable=*/true});
+    return true;
+  }
+  if (fresh || jra == seen->second) return false;
+  seen->second = jra;
+  auto members = im.members;
+  for (auto& [index, old] : members) {
+    if (old->job_name != hello.job_name || old->job_restart_attempt.value_or(0) >= jra) continue;
+    im.log->info("leader: Job '{}' was recreated (job-restart-attempt {}): dropping pod {} ({}) "
+                 "of its attempt {}",
+                 hello.job_name, jra, index, old->peer, old->job_restart_attempt.value_or(0));
+    Drop(old);
+  }
+  return false;
+}
+
+// A second claim of an admitted index: a recreated pod whose predecessor's
+// connection has not closed yet (no FIN: keepalive or silence tells later),
+// or two live pods given one index. The holder answers the waiting heartbeats
+// (MemberOptions), so a holder heard from within options.holder_liveness is
+// live: then the claim is a clash, refused for good (it exits config, naming
+// both pods). A silent holder is dropped and the newcomer takes its place.
+bool Leader::TakeHeldIndex(const std::shared_ptr<Conn>& conn, const wire::Hello& hello) {
+  Impl& im = *impl_;
+  auto it = im.members.find(hello.index);
+  if (it == im.members.end()) return true;
+  std::shared_ptr<Conn> holder = it->second;
+  const auto quiet = std::chrono::steady_clock::now() - holder->last_rx;
+  const std::string index = "index " + std::to_string(hello.index);
+  if (quiet > im.options.holder_liveness) {
+    im.log->warn("leader: {} claimed again from {}; its holder {} has been silent for {} ms: "
+                 "replacing it",
+                 index, conn->peer, holder->peer,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count());
+    Drop(holder);
+    return true;
+  }
+  if (hello.job_restart_attempt != holder->job_restart_attempt) {
+    // Another Job attempt (FencedByJobRestart dropped an older holder): the
+    // holder is on its way out; the claimant may retry.
+    Refuse(conn, {"index", index + " is held by " + holder->peer + " of another Job attempt",
+                  /*retriable=*/true});
+    return false;
+  }
+  Refuse(conn, {"index",
+                "two live pods claim " + index + " of job '" + hello.job_id + "' attempt " +
+                    std::to_string(hello.attempt) + ": " + holder->peer +
+                    " joined first and answers heartbeats; refusing " + conn->peer +
+                    ". Each pod needs its own index (--node-rank, JOB_COMPLETION_INDEX)"});
+  return false;
+}
+
+// Another pod says hello with index 0: it acts as leader of this job and
+// attempt too (two pods launched with --node-rank=0, a leader name resolving
+// to both). Both must stop: it gets a final refusal, this leader fails config
+// once that refusal is written. Its own probe reaching itself (through a
+// Service) carries this leader's id and is refused quietly.
+void Leader::RivalLeader(const std::shared_ptr<Conn>& conn, const wire::Hello& hello) {
+  Impl& im = *impl_;
+  if (!im.options.leader_id.empty() && hello.leader_id == im.options.leader_id) {
+    Refuse(conn, {"leader", "this is the probing leader itself", /*retriable=*/true});
+    return;
+  }
+  std::string local = "?";
+  boost::system::error_code ec;
+  if (auto ep = conn->socket.local_endpoint(ec); !ec) {
+    local = AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
+  }
+  const std::string reason = "two pods act as leader (index 0) of job '" + hello.job_id +
+                             "' attempt " + std::to_string(hello.attempt) + ": " + local +
+                             " and " + conn->address +
+                             ". Exactly one pod may have index 0 (--node-rank, "
+                             "JOB_COMPLETION_INDEX) and the leader's name must lead to it alone";
+  Refuse(conn, {"leader", reason}, [self = shared_from_this(), reason] {
+    self->Finish(Status::Config(reason));
+  });
+}
+
+void Leader::Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
+                    std::function<void()> then) {
   Warn(conn, "leader: refused " + conn->peer + ": " + reject.reason);
   auto frame = std::make_shared<std::vector<std::uint8_t>>(wire::Encode(reject));
   conn->timer.cancel();
   // Stop reading; the write completes (or fails) and then the socket closes.
   asio::async_write(conn->socket, asio::buffer(*frame),
-                    [self = shared_from_this(), conn, frame](boost::system::error_code,
-                                                             std::size_t) { self->Drop(conn); });
+                    [self = shared_from_this(), conn, frame,
+                     then = std::move(then)](boost::system::error_code, std::size_t) {
+                      self->Drop(conn);
+                      if (then) then();
+                    });
   conn->closed = true;  // no further reads are processed
 }
 
@@ -632,9 +756,13 @@ void Leader::EvictPending() {
 
 void Leader::MaybeAssign() {
   Impl& im = *impl_;
-  if (im.finished || im.assigning || admitted() < im.options.nnodes) return;
+  if (im.finished || im.assigning) return;
+  std::optional<std::map<std::uint32_t, std::uint32_t>> ranks = NodeRanks();
+  if (!ranks) return;
   im.assigning = true;
   const std::uint32_t nproc = im.own->nproc_per_node;
+  const auto active = static_cast<std::uint32_t>(ranks->size());
+  const bool membership = static_cast<bool>(im.options.plan);
   // The gang's generation is the leader's own. Only a fresh leader (a replaced
   // leader pod, at 0) cannot know the count: it continues the survivors' (they
   // ask for their last generation + 1; Admit bounds it by --max-restarts).
@@ -645,13 +773,15 @@ void Leader::MaybeAssign() {
     }
   }
   std::function<wire::Assignment(std::uint32_t, std::string)> make =
-      [nproc, generation, nnodes = im.options.nnodes, port = im.options.master_port, jax_port = im.options.jax_port,
-               run_id = im.options.run_id, job_id = im.own->job_id,
-               attempt = im.own->attempt](std::uint32_t index, std::string master_addr) {
+      [nproc, generation, active, ranks = *ranks, membership, port = im.options.master_port,
+       jax_port = im.options.jax_port, run_id = im.options.run_id, job_id = im.own->job_id,
+       attempt = im.own->attempt](std::uint32_t index, std::string master_addr) {
+    auto node = ranks.find(index);
+    const std::uint32_t node_rank = node == ranks.end() ? 0 : node->second;
     return wire::Assignment{.generation = generation,
-                            .nnodes = nnodes,
-                            .world_size = nnodes * nproc,
-                            .rank_base = index * nproc,
+                            .nnodes = active,
+                            .world_size = active * nproc,
+                            .rank_base = node_rank * nproc,
                             .master_addr = std::move(master_addr),
                             .master_port = port,
                             .run_id = run_id,
@@ -659,7 +789,9 @@ void Leader::MaybeAssign() {
                             .attempt = attempt,
                             .nccl_version = 0,
                             .nccl_ids = {},
-                            .jax_port = jax_port};
+                            .jax_port = jax_port,
+                            .node_rank = membership ? std::optional(node_rank) : std::nullopt,
+                            .spare = node == ranks.end()};
   };
   // MASTER_ADDR for each member is the leader address that member itself
   // reached us on: proven reachable from there, and never loopback in a pod.
@@ -677,7 +809,7 @@ void Leader::MaybeAssign() {
   // Fresh NCCL ids for this round, the same for every pod (gpu/nccl.h; NVIDIA/nccl#1038).
   std::pair<std::uint32_t, std::vector<std::string>> nccl;
   if (im.options.make_nccl_ids) {
-    nccl = im.options.make_nccl_ids(im.options.nnodes * nproc, own_addr);
+    nccl = im.options.make_nccl_ids(active * nproc, own_addr);
   }
   make = [base = make, nccl](std::uint32_t index, std::string addr) {
     wire::Assignment a = base(index, std::move(addr));
@@ -705,7 +837,7 @@ void Leader::Finish(Result<wire::Assignment> result) {
   im.accept_pause.cancel();
   boost::system::error_code ec;
   im.acceptor.close(ec);  // late and stray connections are refused by the kernel now
-  if (result.ok()) im.log->info("leader: all {} pod(s) joined", im.options.nnodes);
+  if (result.ok()) im.log->info("leader: all {} pod(s) joined", admitted());
   auto done = std::move(im.done);
   im.done = nullptr;
   if (done) asio::post(im.executor, [done, result] { done(result); });

@@ -345,7 +345,12 @@ void Member::ProcessReply() {
     if (!next->has_value()) break;
     ArmReplyTimer();  // the leader is alive
     const wire::Message& msg = **next;
-    if (std::holds_alternative<wire::Heartbeat>(msg)) continue;  // admitted, gang incomplete
+    if (std::holds_alternative<wire::Heartbeat>(msg)) {
+      // Admitted, the gang incomplete: answer, so the leader knows this pod
+      // is live and refuses a second pod claiming its index (leader.h).
+      Send(wire::Encode(wire::Heartbeat{}));
+      continue;
+    }
     if (const auto* challenge = std::get_if<wire::Challenge>(&msg)) {
       const wire::Hello& h = im.options.hello;
       if (im.options.token.empty()) {
@@ -403,7 +408,10 @@ void Member::ProcessReply() {
       Retry("rendezvous: refused a leader of an earlier generation", im.last_error);
       return;
     }
-    if (a->rank_base != h.index * h.nproc_per_node || a->nnodes == 0 ||
+    // The node rank is the index unless the leader's membership policy placed
+    // this pod elsewhere (hot spares, elastic sizes); a spare has none.
+    const std::uint32_t node_rank = a->node_rank.value_or(h.index);
+    if ((!a->spare && a->rank_base != node_rank * h.nproc_per_node) || a->nnodes == 0 ||
         a->world_size != a->nnodes * h.nproc_per_node || a->master_addr.empty() ||
         a->master_port == 0) {
       Finish(Status::Config(fmt::format(

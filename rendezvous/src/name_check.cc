@@ -40,6 +40,19 @@ std::vector<asio::ip::address> LocalAddresses() {
   return out;
 }
 
+bool IsOwnAddress(const asio::ip::address& address, const std::vector<asio::ip::address>& ours) {
+  asio::ip::address a = address;
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    a = asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6());
+  }
+  if (a.is_loopback()) return true;
+  for (const auto& o : ours) {
+    if (o == a) return true;
+    if (a.is_v6() && o.is_v6() && o.to_v6().to_bytes() == a.to_v6().to_bytes()) return true;
+  }
+  return false;
+}
+
 struct LeaderNameCheck::Impl {
   Impl(asio::any_io_executor ex, NameCheckOptions o) : options(std::move(o)), timer(ex) {}
   NameCheckOptions options;
@@ -87,9 +100,11 @@ void LeaderNameCheck::Check() {
     if (im.done) return;
     auto ours = im.options.local_addresses ? im.options.local_addresses() : LocalAddresses();
     std::string problem;
+    if (out.ok() && im.options.on_resolved) im.options.on_resolved(out.addresses);
+    if (im.done) return;
     if (out.ok()) {
       for (const auto& a : out.addresses) {
-        if (std::find(ours.begin(), ours.end(), a) != ours.end()) {
+        if (IsOwnAddress(a, ours)) {
           Logger("rendezvous")->debug("leader: {} resolves to this pod ({})", im.options.name,
                                       AddressForPeers(a));
           im.done = true;

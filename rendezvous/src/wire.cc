@@ -98,6 +98,10 @@ void EncodePayload(Writer& w, const Hello& m) {
   }
   w.Str(m.nonce);
   w.U32(m.generation);
+  w.Str(m.job_name);
+  w.U32(m.job_restart_attempt.value_or(0));
+  w.U16(m.job_restart_attempt ? 1 : 0);
+  w.Str(m.leader_id);
 }
 
 void EncodePayload(Writer& w, const Challenge& m) {
@@ -125,6 +129,8 @@ void EncodePayload(Writer& w, const Assignment& m) {
   w.U16(std::uint16_t(n));
   for (std::size_t i = 0; i < n; ++i) w.Str(m.nccl_ids[i]);
   w.U16(m.jax_port);
+  w.U32(m.node_rank.value_or(0));
+  w.U16(static_cast<std::uint16_t>((m.node_rank ? 1 : 0) | (m.spare ? 2 : 0)));
 }
 
 void EncodePayload(Writer& w, const Reject& m) {
@@ -175,7 +181,16 @@ bool DecodePayload(Reader& r, Hello* m) {
   for (auto& [k, v] : m->config) {
     if (!r.Str(&k, "config key") || !r.Str(&v, "config value")) return false;
   }
-  return r.Str(&m->nonce, "nonce") && r.U32(&m->generation);
+  if (!(r.Str(&m->nonce, "nonce") && r.U32(&m->generation))) return false;
+  if (r.AtEnd()) return true;  // an older peer's hello
+  std::uint32_t job_restart_attempt = 0;
+  std::uint16_t flags = 0;
+  if (!(r.Str(&m->job_name, "job_name") && r.U32(&job_restart_attempt) && r.U16(&flags) &&
+        r.Str(&m->leader_id, "leader_id"))) {
+    return false;
+  }
+  if ((flags & 1) != 0) m->job_restart_attempt = job_restart_attempt;
+  return true;
 }
 
 bool DecodePayload(Reader& r, Challenge* m) {
@@ -200,11 +215,23 @@ bool DecodeNcclIds(Reader& r, Assignment* m) {
   return true;
 }
 
+// The fields appended for hot spares and elastic sizes; absent from an older leader.
+bool DecodeMembership(Reader& r, Assignment* m) {
+  if (r.AtEnd()) return true;
+  std::uint32_t node_rank = 0;
+  std::uint16_t flags = 0;
+  if (!(r.U32(&node_rank) && r.U16(&flags))) return false;
+  if ((flags & 1) != 0) m->node_rank = node_rank;
+  m->spare = (flags & 2) != 0;
+  return true;
+}
+
 bool DecodePayload(Reader& r, Assignment* m) {
   return r.U32(&m->generation) && r.U32(&m->nnodes) && r.U32(&m->world_size) &&
          r.U32(&m->rank_base) && r.Str(&m->master_addr, "master_addr") &&
          r.U16(&m->master_port) && r.Str(&m->run_id, "run_id") && r.Str(&m->job_id, "job_id") &&
-         r.U32(&m->attempt) && DecodeNcclIds(r, m) && r.U16(&m->jax_port);
+         r.U32(&m->attempt) && DecodeNcclIds(r, m) && r.U16(&m->jax_port) &&
+         DecodeMembership(r, m);
 }
 
 bool DecodePayload(Reader& r, Reject* m) {

@@ -244,8 +244,8 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   RunUntil([&] { return leader->admitted() == 2; });
   auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port(), 1500ms);
   s->Start([&](auto r) { stranger = r; });
-  // A second pod with index 1 is told to wait (the first connection may be
-  // stale); while the first holds the index it never gets in.
+  // A second pod with index 1 while the first is live (it answers the waiting
+  // heartbeats): a clash, refused for good, naming both pods.
   auto d = MakeMember(HelloFor(1, 3), leader->port(), 1500ms);
   d->Start([&](auto r) { dup = r; });
   RunUntil([&] { return stranger && dup; });
@@ -254,8 +254,8 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   EXPECT_NE(stranger->status().message().find("belongs to job 'other-job-0'"), std::string::npos)
       << stranger->status().message();
   ASSERT_TRUE(dup && !dup->ok());
-  EXPECT_EQ(dup->status().failure_class(), FailureClass::kInfra) << "retriable, not config";
-  EXPECT_NE(dup->status().message().find("index 1 already joined"), std::string::npos)
+  EXPECT_EQ(dup->status().failure_class(), FailureClass::kConfig) << "a clash: not retried";
+  EXPECT_NE(dup->status().message().find("two live pods claim index 1"), std::string::npos)
       << dup->status().message();
   EXPECT_FALSE(own.has_value()) << "the leader waits on";
   auto m2 = MakeMember(HelloFor(2, 3), leader->port());
@@ -346,27 +346,33 @@ TEST_F(RendezvousTest, HelloCannotRaiseARunningLeadersGeneration) {
   EXPECT_EQ((*own)->generation, 2u);
 }
 
-TEST_F(RendezvousTest, DuplicateGetsInOnceTheStaleConnectionCloses) {
-  auto leader = MakeLeader(3);
+// A pod that died without a FIN still holds its index: while it was heard from
+// within holder_liveness a second claim is a clash; once silent longer, the
+// replacement takes the index at once (never refused).
+TEST_F(RendezvousTest, ASilentHoldersIndexGoesToTheReplacement) {
+  LeaderOptions lo;
+  lo.holder_liveness = 300ms;
+  lo.waiting_heartbeat = 50ms;
+  auto leader = MakeLeader(3, 0, "", lo);
   Outcome own, got, other;
   leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
-  // A raw connection claims index 1, then dies (its pod is gone).
+  // A raw connection claims index 1, then goes silent (its pod is gone).
   auto stale = std::make_unique<asio::ip::tcp::socket>(io_);
   stale->connect({asio::ip::address_v4::loopback(), leader->port()});
   auto frame = wire::Encode(HelloFor(1, 3));
   asio::write(*stale, asio::buffer(frame));
   RunUntil([&] { return leader->admitted() == 2; });
+  RunUntil([&] { return false; }, 600ms);  // silent past holder_liveness
   auto m = MakeMember(HelloFor(1, 3), leader->port());
   m->Start([&](auto r) { got = r; });
-  RunUntil([&] { return false; }, 300ms);
-  EXPECT_FALSE(got.has_value()) << "waits while index 1 is held";
-  stale->close();
-  RunUntil([&] { return leader->admitted() == 3; }, 3s);  // the replacement takes index 1
+  RunUntil([&] { return leader->admitted() == 2 && got.has_value(); }, 500ms);
+  EXPECT_FALSE(got.has_value()) << "admitted, waiting for the gang, not refused";
   auto m2 = MakeMember(HelloFor(2, 3), leader->port());
   m2->Start([&](auto r) { other = r; });
   RunUntil([&] { return got && own && other; });
   ASSERT_TRUE(got && got->ok()) << (got ? got->status().ToString() : "no result");
   ASSERT_TRUE(own && own->ok());
+  ASSERT_TRUE(other && other->ok());
 }
 
 TEST_F(RendezvousTest, PodsOfAnotherAttemptNeverGetAnAssignment) {

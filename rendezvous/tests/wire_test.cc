@@ -46,7 +46,18 @@ Assignment WithNcclIds(std::size_t n) {
 }
 
 std::vector<Message> Samples() {
-  return {SampleHello(), SampleAssignment(), WithNcclIds(1), WithNcclIds(3),
+  Hello jobset = SampleHello();
+  jobset.job_name = "pytorch-ddp-workers-0";
+  jobset.job_restart_attempt = 0;  // present and 0 differs from absent
+  Hello probe = SampleHello();
+  probe.job_restart_attempt = 4;
+  probe.leader_id = "0123456789abcdef";
+  Assignment spare = SampleAssignment();
+  spare.node_rank = 0;
+  spare.spare = true;
+  Assignment moved = SampleAssignment();
+  moved.node_rank = 5;
+  return {SampleHello(), jobset, probe, SampleAssignment(), spare, moved, WithNcclIds(1), WithNcclIds(3),
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
           Heartbeat{},
@@ -92,6 +103,23 @@ TEST(WireTest, AnEmptyHeartbeatFromAnOlderPeerDecodesAsZeros) {
   ASSERT_TRUE(got.ok()) << got.status().message();
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ(std::get<Heartbeat>((*got)[0]), Heartbeat{});
+}
+
+// A hello that ends after `generation` (before job_name, job_restart_attempt
+// and leader_id were appended) still decodes, with those empty.
+TEST(WireTest, AHelloFromAnOlderPeerDecodesWithoutTheJobFields) {
+  std::vector<std::uint8_t> frame = Encode(SampleHello());
+  // Cut the appended fields (empty job_name, u32, u16, empty leader_id) off and fix the payload length (header bytes 8..11).
+  frame.resize(frame.size() - (2 + 4 + 2 + 2));
+  const std::uint32_t len = static_cast<std::uint32_t>(frame.size() - kHeaderSize);
+  frame[8] = static_cast<std::uint8_t>(len >> 24);
+  frame[9] = static_cast<std::uint8_t>(len >> 16);
+  frame[10] = static_cast<std::uint8_t>(len >> 8);
+  frame[11] = static_cast<std::uint8_t>(len);
+  auto got = DecodeAll(frame, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ(std::get<Hello>((*got)[0]), SampleHello());
 }
 
 TEST(WireTest, RoundTripsEveryMessageByteByByte) {
@@ -190,7 +218,8 @@ TEST(WireTest, MalformedNcclIdsAreRefused) {
       << decoded.status().message();
   // Too many ids: patch the count (u16 before the first id's length).
   auto frame = Encode(WithNcclIds(1));
-  std::size_t count_at = frame.size() - 2 /* jax_port */ - kNcclIdBytes - 2 - 2;
+  std::size_t count_at =
+      frame.size() - 6 /* node_rank, flags */ - 2 /* jax_port */ - kNcclIdBytes - 2 - 2;
   frame[count_at] = 0x01;  // 256 + 1 ids
   decoded = DecodeAll(frame, 1);
   ASSERT_FALSE(decoded.ok());

@@ -271,3 +271,69 @@ class JobSetTest(PodsimTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class JobSetRestartJobTest(PodsimTestCase):
+    """JobSet's failurePolicy action RestartJob recreates one failed Job with its label
+    jobset.sigs.k8s.io/job-restart-attempt raised and restart-attempt unchanged
+    (kubernetes-sigs/jobset pkg/constants/constants.go, JobRestartAttemptKey). With
+    `--gang leader=1,workers=2`: the untouched leader (job-restart-attempt 0) and the
+    recreated workers Job's pods (1) form the gang; a stale pod of the old workers Job
+    (0), arriving after a pod of attempt 1 of that Job joined, is refused (retriable: it
+    exits 75 at its own deadline, never gets a rank)."""
+
+    needs_trainlet = True
+    standin_skip = "the stand-in has no JobSet identity"
+    GANG = "leader=1,workers=2"
+    # slot -> (role, completion index, job-restart-attempt); slot 3: the stale pod.
+    SLOTS = {0: ("leader", 0, 0), 1: ("workers", 0, 1), 2: ("workers", 1, 1),
+             3: ("workers", 1, 0)}
+
+    def podinfo(self, cluster, slot):
+        role, c, jra = self.SLOTS[slot]
+        d = os.path.join(cluster.workdir, f"podinfo-{slot}")
+        os.makedirs(d, exist_ok=True)
+        labels = {
+            "batch.kubernetes.io/controller-uid": f"uid-{role}-{jra}",
+            "batch.kubernetes.io/job-completion-index": str(c),
+            "batch.kubernetes.io/job-name": f"{JOBSET}-{role}-0",
+            "jobset.sigs.k8s.io/job-index": "0",
+            "jobset.sigs.k8s.io/jobset-name": JOBSET,
+            "jobset.sigs.k8s.io/replicatedjob-name": role,
+            "jobset.sigs.k8s.io/replicatedjob-replicas": "1",
+            "jobset.sigs.k8s.io/restart-attempt": "0",
+            "jobset.sigs.k8s.io/job-restart-attempt": str(jra),
+        }
+        for name in ("labels", "annotations"):
+            with open(os.path.join(d, name), "w") as f:
+                f.write("\n".join(f"{k}={go_quote(v)}" for k, v in sorted(labels.items())))
+        return d
+
+    def start(self, cluster, slot, rdzv_timeout=60):
+        from harness import BIN
+        role, c, _ = self.SLOTS[slot]
+        argv = [BIN, "--gang", self.GANG, "--podinfo-dir", self.podinfo(cluster, slot),
+                "--grace-period", "2", "--rdzv-timeout", str(rdzv_timeout), "--log-level",
+                "debug", "--", "sh", "-c", "sleep 1; echo done rank $RANK of $WORLD_SIZE"]
+        return cluster.start_pod(slot, argv, env={"JOB_COMPLETION_INDEX": str(c)})
+
+    def test_recreated_job_joins_and_a_stale_pod_is_refused(self):
+        names = [f"{JOBSET}-leader-0-0", f"{JOBSET}-workers-0-0", f"{JOBSET}-workers-0-1",
+                 f"{JOBSET}-workers-0-1-old"]
+        with self.cluster(pods=4, svc=JOBSET, hostnames=names) as c:
+            c.publish_all()
+            leader = self.start(c, 0)
+            leader.wait_for_output(r"leader: listening on port", 10, "stderr")
+            self.start(c, 1)
+            leader.wait_for_output(r"pod 1 joined from", 15, "stderr")
+            stale = self.start(c, 3, rdzv_timeout=4)
+            self.assertExit(stale, 30, 75)
+            self.assertRegex(stale.output(), r"job-restart-attempt 0.*recreated: attempt 1")
+            self.assertNotRegex(stale.output(), r"\[rank\d+\]", "a stale pod got a rank")
+            self.assertTrue(leader.running(), "the leader gave up\n" + leader.output())
+            self.start(c, 2)
+            for slot in (0, 1, 2):
+                self.assertExit(c.pods[slot], 60, 0)
+            for slot in (0, 1, 2):
+                self.assertIn(f"done rank {slot} of 3", c.pods[slot].output())
+            self.assertNothingLeft(c)

@@ -20,6 +20,12 @@
 //    while its workers stop for a restart.
 //  - A restart happens only for worker, infra, oom and peer_failed, while
 //    generation < max_restarts, and never once some pod's workers all succeeded.
+//    With a hot spare waiting (--spares), a member's hardware failure restarts
+//    too: that member leaves (it exits with its own class, so the Job counts
+//    and recreates it) and a spare takes its node rank (membership_policy.h).
+//  - A spare has no workers: it restarts at once with the gang, exits 0 when
+//    the leader says the gang finished, 76 when it stopped for good. The loss
+//    of a spare changes no generation.
 //  - Each generation's state is one value (Generation); a restart replaces it
 //    whole. Events the wiring delivers for an old generation must be dropped by
 //    the wiring (it knows which objects belong to which generation).
@@ -40,8 +46,12 @@ namespace trainlet::agent {
 namespace gang {
 using exitcodes::FailureClass;
 
-struct Assigned {  // the gang formed; this pod's workers have been started
+struct Assigned {  // the gang formed; this pod's workers have been started (or, a spare, none)
   std::uint32_t generation = 0;
+  bool spare = false;  // this pod waits as a hot spare in this generation: no workers
+  // Leader: the pods waiting as spares in this generation (their loss changes
+  // no generation; a hardware failure can restart only while one waits).
+  std::set<std::uint32_t> spares{};
 };
 struct AgentFailed {  // before the workers ran: rendezvous, preflight, spawn
   exitcodes::Status status;
@@ -116,7 +126,7 @@ struct GangActions {
 
 struct GangConfig {
   std::uint32_t index = 0;   // this pod's completion index (0: the leader)
-  std::uint32_t nnodes = 1;
+  std::uint32_t nnodes = 1;  // active pods (without the spares)
   std::uint32_t max_restarts = 0;
   int hang_signal = 10;  // diagnostics signal the Stop asks for after a hang
 };
@@ -143,6 +153,8 @@ struct Generation {
   bool verdict = false;                  // the leader's final Stop arrived
   bool leader_lost = false;
   bool report_pending = false;           // success report being written
+  bool spare = false;                    // a hot spare in this generation: no workers
+  std::set<std::uint32_t> spares;        // leader: the pods waiting as spares
 };
 
 // What both roles share: the state that survives restarts, and the helpers.
@@ -180,6 +192,7 @@ class LeaderPolicy : public GangPolicyBase {
   GangActions MaybeConclude(GangActions a = {});
   bool GangSucceeded() const;
   bool AllSettled() const { return gen_.settled.size() + 1 >= config_.nnodes; }
+  GangActions ConcludeGang(GangActions a);
 };
 
 class MemberPolicy : public GangPolicyBase {

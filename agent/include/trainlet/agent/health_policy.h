@@ -107,6 +107,7 @@ enum class HealthRead {
 struct HealthState {
   bool ready = false;  // the gang formed and the workers run
   bool live = true;    // no hang found
+  bool spare = false;  // a hot spare (--spares): /readyz answers 503 "spare" (no workers here)
 };
 
 struct HealthReply {

@@ -70,6 +70,7 @@ struct IdentityInputs {
   std::optional<std::string> job_id;          // --job-id
   std::optional<std::string> attempt;         // --attempt
   std::optional<std::string> gang;            // --gang
+  std::uint32_t spares = 0;                   // --spares (parsed): the Job runs nnodes + spares pods
   // Where the values above came from, for messages (the caller knows which of
   // flag, TRAINLET_* or another option, e.g. --rdzv-endpoint, gave them).
   std::string node_rank_source = "--node-rank/TRAINLET_NODE_RANK";
@@ -97,7 +98,8 @@ struct IdentityInputs {
 struct PodIdentity {
   std::uint32_t index = 0;           // index in the gang (completion index without --gang); 0 is the leader
   std::string index_source;          // "--node-rank", "JOB_COMPLETION_INDEX", ...
-  std::uint32_t nnodes = 1;          // pods in the gang
+  std::uint32_t nnodes = 1;          // pods in the gang (active; without the spares)
+  std::uint32_t spares = 0;          // hot spares (--spares): indices nnodes.. wait at first
   std::uint32_t nproc_per_node = 1;  // workers per pod
   std::string leader_host;           // empty when this pod is the only one
   std::string leader_source;         // "--master-addr", "MASTER_ADDR", "derived from FQDN ..."
@@ -105,17 +107,24 @@ struct PodIdentity {
   std::string job_id;                // fences strangers at the rendezvous
   std::string job_id_source;
   // The fence the rendezvous compares (pods of other attempts are refused):
-  // --attempt, else restart_attempt + job_restart_attempt.
+  // --attempt, else JobSet's restart-attempt (whole-JobSet restarts).
   std::uint32_t attempt = 0;
   std::string attempt_source;           // "--attempt", "label jobset.sigs.k8s.io/restart-attempt", ...
   std::uint32_t restart_attempt = 0;    // JobSet's restart-attempt (whole-JobSet restarts)
-  std::optional<std::uint32_t> job_restart_attempt;  // JobSet's job-restart-attempt, when present
+  // JobSet's job-restart-attempt (RestartJob of this pod's Job), when present:
+  // compared per Job by the leader (a higher one replaces, a lower one is stale).
+  std::optional<std::uint32_t> job_restart_attempt;
+  std::string job_restart_attempt_source;
+  std::string job_name;  // this pod's Job (label batch.kubernetes.io/job-name), empty if unknown
   // Roles (torchrun's ROLE_NAME / ROLE_RANK / ROLE_WORLD_SIZE): with --gang, the
   // pod's replicated Job; else one role "default" holding the whole gang.
   std::string gang;                     // GangLayout::ToString(), empty without --gang
   std::string role_name = "default";
   std::uint32_t role_rank_base = 0;     // global rank of the role's first worker
   std::uint32_t role_world_size = 1;    // workers in the role (its pods x nproc_per_node)
+  // The index came from the Job controller (JOB_COMPLETION_INDEX or the
+  // completion-index annotation), not a flag: the gang spans pods.
+  bool index_from_job = false;
 
   bool is_leader() const { return index == 0; }
 };
@@ -152,10 +161,11 @@ struct PodIdentity {
 //           --podinfo-file); else the first label of the leader's name (the same on
 //           every pod of the gang); else "trainlet";
 //   attempt: --attempt, else JobSet's `jobset.sigs.k8s.io/restart-attempt`
-//           plus `jobset.sigs.k8s.io/job-restart-attempt` (when present; JobSet
-//           counts a RestartJob of this pod's Job there), annotation or label,
-//           else 0. Both only grow, so the sum changes whenever this pod's Job
-//           is recreated, whichever restart did it.
+//           (annotation or label), else 0;
+//   job_restart_attempt: `jobset.sigs.k8s.io/job-restart-attempt` when present
+//           (JobSet counts a RestartJob of this pod's Job there), a separate
+//           field; job_name: the `batch.kubernetes.io/job-name` (or `job-name`)
+//           label.
 // Every leader name used (given or derived) passes ValidateDnsName.
 // Errors (class config): a value that is not a canonical non-negative decimal
 // ("03", " 3", "-1", "3x", overflow), an unexpanded "$(VAR)" reference, an index
@@ -165,6 +175,23 @@ struct PodIdentity {
 // replica count or nnodes that disagrees with the layout, a coordinator that is
 // not gang index 0.
 [[nodiscard]] exitcodes::Result<PodIdentity> ResolveIdentity(const IdentityInputs& in);
+
+// Set by `trainlet local` in its agents' environment: every pod of that gang
+// runs in this one pod or host, so a loopback leader is right there.
+inline constexpr const char* kLocalGangVariable = "TRAINLET_LOCAL_GANG";
+
+// True for a loopback leader address: 127.0.0.0/8, ::1 (also v4-mapped or in
+// brackets), "localhost" and names below it (RFC 6761 6.3), ip6-localhost,
+// ip6-loopback (Debian's /etc/hosts). Names are not resolved.
+bool IsLoopbackHost(const std::string& host);
+
+// A member whose leader address is loopback while the gang spans pods (it runs
+// in a pod: KUBERNETES_SERVICE_HOST set, or its index came from the Job) would
+// dial itself until --rdzv-timeout: class config at once, naming the address,
+// where it came from and why the gang spans pods. Agents of `trainlet local`
+// (kLocalGangVariable set) and gangs on one host (neither sign) pass.
+[[nodiscard]] exitcodes::Status CheckLeaderNotLoopback(
+    const PodIdentity& id, const std::map<std::string, std::string>& env);
 
 // Parses a canonical non-negative decimal ("0", "17"; not "07", "+1", " 1")
 // no larger than `max` (a larger one, however many digits, is "too large"). `what` names the source in the error ("JOB_COMPLETION_INDEX").

@@ -37,6 +37,10 @@ struct MetricsSnapshot {
   double rendezvous_seconds = 0;     // this generation's rendezvous (so far, while waiting)
   std::uint32_t pods_joined = 0;     // leader: admitted so far; member: the gang once formed
   std::uint32_t pods_expected = 0;
+  // Hot spares (--spares): this pod waits as a spare now; leader: each spare
+  // that took a node rank, as (the pod it replaced, the spare), oldest first.
+  bool spare = false;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> replacements;
   std::uint32_t workers_running = 0;
   std::map<std::string, std::uint64_t> worker_exits;  // by class name ("ok", "bug", ...)
   std::optional<std::string> last_failure_class;      // the gang's last failure seen here

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "trainlet/rendezvous/wire.h"
@@ -24,11 +25,14 @@ struct LaunchSettings {
   std::string gang{};               // --gang layout, canonical form; empty without it
   bool preflight = false;           // --preflight (gpu/): every pod must run it or none
   std::uint32_t generation = 0;     // the generation this pod asks to join (wire.h Hello)
+  std::string job_name{};           // JobSet: this pod's Job (wire.h Hello)
+  std::optional<std::uint32_t> job_restart_attempt{};  // JobSet's per-Job count (wire.h Hello)
+  std::uint32_t spares = 0;         // --spares: every pod must agree (config "spares" when > 0)
 };
 
 // The launch settings every pod must agree on, as the leader compares them:
 // {"nnodes", "nproc_per_node", "master_port", "max_restarts", "gang"}, in that
-// order, then {"preflight", "1"} when on. (The generation is not one of them.)
+// order, then {"preflight", "1"} when on, then {"spares", K} when K > 0. (The generation is not one of them.)
 wire::LaunchConfig MakeLaunchConfig(const LaunchSettings& s);
 
 // The Hello for `s` (config, its fingerprint, identity); no nonce: the caller

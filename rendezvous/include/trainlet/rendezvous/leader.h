@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,6 +78,25 @@ struct LeaderOptions {
   // per round in MaybeAssign, on the executor, with the gang's world size and the
   // leader's address as the members reached it. Returns {ncclGetVersion(), ids};
   // {0, {}} when there is no NCCL. Unset: no ids.
+  // A member holding an index counts as live while it sent a frame within this
+  // time (members answer the waiting heartbeats): a second pod claiming a live
+  // pod's index, with the same job, attempt and per-Job attempt, is a clash
+  // (non-retriable Reject: it exits config); a silent holder is replaced.
+  std::chrono::milliseconds holder_liveness = tunables::kReplyTimeout;
+  // Hot spares and elastic sizes (the agent's membership policy,
+  // agent/include/trainlet/agent/membership_policy.h). With `plan` set the
+  // round forms once every index of `expected` has joined (empty: every index
+  // 0..nnodes-1) and `plan` answers for the indices joined (ascending, 0 first)
+  // with each active pod's node rank; a joined index it leaves out waits as a
+  // spare (Assignment::spare). nullopt: not enough pods, wait on (the caller
+  // bounds the round). Called on the executor.
+  std::set<std::uint32_t> expected;
+  std::function<std::optional<std::map<std::uint32_t, std::uint32_t>>(
+      const std::vector<std::uint32_t>& joined)>
+      plan;
+  // This leader's random instance id (LeaderProbe's hello carries its own):
+  // a hello with index 0 and this id is this leader reaching itself.
+  std::string leader_id;
   std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t world_size,
                                                                    const std::string& leader_addr)>
       make_nccl_ids;
@@ -113,10 +133,19 @@ class Leader : public std::enable_shared_from_this<Leader> {
   //    count) takes the highest generation its admitted members ask for, and
   //    no hello may ask beyond options.max_generation;
   //  - with class infra when the port stays in use until options.bind_deadline;
+  //  - with class config when another pod of the same job and attempt says
+  //    hello with index 0 (it acts as leader too: LeaderProbe), after refusing
+  //    it (non-retriable, field "leader"); both messages name both pods;
   //  - never because of a member's hello: a member whose launch configuration
   //    differs is refused (non-retriable Reject naming the field: that member
-  //    exits config), as are strangers, stale attempts and duplicate indices
-  //    (retriable); the leader keeps serving the others and waits on.
+  //    exits config), as are strangers, stale attempts, pods of a Job older
+  //    than one already seen (JobSet's job-restart-attempt) and claims of an
+  //    index held by a connection that may be stale (retriable); a claim of an
+  //    index whose holder is live (options.holder_liveness) with the same
+  //    job-restart-attempt is a clash (non-retriable, naming both pods); a
+  //    claim from a recreated Job (higher job-restart-attempt), or of an index
+  //    whose holder went silent, replaces the holder. The leader keeps serving
+  //    the others and waits on.
   // There is no deadline here: the caller bounds the whole rendezvous.
   void Start(wire::Hello own, Done done);
 
@@ -174,11 +203,17 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof);
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
-  void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject);
+  void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
+              std::function<void()> then = {});
+  bool FencedByJobRestart(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
+  bool TakeHeldIndex(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
+  void RivalLeader(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
   void Drop(const std::shared_ptr<Conn>& conn);
   void NotPending(const std::shared_ptr<Conn>& conn);  // it left the handshake (admitted or closed)
   void EvictPending();  // all pending slots taken: make room (see leader.cc)
   void MaybeAssign();
+  std::optional<std::map<std::uint32_t, std::uint32_t>> NodeRanks();
+  bool ExpectedJoined() const;
   void Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
             std::function<void()> then = {});
   void OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m);

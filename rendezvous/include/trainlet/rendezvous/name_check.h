@@ -38,6 +38,9 @@ struct NameCheckOptions {
   std::chrono::milliseconds interval = tunables::kHeartbeatInterval;
   // This pod's addresses; unset: every interface's (getifaddrs(3)).
   std::function<std::vector<boost::asio::ip::address>()> local_addresses;
+  // Each successful lookup's addresses (the leader probe, leader_probe.h, tries
+  // them: one query serves both). Unset: none.
+  std::function<void(const std::vector<boost::asio::ip::address>&)> on_resolved;
 };
 
 class LeaderNameCheck : public std::enable_shared_from_this<LeaderNameCheck> {
@@ -61,5 +64,12 @@ class LeaderNameCheck : public std::enable_shared_from_this<LeaderNameCheck> {
 
 // Every address of this host's interfaces that are up (getifaddrs(3)).
 std::vector<boost::asio::ip::address> LocalAddresses();
+
+// Whether `address` is this pod's own: loopback, or one of `ours` (usually
+// LocalAddresses()); an IPv4-mapped IPv6 address counts as its IPv4 address.
+// The one own-address test of the name check, the leader probe
+// (leader_probe.h) and the choice of leader by address.
+bool IsOwnAddress(const boost::asio::ip::address& address,
+                  const std::vector<boost::asio::ip::address>& ours);
 
 }  // namespace trainlet::rendezvous

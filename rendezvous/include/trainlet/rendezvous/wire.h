@@ -66,6 +66,16 @@ struct Hello {
   // leader runs max(its own, every member's), so a replaced leader (a fresh pod
   // at 0) continues the gang's count instead of starting over.
   std::uint32_t generation = 0;
+  // Appended after `generation` (an older peer's hello ends before them and
+  // decodes with them empty): who this pod is beyond its index.
+  // Its Job within a JobSet (the Job's name), and JobSet's per-Job restart
+  // count of that Job (label jobset.sigs.k8s.io/job-restart-attempt), when known.
+  std::string job_name{};
+  std::optional<std::uint32_t> job_restart_attempt{};
+  // Set only by a leader probing whether another address answers as a leader
+  // of its job (leader_probe.h): its random instance id, so that a leader
+  // reached through its own Service never takes itself for a rival.
+  std::string leader_id{};
   bool operator==(const Hello&) const = default;
 };
 
@@ -87,6 +97,13 @@ struct Assignment {
   std::vector<std::string> nccl_ids{};
   // The JAX coordinator's port on master_addr (JAX_COORDINATOR_ADDRESS); 0 = none.
   std::uint16_t jax_port = 0;
+  // Appended after jax_port (an older leader's assignment ends before them:
+  // node rank = the index, no spare). Hot spares and elastic sizes: the pod's
+  // node rank in this generation (GROUP_RANK; rank_base = node_rank x
+  // nproc_per_node), and whether it waits as a spare (no workers; nnodes and
+  // world_size are the active gang's).
+  std::optional<std::uint32_t> node_rank{};
+  bool spare = false;
   bool operator==(const Assignment&) const = default;
 };
 
