@@ -381,15 +381,15 @@ void OutputPump::WriteFile(std::string_view data) {
 }
 
 void OutputPump::ReportFileError(int err) {
-  if (std::exchange(file_error_reported_, true) || !on_file_error_) return;
-  boost::asio::post(executor_, [f = on_file_error_, err] { f(err); });
+  if (std::exchange(file_errors_.reported, true) || !file_errors_.on_error) return;
+  boost::asio::post(executor_, [f = file_errors_.on_error, err] { f(err); });
 }
 
 void OutputPump::CheckFollowedSpace(bool now) {
-  if (file_error_reported_ || !on_file_error_) return;
+  if (file_errors_.reported || !file_errors_.on_error) return;
   const auto t = std::chrono::steady_clock::now();
-  if (!now && t < next_space_check_) return;
-  next_space_check_ = t + std::chrono::seconds(1);
+  if (!now && t < file_errors_.next_space_check) return;
+  file_errors_.next_space_check = t + std::chrono::seconds(1);
   // f_bavail: the blocks an unprivileged writer may still use (statvfs(3)).
   struct statvfs fs{};
   if (::fstatvfs(read_fd_, &fs) == 0 && fs.f_blocks > 0 && fs.f_bavail == 0) {
@@ -576,7 +576,7 @@ void OutputPump::Run() {
       if (r == Read::kData) continue;  // only an unfinished line so far
       // A followed file is looked at once a second while its space is not
       // known to be gone: a write that fails adds nothing to watch.
-      const bool watch_space = watch_fd_ >= 0 && on_file_error_ && !file_error_reported_;
+      const bool watch_space = watch_fd_ >= 0 && file_errors_.on_error && !file_errors_.reported;
       if (WaitFor(-1, 0, true, watch_space ? 1000 : -1) == Wait::kStop) break;
       continue;
     }

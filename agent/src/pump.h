@@ -210,7 +210,7 @@ class OutputPump {
   // the pump reaches the file's end and at least once a second): the
   // worker's own writes then fail, and the console, which copies the file,
   // misses what they lose. Call before Start().
-  void OnFileError(std::function<void(int)> on_error) { on_file_error_ = std::move(on_error); }
+  void OnFileError(std::function<void(int)> on_error) { file_errors_.on_error = std::move(on_error); }
   // Follows a file instead of reading a pipe: read_fd (the constructor's) is
   // the agent's own read-only description of a regular file that the worker
   // writes itself, and watch_fd (owned) an inotify(7) instance watching it
@@ -271,7 +271,7 @@ class OutputPump {
   // Writes `data` to file_fd_ in full; on an error the file is closed and
   // dropped, and the error reported (ReportFileError).
   void WriteFile(std::string_view data);
-  // Posts on_file_error_(err), the first time only.
+  // Posts file_errors_.on_error(err), the first time only.
   void ReportFileError(int err);
   // A followed file at its end: reports ENOSPC if its filesystem is full
   // (fstatvfs(3)), looking at most once a second unless `now`.
@@ -299,9 +299,12 @@ class OutputPump {
   int file_fd_ = -1;  // SetFile()
   std::size_t max_ahead_ = kMaxAhead;                     // SetMaxAhead()
   std::chrono::milliseconds end_line_wait_{50};           // SetEndLineWait()
-  std::function<void(int)> on_file_error_;                // OnFileError()
-  bool file_error_reported_ = false;                      // pump thread only
-  std::chrono::steady_clock::time_point next_space_check_{};  // CheckFollowedSpace
+  // A log file's first failed write, reported once (OnFileError); pump thread only.
+  struct FileErrors {
+    std::function<void(int)> on_error;                        // OnFileError()
+    bool reported = false;
+    std::chrono::steady_clock::time_point next_space_check{};  // CheckFollowedSpace
+  } file_errors_;
   boost::asio::any_io_executor executor_;                 // Start()'s
   int watch_fd_ = -1;  // Follow(): inotify on the file that read_fd_ reads
   int gone_fd_ = -1;   // Follow(): eventfd, readable after WritersGone()
