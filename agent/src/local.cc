@@ -5,8 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <fstream>
 #include <map>
+#include <random>
 
 #include <boost/asio/io_context.hpp>
 #include <spdlog/spdlog.h>
@@ -21,23 +24,60 @@ extern char** environ;
 
 namespace trainlet::agent {
 
+namespace {
+
+// How many ports below the kernel's ephemeral range FreeLoopbackPorts draws from.
+constexpr int kPortWindow = 16384;
+constexpr int kPortTries = 256;  // candidates tried before giving up (each a bind(2))
+
+// The low end of the kernel's ephemeral port range (ip(7): ip_local_port_range; Linux's
+// default is 32768), or 0 when it cannot be read.
+int EphemeralLow() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  return f >> low >> high ? low : 0;
+}
+
+// A socket bound to 127.0.0.1:`port` (0: the kernel's choice), or -1; *bound is its port.
+int BindLoopback(std::uint16_t port, std::uint16_t* bound) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  *bound = ntohs(a.sin_port);
+  return fd;
+}
+
+}  // namespace
+
 std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n) {
-  // All bound at once, so the kernel hands out n different ports.
+  // Below the ephemeral range: the kernel never gives those ports to an outgoing connection
+  // or a port-0 bind, so one found free here stays free until an agent binds it (from inside
+  // the range, a busy machine's connections took a chosen rendezvous port for minutes).
+  // All held at once, so the n ports differ.
+  const int low = EphemeralLow();
+  const int first = std::max(1024, low - kPortWindow);
+  std::mt19937 random{std::random_device{}()};
   std::vector<int> fds;
   std::vector<std::uint16_t> ports;
-  for (std::size_t i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) break;
+  for (int tries = 0; ports.size() < n && tries < kPortTries; ++tries) {
+    const bool below = low - first >= static_cast<int>(n);
+    const auto port = below ? static_cast<std::uint16_t>(
+                                  std::uniform_int_distribution<int>(first, low - 1)(random))
+                            : std::uint16_t{0};
+    std::uint16_t bound = 0;
+    int fd = BindLoopback(port, &bound);
+    if (fd < 0) continue;
     fds.push_back(fd);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      break;
-    }
-    ports.push_back(ntohs(a.sin_port));
+    ports.push_back(bound);
   }
   for (int fd : fds) ::close(fd);
   if (ports.size() != n) ports.clear();

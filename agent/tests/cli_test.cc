@@ -20,6 +20,7 @@
 #include <iterator>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 
 #include <gtest/gtest.h>
 
+#include "trainlet/agent/local.h"
 #include "trainlet/agent/supervisor.h"
 
 namespace {
@@ -362,6 +364,29 @@ TEST(CliTest, TheDiagnosticsSignalNeverKillsAWorker) {
 // `trainlet local` killed with SIGKILL (the OOM killer, a CI timeout) cannot
 // stop anything itself: its agents get SIGTERM from the kernel (a parent-death
 // signal) and stop their workers, instead of all running on unsupervised.
+// trainlet local's ports come from below the ephemeral range, so no outgoing connection
+// takes one between the choice and the agents' bind (a TSan run of the suite once lost the
+// rendezvous port to another test's connection for 30 s); they differ and are free.
+TEST(CliTest, LocalPortsAreFreeAndBelowTheEphemeralRange) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  ASSERT_TRUE(range >> low >> high);
+  const std::vector<std::uint16_t> ports = trainlet::agent::FreeLoopbackPorts(3);
+  ASSERT_EQ(ports.size(), 3u);
+  EXPECT_EQ(std::set<std::uint16_t>(ports.begin(), ports.end()).size(), 3u);
+  for (std::uint16_t port : ports) {
+    EXPECT_LT(port, low);
+    EXPECT_GE(port, 1024);
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << port;
+    ::close(fd);
+  }
+}
+
 TEST(CliTest, LocalKilledWithSigkillTakesItsAgentsAndWorkersAlong) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("cli-local-kill-" + std::to_string(::getpid()));

@@ -31,10 +31,12 @@ struct LocalOptions {
 // Blocks until every agent is gone; returns the exit code.
 int RunLocal(const LocalOptions& options);
 
-// n different TCP ports free on loopback now (the kernel's choice: bind(2) to
-// port 0, all bound at once, then closed), or none when fewer could be had.
-// Non-blocking. A port may be taken by another process before the caller binds
-// it: for local runs and --standalone only.
+// n different TCP ports free on loopback now, or none when fewer could be had:
+// drawn at random from the 16,384 ports below the kernel's ephemeral range
+// (ip(7), ip_local_port_range), which no outgoing connection or port-0 bind
+// takes, bound all at once, then closed (the kernel's choice where the range
+// leaves no room below it). Non-blocking. Another process may still bind one
+// explicitly before the caller does: for local runs and --standalone only.
 std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n);
 
 }  // namespace trainlet::agent
