@@ -104,6 +104,9 @@ using CuDeviceGet = int (*)(int*, int);
 using CuDeviceGetUuid = int (*)(unsigned char*, int);  // CUuuid is 16 bytes
 using CuDeviceGetPciBusId = int (*)(char*, int, int);
 
+
+}  // namespace
+
 std::string FormatUuid(const unsigned char* b) {
   // nvidia-smi's form: GPU-8-4-4-4-12 hex digits.
   static const char* hex = "0123456789abcdef";
@@ -115,8 +118,6 @@ std::string FormatUuid(const unsigned char* b) {
   }
   return s;
 }
-
-}  // namespace
 
 Discovery Discover(const std::string& libcuda) {
   Discovery d;

@@ -105,18 +105,6 @@ ChildConfig ReadChildConfig() {
   return c;
 }
 
-// The GPU-UUID form nvidia-smi prints ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx").
-std::string UuidName(const unsigned char (&u)[16]) {
-  static const char* hex = "0123456789abcdef";
-  std::string s = "GPU-";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += hex[u[i] >> 4];
-    s += hex[u[i] & 15];
-  }
-  return s;
-}
-
 // One preflight child, its steps in order: the device (CUDA driver API, dlopen'd), NCCL's
 // communicator, an all-reduce checked for correctness, then its bandwidth. Each step returns
 // the exit status when the run ends there (after printing its JSON line), nullopt to go on.
@@ -189,7 +177,9 @@ class PreflightChild {
     if (int rc = cu_.device_get(&dev, c_.local_rank); rc != 0) {
       return Fail(FailureClass::kHardware, "cuDeviceGet: " + CuName(cu_, rc));
     }
-    if (unsigned char u[16]; cu_.uuid != nullptr && cu_.uuid(u, dev) == 0) j_["gpu"] = UuidName(u);
+    if (unsigned char u[16]; cu_.uuid != nullptr && cu_.uuid(u, dev) == 0) {
+      j_["gpu"] = FormatUuid(u);
+    }
     void* ctx = nullptr;
     if (int rc = cu_.ctx_retain(&ctx, dev); rc != 0) {
       return Fail(FailureClass::kHardware, "cuDevicePrimaryCtxRetain: " + CuName(cu_, rc));

@@ -74,6 +74,10 @@ inline constexpr const char* kDefaultLibCuda = "libcuda.so.1";
 // else `fallback`.
 std::string LibraryPath(const char* env_name, const char* fallback);
 
+// A 16-byte GPU UUID (cuDeviceGetUuid, NVML) in nvidia-smi's form:
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". `bytes` must hold 16 bytes.
+std::string FormatUuid(const unsigned char* bytes);
+
 // Whether the NVIDIA kernel driver is loaded on this node: /proc/driver/nvidia/version
 // or /dev/nvidiactl exists (the driver creates both; a container with GPUs gets them
 // from the NVIDIA container toolkit). Two stat(2) calls, no library loaded: the
