@@ -68,8 +68,8 @@ std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n) {
   std::mt19937 random{std::random_device{}()};
   std::vector<int> fds;
   std::vector<std::uint16_t> ports;
+  const bool below = low - first >= static_cast<int>(n);  // room for n ports below the range
   for (int tries = 0; ports.size() < n && tries < kPortTries; ++tries) {
-    const bool below = low - first >= static_cast<int>(n);
     const auto port = below ? static_cast<std::uint16_t>(
                                   std::uniform_int_distribution<int>(first, low - 1)(random))
                             : std::uint16_t{0};
