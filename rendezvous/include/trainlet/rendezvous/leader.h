@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/system/error_code.hpp>
 
 #include "trainlet/exitcodes/status.h"
 #include "trainlet/rendezvous/tunables.h"
@@ -200,14 +201,15 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Warn(const std::shared_ptr<Conn>& conn, const std::string& line);
   void OnAccept(std::shared_ptr<Conn> conn);
   void ReadFrom(std::shared_ptr<Conn> conn);
+  void OnReadable(const std::shared_ptr<Conn>& conn, boost::system::error_code ec);
+  void OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error_code ec);
+  void Dispatch(const std::shared_ptr<Conn>& conn, wire::Message message);
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof);
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
               std::function<void()> then = {});
-  bool FencedByJobRestart(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
-  bool TakeHeldIndex(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
-  void RivalLeader(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
+  void DropOlderOfJob(const wire::Hello& hello);
   void Drop(const std::shared_ptr<Conn>& conn);
   void NotPending(const std::shared_ptr<Conn>& conn);  // it left the handshake (admitted or closed)
   void EvictPending();  // all pending slots taken: make room (see leader.cc)

@@ -51,6 +51,23 @@ struct MemberOptions {
   std::chrono::milliseconds progress_interval = tunables::kProgressInterval;
 };
 
+// What a member does with the leader's assignment (a pure decision, tested
+// row by row in tests/join_check_test.cc): take it, retry (the leader is a
+// stale pod of another job, attempt or an earlier generation; `state` is the
+// log line's state, `detail` the error), or fail config (`detail`: the leader
+// did not authenticate while this pod has a token, or the assignment
+// contradicts this pod's launch).
+struct JoinCheck {
+  enum class Verdict { kAccept, kRetry, kFail };
+  Verdict verdict = Verdict::kAccept;
+  std::string state;
+  std::string detail;
+};
+// `hello`: this pod's; `token`: this pod has one; `authenticated`: the leader
+// proved it on this connection.
+JoinCheck CheckAssignment(const wire::Hello& hello, bool token, bool authenticated,
+                          const wire::Assignment& assignment);
+
 class Member : public std::enable_shared_from_this<Member> {
  public:
   using Done = std::function<void(exitcodes::Result<wire::Assignment>)>;
@@ -105,6 +122,11 @@ class Member : public std::enable_shared_from_this<Member> {
   void SendHello();
   void ReadReply();
   void ProcessReply();
+  void OnReply(const wire::Message& message);
+  void AnswerChallenge(const wire::Challenge& challenge);
+  std::string TimeoutMessage() const;
+  template <class Handler>
+  auto Bound(Handler handler);  // see member.cc: drops stale completions
   void ArmReplyTimer();
   void ChannelProcess();
   void ChannelLost(const std::string& why);
