@@ -1396,6 +1396,8 @@ int ParseFlags(int argc, char** argv, std::optional<PodOptions>* pod) {
     if (!leader.ok()) return config_error(leader.status().message());
     LogOverridden(hosts, *leader);
     if (*leader) in.master_addr = (*leader)->value, in.master_addr_source = (*leader)->source;
+    in.leader_from_endpoint =
+        *leader && tr.endpoint && (*leader)->source == Source(f, "rdzv-endpoint", env);
   }
   auto identity = ResolveIdentity(in);
   if (!identity.ok()) return config_error(identity.status().message());

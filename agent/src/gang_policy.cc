@@ -450,6 +450,10 @@ GangActions GangPolicy::On(const GangEvent& e) {
   return std::visit([&e](auto& r) { return r.On(e); }, role_);
 }
 
+void GangPolicy::AdoptIndex(std::uint32_t index) {
+  std::visit([index](auto& r) { r.AdoptIndex(index); }, role_);
+}
+
 const GangPolicyBase& GangPolicy::role() const {
   return std::visit([](const auto& r) -> const GangPolicyBase& { return r; }, role_);
 }

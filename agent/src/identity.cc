@@ -479,6 +479,11 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     }
     id.index = *n;
     id.index_source = index->source;
+  } else if (id.nnodes > 1 && in.leader_from_endpoint && in.spares == 0) {
+    // torchrun's c10d without --node-rank: ranks by arrival (rendezvous/arrival.h).
+    id.index = 0xFFFFFFFF;  // rendezvous::wire::kNoIndex: decided at the rendezvous
+    id.index_source = "arrival (no index; the endpoint's host leads)";
+    id.by_arrival = true;
   } else if (id.nnodes > 1) {
     // Without an index every pod would think it is the leader (kubernetes/kubernetes#121523, pytorch/pytorch#73656).
     return Status::Config(

@@ -31,6 +31,7 @@
 #include "trainlet/agent/hang_policy.h"
 #include "trainlet/agent/health.h"
 #include "trainlet/agent/membership_policy.h"
+#include "trainlet/rendezvous/arrival.h"
 #include "trainlet/agent/log_format.h"
 #include "trainlet/agent/run_dir.h"
 #include "trainlet/agent/metrics.h"
@@ -90,7 +91,7 @@ class Pod {
     const PodIdentity& id = options_.identity;
     // Several agents may share one terminal (trainlet local) or one log stream:
     // every line says which pod wrote it.
-    SetLogPod(id.index);  // log_format.h
+    if (id.index != rendezvous::wire::kNoIndex) SetLogPod(id.index);  // log_format.h
     if (::getpid() != 1) {
       // Orphaned grandchildren are re-parented to us instead of to the real
       // init, so we can reap them (prctl(2), PR_SET_CHILD_SUBREAPER).
@@ -290,7 +291,8 @@ class Pod {
                                                            .job_name = id.job_name,
                                                            .job_restart_attempt =
                                                                id.job_restart_attempt,
-                                                           .spares = id.spares});
+                                                           .spares = id.spares,
+                                                           .ranks_by_arrival = id.by_arrival});
     auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
       if (epoch == epoch_) OnAssignment(a);
     };
@@ -340,6 +342,7 @@ class Pod {
         lo.expected = ExpectedPods();
         lo.plan = [this](const std::vector<std::uint32_t>& joined) { return PlanRound(joined); };
       }
+      lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);  // ranks by arrival
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
       leader_ = std::move(leader).value();
@@ -436,6 +439,16 @@ class Pod {
     planned_.reset();
   }
 
+  // Ranks by arrival (rendezvous/arrival.h): the leader numbered this member
+  // as it joined; it keeps that index for every later generation.
+  void AdoptArrivalIndex(std::uint32_t index) {
+    options_.identity.index = index;
+    options_.identity.index_source = "arrival (the leader's order of joining)";
+    policy_.AdoptIndex(index);
+    SetLogPod(index);
+    spdlog::info("node rank {} by arrival: the leader numbers the pods as they join", index);
+  }
+
   // Another pod acting as this gang's leader (leader_probe.h): both stop, config.
   void StartLeaderProbe(rendezvous::wire::Hello hello) {
     if (leader_probe_) leader_probe_->Cancel();
@@ -463,6 +476,7 @@ class Pod {
     }
     const auto& a = *result;
     const PodIdentity& id = options_.identity;
+    if (id.index == rendezvous::wire::kNoIndex && a.node_rank) AdoptArrivalIndex(*a.node_rank);
     gang_formed_ = true;
     if (a.generation == 0 && join_generation_ == 0) {
       phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
@@ -1125,7 +1139,7 @@ class Pod {
   // Start-up's code pages are given back this long after the first workers start.
   static constexpr std::chrono::seconds kReleaseStartupCodeAfter{2};
 
-  const PodOptions& options_;
+  PodOptions options_;  // a copy: by arrival, the index comes with the assignment
   GangPolicy policy_;
   asio::io_context io_;
   asio::steady_timer deadline_timer_;
@@ -1204,7 +1218,20 @@ class Pod {
 }  // namespace
 
 int RunPod(const PodOptions& options) {
-  Pod pod(options);
+  PodOptions o = options;
+  if (o.identity.by_arrival) {
+    // No index anywhere: the agent on the endpoint's host that binds the
+    // rendezvous port first leads; the others join (rendezvous/arrival.h).
+    rendezvous::EndpointClaim claim =
+        rendezvous::ClaimEndpoint(o.identity.leader_host, o.rdzv_port, o.identity.nnodes);
+    spdlog::info("ranks by arrival: this agent {}: {}", claim.lead ? "leads" : "joins", claim.how);
+    if (claim.lead) {
+      o.identity.index = 0;
+      o.identity.index_source = "arrival (" + claim.how + ")";
+      o.rdzv_listen_fd = claim.fd;
+    }
+  }
+  Pod pod(o);
   return pod.Run();
 }
 

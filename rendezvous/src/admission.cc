@@ -17,6 +17,7 @@ Admission Refusal(std::string field, std::string reason, bool retriable,
 }
 
 std::string Who(const AdmissionState& state, const wire::Hello& hello) {
+  if (hello.index == wire::kNoIndex) return "a pod without an index (" + state.peer + ")";
   return "pod " + std::to_string(hello.index) + " (" + state.peer + ")";
 }
 
@@ -74,6 +75,15 @@ std::optional<Admission> LaunchFence(const AdmissionState& state, const wire::He
   std::string field = hello.fingerprint == own.fingerprint && hello.config == own.config
                           ? ""
                           : FirstDifference(own.config, hello.config, &lv, &mv);
+  if (field == "ranks") {
+    return Refusal(field,
+                   (hello.index == wire::kNoIndex ? who + " and pod 0 (the leader) with one"
+                                                  : who + " and pod 0 (the leader) without one") +
+                       " cannot share a gang: either every pod has an index (--node-rank, "
+                       "JOB_COMPLETION_INDEX) or none has, and the leader numbers them as they "
+                       "join",
+                   /*retriable=*/false);
+  }
   if (!field.empty()) {
     // That member's own launch is wrong (or it is no member of this gang at
     // all: a hello is unauthenticated without a token). It exits config; the
@@ -90,6 +100,13 @@ std::optional<Admission> LaunchFence(const AdmissionState& state, const wire::He
                    who + " asks for generation " + std::to_string(hello.generation) +
                        ", beyond --max-restarts " + std::to_string(state.max_generation),
                    /*retriable=*/false);
+  }
+  if (hello.index == wire::kNoIndex) {
+    if (state.free_index) return std::nullopt;
+    return Refusal("index",
+                   who + " finds every node rank 1.." + std::to_string(state.nnodes - 1) +
+                       " taken (--nnodes " + std::to_string(state.nnodes) + ")",
+                   /*retriable=*/true);
   }
   if (hello.index == 0 || hello.index >= state.nnodes) {
     return Refusal("index",
@@ -146,11 +163,12 @@ Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
   }
   if (hello.index == 0) return IndexZero(state, hello);
   Admission out;
+  out.index = hello.index == wire::kNoIndex ? state.free_index.value_or(0) : hello.index;
   if (auto fenced = JobRestartFence(state, hello, &out)) return *fenced;
   Admission decided = out;
   if (auto refused = LaunchFence(state, hello)) {
     decided = *refused;
-  } else if (state.holder) {
+  } else if (state.holder && hello.index != wire::kNoIndex) {
     decided = HeldIndex(state, hello, out);
   }
   // The fence's effects stand whatever the verdict: it has been passed.

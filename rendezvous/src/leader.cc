@@ -1,6 +1,11 @@
 #include "trainlet/rendezvous/leader.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <utility>
 #include <map>
 #include <optional>
 #include <vector>
@@ -17,6 +22,7 @@
 #include "trainlet/rendezvous/admission.h"
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/backoff.h"
+#include "trainlet/rendezvous/launch.h"
 #include "logging.h"
 #include "net_util.h"
 #include "trainlet/rendezvous/peer_log_limiter.h"
@@ -96,46 +102,6 @@ struct Leader::Impl {
 
 namespace {
 
-// Opens `acceptor` dual stack (one socket serves IPv4 as v4-mapped and IPv6
-// peers; IPv4 alone where IPv6 is off), with SO_REUSEADDR as a trainer's
-// listener (PyTorch's TCPStore) has it, and binds it to `port` on every
-// interface.
-boost::system::error_code OpenAndBind(tcp::acceptor& acceptor, std::uint16_t port) {
-  boost::system::error_code ec;
-  tcp::endpoint ep(asio::ip::address_v6::any(), port);
-  acceptor.open(tcp::v6(), ec);
-  if (!ec) acceptor.set_option(asio::ip::v6_only(false), ec);
-  if (ec) {
-    boost::system::error_code ignored;
-    acceptor.close(ignored);
-    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
-    acceptor.open(tcp::v4(), ec);
-  }
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(ep, ec);
-  return ec;
-}
-
-// Opens, binds and listens `acceptor` on `port` (see Leader::Listen); on any
-// error the acceptor is left closed.
-boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t port,
-                                        int backlog) {
-  boost::system::error_code ec = OpenAndBind(acceptor, port);
-  if (!ec) acceptor.listen(backlog, ec);
-  if (ec) {
-    boost::system::error_code ignored;
-    acceptor.close(ignored);
-  }
-  return ec;
-}
-
-// The backlog covers the whole gang arriving at once (PyTorch's TCPStore does
-// the same; a small backlog turns a burst of joins into SYN retransmits).
-int BacklogFor(std::uint32_t nnodes) {
-  return static_cast<int>(std::min<std::size_t>(
-      std::max<std::size_t>(nnodes + 64, tunables::kMinListenBacklog), 65535));
-}
-
 // Whether `port` can be bound on every interface now (bound, then closed at
 // once), as a trainer's listener would; port 0: the kernel's choice, in *bound.
 boost::system::error_code ProbeBind(const asio::any_io_executor& executor, std::uint16_t port,
@@ -154,6 +120,7 @@ Result<std::shared_ptr<Leader>> Leader::Listen(asio::any_io_executor executor, s
   leader->impl_ = std::make_unique<Impl>(executor);
   Impl& im = *leader->impl_;
   im.options = std::move(options);
+  if (im.options.listening_fd >= 0) return Adopt(std::move(leader));
   boost::system::error_code ec = BindAndListen(im.acceptor, port, BacklogFor(im.options.nnodes));
   if (ec == asio::error::address_in_use && port != 0 &&
       std::chrono::steady_clock::now() < im.options.bind_deadline) {
@@ -169,6 +136,27 @@ Result<std::shared_ptr<Leader>> Leader::Listen(asio::any_io_executor executor, s
   }
   im.bound = true;
   leader->port_ = im.acceptor.local_endpoint().port();
+  return leader;
+}
+
+// Listen with options.listening_fd: the acceptor takes that socket over.
+Result<std::shared_ptr<Leader>> Leader::Adopt(std::shared_ptr<Leader> leader) {
+  Impl& im = *leader->impl_;
+  const int fd = std::exchange(im.options.listening_fd, -1);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  boost::system::error_code ec;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ec.assign(errno, boost::system::system_category());
+  } else {
+    im.acceptor.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  }
+  if (ec) {
+    ::close(fd);
+    return Status::Infra("cannot take over the rendezvous listener: " + ec.message());
+  }
+  im.bound = true;
+  leader->port_ = im.acceptor.local_endpoint(ec).port();
   return leader;
 }
 
@@ -511,6 +499,10 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   if (auto ep = conn->socket.local_endpoint(ec); !ec) {
     local = AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
   }
+  std::optional<std::uint32_t> free_index;
+  for (std::uint32_t i = 1; i < im.options.nnodes && !free_index; ++i) {
+    if (!im.members.contains(i)) free_index = i;
+  }
   const Admission decided = rendezvous::Admit(
       AdmissionState{.own = *im.own,
                      .nnodes = im.options.nnodes,
@@ -518,6 +510,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .leader_id = im.options.leader_id,
                      .job_attempts = im.job_attempts,
                      .holder = std::move(holder),
+                     .free_index = free_index,
                      .peer = conn->peer,
                      .address = conn->address,
                      .local = local},
@@ -538,25 +531,26 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
     case Admission::Verdict::kAdmit:
       break;
   }
+  const std::uint32_t index = decided.index;
   if (decided.replace_holder) {
-    const auto& holder_conn = im.members.at(hello.index);
+    const auto holder_conn = im.members.at(index);
     im.log->warn("leader: index {} claimed again from {}; its holder {} has been silent for {} ms: "
                  "replacing it",
-                 hello.index, conn->peer, holder_conn->peer,
+                 index, conn->peer, holder_conn->peer,
                  std::chrono::duration_cast<std::chrono::milliseconds>(
                      std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx())
                      .count());
     Drop(holder_conn);
   }
-  conn->index = hello.index;
+  conn->index = index;
   conn->generation = hello.generation;
   conn->job_name = hello.job_name;
   conn->job_restart_attempt = hello.job_restart_attempt;
   conn->timer.cancel();
   NotPending(conn);
-  im.members[hello.index] = conn;
-  im.log->debug("leader: pod {} joined from {} ({}/{})", hello.index, conn->peer, admitted(),
-                im.options.nnodes);
+  im.members[index] = conn;
+  im.log->debug("leader: pod {} joined from {} ({}/{}){}", index, conn->peer, admitted(),
+                im.options.nnodes, hello.index == wire::kNoIndex ? " by arrival" : "");
   MaybeAssign();
 }
 
@@ -652,7 +646,9 @@ void Leader::MaybeAssign() {
   im.assigning = true;
   const std::uint32_t nproc = im.own->nproc_per_node;
   const auto active = static_cast<std::uint32_t>(ranks->size());
-  const bool membership = static_cast<bool>(im.options.plan);
+  // The node rank goes in the assignment where it is not the member's own
+  // index: a membership plan, or pods numbered by arrival (launch.h).
+  const bool membership = im.options.plan || RanksByArrival(im.own->config);
   // The gang's generation is the leader's own. Only a fresh leader (a replaced
   // leader pod, at 0) cannot know the count: it continues the survivors' (they
   // ask for their last generation + 1; Admit bounds it by --max-restarts).

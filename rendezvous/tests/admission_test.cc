@@ -21,13 +21,15 @@ wire::Hello HelloFor(std::uint32_t index, std::string job = "job-uid") {
 
 class AdmissionTest : public ::testing::Test {
  protected:
-  Admission Decide(const wire::Hello& hello, std::optional<IndexHolder> holder = std::nullopt) {
+  Admission Decide(const wire::Hello& hello, std::optional<IndexHolder> holder = std::nullopt,
+                   std::optional<std::uint32_t> free_index = 1) {
     return Admit(AdmissionState{.own = own_,
                                 .nnodes = 4,
                                 .max_generation = 2,
                                 .leader_id = leader_id_,
                                 .job_attempts = job_attempts_,
                                 .holder = std::move(holder),
+                                .free_index = free_index,
                                 .peer = "10.0.0.12:41234",
                                 .address = "10.0.0.12",
                                 .local = "10.0.0.10:29400"},
@@ -41,6 +43,7 @@ class AdmissionTest : public ::testing::Test {
 TEST_F(AdmissionTest, AMatchingMemberIsAdmitted) {
   Admission a = Decide(HelloFor(2));
   EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_EQ(a.index, 2u) << "its own index, not the free one";
   EXPECT_FALSE(a.replace_holder);
   EXPECT_FALSE(a.record_job_attempt);
   EXPECT_FALSE(a.drop_older_of_job);
@@ -209,6 +212,57 @@ TEST_F(AdmissionTest, TwoLivePodsWithOneIndexClash) {
                                  "10.0.0.12:41234"),
             std::string::npos)
       << a.reject.reason;
+}
+
+// Ranks by arrival (launch.h): every pod's config says "ranks=arrival".
+wire::Hello ByArrival(wire::Hello h) {
+  h.config.emplace_back("ranks", "arrival");
+  h.fingerprint = wire::Fingerprint(h.config);
+  return h;
+}
+
+TEST_F(AdmissionTest, APodWithoutAnIndexTakesTheLowestFreeOne) {
+  own_ = ByArrival(HelloFor(0));
+  Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)), std::nullopt, 3);
+  EXPECT_EQ(a.verdict, Verdict::kAdmit) << a.reject.reason;
+  EXPECT_EQ(a.index, 3u);
+  EXPECT_FALSE(a.replace_holder);
+}
+
+TEST_F(AdmissionTest, APodWithoutAnIndexWaitsWhenEveryNodeRankIsTaken) {
+  own_ = ByArrival(HelloFor(0));
+  Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)), std::nullopt, std::nullopt);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "index");
+  EXPECT_TRUE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason,
+            "a pod without an index (10.0.0.12:41234) finds every node rank 1..3 taken "
+            "(--nnodes 4)");
+}
+
+TEST_F(AdmissionTest, APodNumberedByArrivalRejoinsWithItsIndex) {
+  own_ = ByArrival(HelloFor(0));
+  Admission a = Decide(ByArrival(HelloFor(2)), IndexHolder{"10.0.0.13:1", false, "", std::nullopt});
+  EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_EQ(a.index, 2u);
+  EXPECT_TRUE(a.replace_holder);
+}
+
+TEST_F(AdmissionTest, PodsWithAndWithoutAnIndexNeverShareAGang) {
+  Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)));  // the leader has indices
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "ranks");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason,
+            "a pod without an index (10.0.0.12:41234) and pod 0 (the leader) with one cannot "
+            "share a gang: either every pod has an index (--node-rank, JOB_COMPLETION_INDEX) or "
+            "none has, and the leader numbers them as they join");
+  own_ = ByArrival(HelloFor(0));  // the leader numbers by arrival; the member has index 2
+  a = Decide(HelloFor(2));
+  EXPECT_EQ(a.reject.field, "ranks");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_NE(a.reject.reason.find("pod 2 (10.0.0.12:41234) and pod 0 (the leader) without one"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -165,6 +165,8 @@ class GangPolicyBase {
   std::uint32_t generation() const { return generation_; }
   std::optional<int> stop_signal() const { return stop_signal_; }
   const Generation& gen() const { return gen_; }
+  // Ranks by arrival: a member learns its index from its first assignment.
+  void AdoptIndex(std::uint32_t index) { config_.index = index; }
 
  protected:
   bool CanRestart(exitcodes::FailureClass c) const;
@@ -214,6 +216,9 @@ class GangPolicy {
   explicit GangPolicy(GangConfig config);
   GangActions On(const GangEvent& e);
   const GangPolicyBase& role() const;
+  // A member numbered by arrival (rendezvous/arrival.h) takes the index the
+  // leader gave it; the role stays (index 0 leads from the start).
+  void AdoptIndex(std::uint32_t index);
   bool is_leader() const { return std::holds_alternative<LeaderPolicy>(role_); }
 
  private:

@@ -52,6 +52,9 @@ struct PodOptions {
   std::vector<std::string> command;  // the trainer: argv of every worker
   LaunchCheck launch_check;          // checked with `command` before the rendezvous
   std::uint16_t rdzv_port = 29400;   // leader's rendezvous port
+  // A socket bound to rdzv_port and listening, which the first leader takes
+  // over (ranks by arrival: RunPod's ClaimEndpoint, rendezvous/arrival.h); -1: none.
+  int rdzv_listen_fd = -1;
   std::uint16_t master_port = 0;  // MASTER_PORT for the trainers' store; 0: the leader picks a free one
   std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
   std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers

@@ -37,6 +37,9 @@ struct AdmissionState {
   // JobSet's job-restart-attempt, the highest seen per Job (the leader's own included).
   const std::map<std::string, std::uint32_t>& job_attempts;
   std::optional<IndexHolder> holder;  // the admitted member holding hello.index, if any
+  // The lowest index of 1..nnodes-1 nobody holds (ranks by arrival: the one a
+  // pod without an index gets); nullopt when every one is held.
+  std::optional<std::uint32_t> free_index;
   std::string peer;     // the claimant's "address:port", for messages
   std::string address;  // the claimant's address alone
   std::string local;  // the leader's end of the claimant's connection, "address:port"
@@ -61,6 +64,9 @@ struct Admission {
   bool drop_older_of_job = false;
   // kAdmit: the holder of the index went silent; drop it first.
   bool replace_holder = false;
+  // kAdmit: the index the member takes: its hello's, or, for a pod without
+  // one (wire::kNoIndex), free_index.
+  std::uint32_t index = 0;
 };
 
 // The rules, in order (the first that applies decides):
@@ -74,9 +80,12 @@ struct Admission {
 //     retriable (a stale pod of the old Job); higher: a recreated Job
 //     (drop_older_of_job);
 //  5. another launch configuration: refuse for good, naming the first field
-//     that differs and both values;
+//     that differs and both values (a pod with an index and one without:
+//     config "ranks", launch.h, said as such);
 //  6. a generation beyond max_generation (--max-restarts): refuse for good;
-//  7. an index outside 1..nnodes-1: refuse for good;
+//  7. no index (wire::kNoIndex, ranks by arrival): admit to free_index; with
+//     none free, refuse, retriable (the gang is full; a pod of it may leave);
+//     an index outside 1..nnodes-1: refuse for good;
 //  8. the index held: by a silent holder: admit, replacing it; by a holder of
 //     another job-restart-attempt: refuse, retriable; by a live one: a clash,
 //     refuse for good naming both pods;

@@ -4,6 +4,8 @@
 // admits exactly one member per index whose hello matches its own job, attempt
 // and launch configuration, and once every pod is in, sends each member its
 // Assignment (global ranks, world size, where the trainers' store listens).
+// Pods without an index (ranks by arrival, launch.h) take the lowest free one
+// as they are admitted: node ranks in the order they join (admission.h).
 // The leader's own pod joins in-process through Start(); members join over TCP.
 // Admitted connections stay open for the life of the Leader.
 //
@@ -101,6 +103,10 @@ struct LeaderOptions {
   std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t world_size,
                                                                    const std::string& leader_addr)>
       make_nccl_ids;
+  // A socket already bound to the rendezvous port and listening (ClaimEndpoint,
+  // arrival.h: its bind decided that this pod leads); Listen takes it over and
+  // owns it (closes it on failure too), and its `port` is then ignored. -1: none.
+  int listening_fd = -1;
 };
 
 // "1-3,7,9-12": ascending indices as runs, at most `max_runs` of them, then
@@ -195,6 +201,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   struct Conn;
   struct Impl;
   Leader() = default;
+  static exitcodes::Result<std::shared_ptr<Leader>> Adopt(std::shared_ptr<Leader> leader);
   void AcceptNext();
   void BindAndAccept();
   void WaitingHeartbeat();
