@@ -276,23 +276,28 @@ class Pod {
 
   // ---- Rendezvous ----
 
+  // This pod's hello for the generation it joins (rendezvous/launch.h).
+  rendezvous::wire::Hello OwnHello() const {
+    const PodIdentity& id = options_.identity;
+    return rendezvous::MakeHello({.job_id = id.job_id,
+                                   .attempt = id.attempt,
+                                   .index = id.index,
+                                   .nnodes = id.nnodes,
+                                   .nproc_per_node = id.nproc_per_node,
+                                   .master_port = options_.master_port,
+                                   .max_restarts = options_.max_restarts,
+                                   .gang = id.gang,
+                                   .preflight = options_.gpu.preflight,
+                                   .generation = join_generation_,
+                                   .job_name = id.job_name,
+                                   .job_restart_attempt = id.job_restart_attempt,
+                                   .spares = id.spares,
+                                   .ranks_by_arrival = id.by_arrival});
+  }
+
   Status StartRendezvous() {
     const PodIdentity& id = options_.identity;
-    rendezvous::wire::Hello hello = rendezvous::MakeHello({.job_id = id.job_id,
-                                                           .attempt = id.attempt,
-                                                           .index = id.index,
-                                                           .nnodes = id.nnodes,
-                                                           .nproc_per_node = id.nproc_per_node,
-                                                           .master_port = options_.master_port,
-                                                           .max_restarts = options_.max_restarts,
-                                                           .gang = id.gang,
-                                                           .preflight = options_.gpu.preflight,
-                                                           .generation = join_generation_,
-                                                           .job_name = id.job_name,
-                                                           .job_restart_attempt =
-                                                               id.job_restart_attempt,
-                                                           .spares = id.spares,
-                                                           .ranks_by_arrival = id.by_arrival});
+    rendezvous::wire::Hello hello = OwnHello();
     auto on_assignment = [this, epoch = epoch_](Result<rendezvous::wire::Assignment> a) {
       if (epoch == epoch_) OnAssignment(a);
     };
