@@ -24,7 +24,7 @@ import tempfile
 import time
 import unittest
 
-from harness import BIN, FINAL_LINE, PodsimTestCase, TRAIN_PY, rank_lines, torch_missing
+from harness import BIN, FINAL_LINE, PodsimTestCase, TRAIN_PY, rank_lines
 from podsim import POD_PATH
 
 SLURM_LINE = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
@@ -54,9 +54,7 @@ class ArrivalTest(PodsimTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        reason = torch_missing() or (None if os.path.isfile(TRAIN_PY) else f"no {TRAIN_PY}")
-        if reason:
-            raise unittest.SkipTest(reason)
+        cls.skip_without_torch_trainer()
 
     def test_two_pods_slurm_line(self):
         with self.cluster(pods=2) as c:
