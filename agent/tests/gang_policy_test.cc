@@ -547,3 +547,26 @@ TEST(SparePolicyTest, ASpareThatLosesTheLeaderRejoins) {
 
 }  // namespace
 }  // namespace trainlet::agent
+
+namespace trainlet::agent {
+namespace {
+
+// Ranks by arrival (rendezvous/arrival.h): a member starts without an index
+// and takes the one its first assignment gives; its reports and the leader's
+// stops are judged by that index from then on.
+TEST(MemberPolicyTest, AMemberNumberedByArrivalReportsWithTheIndexItWasGiven) {
+  GangPolicy p({.index = rendezvous::wire::kNoIndex, .nnodes = 3, .max_restarts = 0,
+                .hang_signal = SIGUSR1});
+  EXPECT_FALSE(p.is_leader());
+  p.AdoptIndex(2);
+  EXPECT_FALSE(p.is_leader()) << "the role stays";
+  p.On(gang::Assigned{0});
+  GangActions a = p.On(gang::LocalFailure{FailureClass::kWorker, "rank 4 failed", false});
+  if (!a.report) a = p.On(gang::WorkersDone{false});  // the report may wait for the workers
+  ASSERT_TRUE(a.report);
+  EXPECT_EQ(a.report->index, 2u);
+  EXPECT_FALSE(a.report->ok);
+}
+
+}  // namespace
+}  // namespace trainlet::agent
