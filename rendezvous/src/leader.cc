@@ -87,8 +87,8 @@ struct Leader::Impl {
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
-  std::chrono::milliseconds heartbeat{1000};
-  int misses = 3;
+  std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval;  // set by StartChannel
+  int misses = tunables::kHeartbeatMisses;
   std::unique_ptr<asio::steady_timer> heartbeat_timer;
   ChannelPacer pacer;  // this side's heartbeats; heartbeat_silence()
   // Channel events that arrived before StartChannel (the leader's own pod learns

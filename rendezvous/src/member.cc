@@ -81,8 +81,8 @@ struct Member::Impl {
   bool channel = false;
   bool reported_ok = false;
   ChannelCallbacks callbacks;
-  std::chrono::milliseconds heartbeat{1000};
-  int misses = 3;
+  std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval;  // set by StartChannel
+  int misses = tunables::kHeartbeatMisses;
   ChannelPeer leader;   // when the leader was last heard, its heartbeats (channel_core.h)
   ChannelPacer pacer;   // this side's heartbeats; heartbeat_silence()
   std::uint32_t step_rate_milli = 0;

@@ -166,7 +166,8 @@ class Leader : public std::enable_shared_from_this<Leader> {
     std::function<void(std::uint32_t index, const std::string& why)> on_lost;
   };
   void StartChannel(ChannelCallbacks callbacks,
-                    std::chrono::milliseconds heartbeat = std::chrono::seconds(1), int misses = 3);
+                    std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval,
+                    int misses = tunables::kHeartbeatMisses);
   // Sends `stop` to every member still connected.
   void BroadcastStop(const wire::Stop& stop);
   // True once every member has reported success or is gone.

@@ -31,7 +31,7 @@ namespace trainlet::rendezvous {
 
 struct MemberOptions {
   std::string leader_host;  // DNS name or IP literal of the leader (index 0)
-  std::uint16_t port = 29400;  // the leader's rendezvous port
+  std::uint16_t port = tunables::kRendezvousPort;  // the leader's rendezvous port
   wire::Hello hello;           // this pod's hello
   // The whole join (resolve + connect + assignment) must finish by then.
   std::chrono::steady_clock::time_point deadline;
@@ -97,7 +97,8 @@ class Member : public std::enable_shared_from_this<Member> {
     std::function<void(const std::string& why)> on_lost;
   };
   void StartChannel(ChannelCallbacks callbacks,
-                    std::chrono::milliseconds heartbeat = std::chrono::seconds(1), int misses = 3);
+                    std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval,
+                    int misses = tunables::kHeartbeatMisses);
   // Sends a report to the leader; `sent` runs once it is written (or failed).
   void SendReport(const wire::Report& report, std::function<void()> sent = {});
 
