@@ -322,7 +322,7 @@ class Pod {
       lo.master_addr = options_.local_addr;  // --local-addr
       lo.jax_port = options_.jax_port;
       if (options_.rdzv_read_timeout.count() > 0) lo.handshake_timeout = options_.rdzv_read_timeout;
-      lo.make_nccl_ids = MakeNcclIdMaker(options_);  // gpu_setup.h
+      lo.make_nccl_ids = MakeNcclIdMaker(options_.gpu, options_.env);  // gpu_setup.h
       lo.deadline = round_started + options_.rdzv_timeout;
       // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
@@ -487,7 +487,7 @@ class Pod {
                  a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port);
     if (!options_.gpu.preflight) {
       // NCCL ids, socket interface (gpu_setup.h): no blocking call without the preflight.
-      OnGpuPrepared(a, PrepareGpuWorkers(options_, a, nullptr));
+      OnGpuPrepared(a, PrepareGpuWorkers(options_.gpu, options_.env, a, nullptr));
       return;
     }
     // The preflight blocks (up to --preflight-timeout): on a thread of its own,
@@ -497,7 +497,8 @@ class Pod {
     JoinPreflight();
     preflight_cancel_ = std::make_shared<std::atomic<bool>>(false);
     preflight_running_ = true;
-    gpu::PreflightOptions po = PreflightOptionsFor(options_, a);
+    gpu::PreflightOptions po = PreflightOptionsFor(
+        options_.gpu, options_.env, options_.identity.index, options_.identity.nproc_per_node, a);
     po.cancel = preflight_cancel_.get();
     preflight_thread_ = std::thread([this, a, po = std::move(po), epoch = epoch_,
                                      keep = preflight_cancel_] {
@@ -507,7 +508,7 @@ class Pod {
       asio::post(io_, [this, a, epoch, ms, r = std::move(r)] {
         if (epoch != epoch_) return;
         preflight_running_ = false;
-        OnGpuPrepared(a, PrepareGpuWorkers(options_, a, &r, ms));
+        OnGpuPrepared(a, PrepareGpuWorkers(options_.gpu, options_.env, a, &r, ms));
       });
     });
   }
