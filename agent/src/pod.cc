@@ -855,7 +855,7 @@ class Pod {
                  if (epoch != epoch_) return;
                  // While the gang restarts, every pod closes its connection to rejoin.
                  auto it = roster_.find(index);
-                 if (it != roster_.end() && !policy_.role().gen().restarting) it->second.lost = true;
+                 if (it != roster_.end() && !policy_.role().gen().restarting()) it->second.lost = true;
                  Feed(gang::Lost{index, why});
                }},
           heartbeat, misses);
