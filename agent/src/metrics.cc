@@ -59,6 +59,25 @@ std::string Label(const char* key, const std::string& value) {
 
 StreamCounters& OutputCounters(int fd) { return fd == STDERR_FILENO ? g_stderr : g_stdout; }
 
+void PodMeters::CountWorkerExits(std::uint32_t workers,
+                                 const std::optional<std::string>& first_failure_class,
+                                 int collateral, bool stop_signal) {
+  const std::uint32_t failed =
+      (first_failure_class ? 1u : 0u) + static_cast<std::uint32_t>(collateral);
+  if (first_failure_class) ++worker_exits[*first_failure_class];
+  if (collateral > 0) {
+    worker_exits[stop_signal ? "terminated" : "peer_failed"] +=
+        static_cast<std::uint64_t>(collateral);
+  }
+  if (workers > failed) worker_exits["ok"] += workers - failed;
+}
+
+void PodMeters::Fill(MetricsSnapshot* s) const {
+  s->restarts = restarts;
+  s->worker_exits = worker_exits;
+  s->last_failure_class = last_failure_class;
+}
+
 void FillProcessStats(MetricsSnapshot* s) {
   long pages = 0, resident = 0;
   if (std::FILE* f = std::fopen("/proc/self/statm", "re")) {
