@@ -77,8 +77,8 @@ GangActions GangPolicyBase::Restart(GangActions a) {
   return a;
 }
 
-GangActions GangPolicyBase::OnCommon(const GangEvent& e, bool* handled) {
-  *handled = true;
+std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
+  if (concluded_) return GangActions{};
   if (const auto* a = std::get_if<gang::Assigned>(&e)) {
     generation_ = a->generation;
     gen_.phase = Generation::Phase::kRunning;
@@ -87,7 +87,7 @@ GangActions GangPolicyBase::OnCommon(const GangEvent& e, bool* handled) {
       gen_.spare = true;
       gen_.phase = Generation::Phase::kDone;  // no workers to wait for; never a success of its own
     }
-    return {};
+    return GangActions{};
   }
   if (const auto* f = std::get_if<gang::AgentFailed>(&e)) {
     return Conclude({}, {.kind = Kind::kAgent,
@@ -107,10 +107,20 @@ GangActions GangPolicyBase::OnCommon(const GangEvent& e, bool* handled) {
                                           : " before the workers started"),
                            .stop_signal = s->signo});
     }
-    return {};  // nothing else can concern a generation that has not started
+    return GangActions{};  // nothing else can concern a generation that has not started
   }
-  *handled = false;
-  return {};
+  return std::nullopt;
+}
+
+std::optional<GangActions> GangPolicyBase::OnWorkersDoneCommon(const gang::WorkersDone& d) {
+  if (gen_.done()) return GangActions{};
+  gen_.phase = Generation::Phase::kDone;
+  gen_.success = d.success && !gen_.own;
+  if (gen_.restarting()) {
+    if (stop_signal_) return ConcludeNow();  // SIGTERM while stopping for a restart: 143
+    return Restart();
+  }
+  return std::nullopt;
 }
 
 // ---- The leader ----
@@ -265,21 +275,12 @@ GangActions LeaderPolicy::OnStopSignal(int signo) {
 }
 
 GangActions LeaderPolicy::OnWorkersDone(const gang::WorkersDone& d) {
-  if (gen_.done()) return {};
-  gen_.phase = Generation::Phase::kDone;
-  gen_.success = d.success && !gen_.own;
-  if (gen_.restarting()) {
-    if (stop_signal_) return ConcludeNow();  // SIGTERM while stopping for a restart: 143
-    return Restart();
-  }
+  if (auto a = OnWorkersDoneCommon(d)) return *a;
   return MaybeConclude();
 }
 
 GangActions LeaderPolicy::On(const GangEvent& e) {
-  if (concluded_) return {};
-  bool handled = false;
-  GangActions common = OnCommon(e, &handled);
-  if (handled) return common;
+  if (auto common = OnCommon(e)) return *common;
   if (const auto* r = std::get_if<gang::Report>(&e)) return OnReport(*r);
   if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
   if (const auto* f = std::get_if<gang::LocalFailure>(&e)) return OnLocalFailure(*f);
@@ -391,13 +392,7 @@ GangActions MemberPolicy::OnLost(const gang::Lost& l) {
 }
 
 GangActions MemberPolicy::OnWorkersDone(const gang::WorkersDone& d) {
-  if (gen_.done()) return {};
-  gen_.phase = Generation::Phase::kDone;
-  gen_.success = d.success && !gen_.own;
-  if (gen_.restarting()) {
-    if (stop_signal_) return ConcludeNow();  // SIGTERM while stopping for a restart: 143
-    return Restart();
-  }
+  if (auto a = OnWorkersDoneCommon(d)) return *a;
   if (gen_.verdict() || gen_.peer) return ConcludeNow();
   if (gen_.own) return AfterOwnFailureDone();
   if (gen_.success && !stop_signal_) {
@@ -411,10 +406,7 @@ GangActions MemberPolicy::OnWorkersDone(const gang::WorkersDone& d) {
 }
 
 GangActions MemberPolicy::On(const GangEvent& e) {
-  if (concluded_) return {};
-  bool handled = false;
-  GangActions common = OnCommon(e, &handled);
-  if (handled) return common;
+  if (auto common = OnCommon(e)) return *common;
   if (const auto* s = std::get_if<gang::Stop>(&e)) return OnStop(s->stop);
   if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
   if (const auto* d = std::get_if<gang::WorkersDone>(&e)) return OnWorkersDone(*d);

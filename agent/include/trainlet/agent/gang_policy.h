@@ -186,7 +186,12 @@ class GangPolicyBase {
   GangActions Conclude(GangActions a, Conclusion c);
   GangActions ConcludeNow(GangActions a = {});  // from the generation's state
   GangActions Restart(GangActions a = {});
-  GangActions OnCommon(const GangEvent& e, bool* handled);
+  // What both roles do alike: nothing once concluded, the assignment, an
+  // agent failure, a stop signal while joining. nullopt: the role decides.
+  std::optional<GangActions> OnCommon(const GangEvent& e);
+  // Every worker exited: the generation is done; decides alone for a
+  // duplicate or a restart under way, else nullopt (the role decides).
+  std::optional<GangActions> OnWorkersDoneCommon(const gang::WorkersDone& d);
 
   GangConfig config_;
   std::uint32_t generation_ = 0;
