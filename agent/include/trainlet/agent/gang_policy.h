@@ -26,9 +26,10 @@
 //  - A spare has no workers: it restarts at once with the gang, exits 0 when
 //    the leader says the gang finished, 76 when it stopped for good. The loss
 //    of a spare changes no generation.
-//  - Each generation's state is one value (Generation); a restart replaces it
-//    whole. Events the wiring delivers for an old generation must be dropped by
-//    the wiring (it knows which objects belong to which generation).
+//  - Each generation's state is one value (Generation: a phase and a decision);
+//    a restart replaces it whole. Events the wiring delivers for an old
+//    generation must be dropped by the wiring (it knows which objects belong to
+//    which generation: pod.cc's PodGeneration, its callbacks behind Pod::Guard).
 #pragma once
 
 #include <cstdint>
