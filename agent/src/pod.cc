@@ -294,19 +294,13 @@ class Pod {
   // This pod's Hello for the current generation's round.
   rendezvous::wire::Hello MakeHelloNow() const {
     const PodIdentity& id = options_.identity;
-    return rendezvous::MakeHello({.job_id = id.job_id,
-                                  .attempt = id.attempt,
-                                  .index = id.index,
-                                  .nnodes = id.nnodes,
-                                  .nproc_per_node = id.nproc_per_node,
-                                  .master_port = options_.master_port,
-                                  .max_restarts = options_.max_restarts,
-                                  .gang = id.gang,
-                                  .preflight = options_.gpu.preflight,
-                                  .generation = gen_->join,
-                                  .job_name = id.job_name,
-                                  .job_restart_attempt = id.job_restart_attempt,
-                                  .spares = id.spares});
+    // (Packed: the launch configuration the peers compare, field by field.)
+    return rendezvous::MakeHello(
+        {.job_id = id.job_id, .attempt = id.attempt, .index = id.index, .nnodes = id.nnodes,
+         .nproc_per_node = id.nproc_per_node, .master_port = options_.master_port,
+         .max_restarts = options_.max_restarts, .gang = id.gang,
+         .preflight = options_.gpu.preflight, .generation = gen_->join, .job_name = id.job_name,
+         .job_restart_attempt = id.job_restart_attempt, .spares = id.spares});
   }
 
   Status StartRendezvous() {
@@ -559,24 +553,16 @@ class Pod {
   // Worker `lr`'s place in the gang (torchrun's environment, worker_env.h).
   WorkerPlacement PlacementOf(const rendezvous::wire::Assignment& a, std::uint32_t lr) const {
     const PodIdentity& id = options_.identity;
-    return {.local_rank = lr,
-            .nproc_per_node = id.nproc_per_node,
-            .group_rank = a.node_rank.value_or(id.index),
-            .nnodes = a.nnodes,
-            .rank_base = a.rank_base,
-            .world_size = a.world_size,
-            .master_addr = a.master_addr,
-            .master_port = a.master_port,
-            .run_id = a.run_id,
+    // One line per concern: the place, the store, the restart, the role, JAX.
+    return {.local_rank = lr, .nproc_per_node = id.nproc_per_node,
+            .group_rank = a.node_rank.value_or(id.index), .nnodes = a.nnodes,
+            .rank_base = a.rank_base, .world_size = a.world_size,
+            .master_addr = a.master_addr, .master_port = a.master_port, .run_id = a.run_id,
             .error_file = gen_->error_files[lr],
-            .restart_count = a.generation,
-            .max_restarts = options_.max_restarts,
-            .role_name = id.role_name,
-            .role_rank_base = id.role_rank_base,
-            .role_world_size = id.role_world_size,
-            .jax_port = a.jax_port,
-            .gpu_count = options_.gpu_count,
-            .virtual_local_rank = options_.virtual_local_rank};
+            .restart_count = a.generation, .max_restarts = options_.max_restarts,
+            .role_name = id.role_name, .role_rank_base = id.role_rank_base,
+            .role_world_size = id.role_world_size, .jax_port = a.jax_port,
+            .gpu_count = options_.gpu_count, .virtual_local_rank = options_.virtual_local_rank};
   }
 
   SupervisorOptions SupervisorOptionsFor(const rendezvous::wire::Assignment& a) {
