@@ -113,7 +113,7 @@ TEST(LeaderPolicyTest, RestartableFailureRestartsInPlaceAndResetsTheGeneration) 
   EXPECT_TRUE(a.restart);
   EXPECT_FALSE(a.conclude);
   EXPECT_FALSE(p.role().gen().first);
-  EXPECT_FALSE(p.role().gen().running);
+  EXPECT_FALSE(p.role().gen().running());
   p.On(gang::Assigned{1});
   EXPECT_EQ(p.role().generation(), 1u);
   // Generation 1 restarts once more, generation 2 no longer.
@@ -336,7 +336,7 @@ TEST(MemberPolicyTest, RestartStopStopsTheWorkersThenRejoins) {
   EXPECT_EQ(a.stop_workers, 0);
   a = p.On(gang::WorkersDone{false});
   EXPECT_TRUE(a.restart);
-  EXPECT_FALSE(p.role().gen().restarting);  // a fresh generation
+  EXPECT_FALSE(p.role().gen().restarting());  // a fresh generation
 }
 
 TEST(MemberPolicyTest, LostLeaderWithoutRestartsIsPeerFailed) {
