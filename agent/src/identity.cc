@@ -1,13 +1,13 @@
 #include "trainlet/agent/identity.h"
 
-#include "trainlet/agent/torchrun.h"
-
 #include <cctype>
 #include <charconv>
 #include <sstream>
 #include <vector>
 
 #include <boost/asio/ip/address.hpp>
+
+#include "trainlet/agent/tunables.h"
 
 namespace trainlet::agent {
 namespace {
@@ -16,8 +16,6 @@ using exitcodes::Result;
 using exitcodes::Status;
 
 constexpr char kIndexAnnotation[] = "batch.kubernetes.io/job-completion-index";
-constexpr std::uint32_t kMaxPods = 1'000'000;
-constexpr std::uint32_t kMaxWorkersPerPod = 1024;
 
 std::optional<std::string> Env(const IdentityInputs& in, const std::string& name) {
   auto it = in.env.find(name);
@@ -158,58 +156,6 @@ Result<GangLayout> ParseGang(const std::string& what, const std::string& value) 
     layout.roles.push_back(role);
   }
   return layout;
-}
-
-Status ValidateDnsName(const std::string& what, const std::string& name) {
-  std::string n = name;
-  if (!n.empty() && n.back() == '.') n.pop_back();
-  if (n.size() > 253) {
-    return Status::Config(what + "=" + Quote(name) + " is " + std::to_string(n.size()) +
-                          " characters; a DNS name has at most 253 (RFC 1035 2.3.4)");
-  }
-  for (const std::string& label : Split(n, '.')) {
-    if (label.size() > 63) {
-      return Status::Config(what + "=" + Quote(name) + ": label " + Quote(label) + " is " +
-                            std::to_string(label.size()) +
-                            " characters; a DNS label has at most 63 (RFC 1035 2.3.4; "
-                            "Kubernetes truncates longer pod hostnames)");
-    }
-    bool ok = !label.empty() && label.front() != '-' && label.back() != '-';
-    for (char c : label) {
-      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-');
-    }
-    if (!ok) {
-      return Status::Config(what + "=" + Quote(name) + ": label " + Quote(label) +
-                            " is not a DNS label (1 to 63 letters, digits and '-', not starting "
-                            "or ending with '-'; RFC 1123 2.1)");
-    }
-  }
-  return Status::Ok();
-}
-
-Result<std::uint32_t> ParseCount(const std::string& what, const std::string& value,
-                                 std::uint32_t max) {
-  if (value.find("$(") != std::string::npos) {
-    return Status::Config(
-        what + "=" + Quote(value) +
-        " is an unexpanded Kubernetes $(VAR) reference: the kubelet expands only variables "
-        "defined earlier in the env list, and the Job controller appends JOB_COMPLETION_INDEX "
-        "after yours (kubernetes/kubernetes#121523); read JOB_COMPLETION_INDEX directly");
-  }
-  const bool canonical = !value.empty() && (value == "0" || (value[0] >= '1' && value[0] <= '9')) &&
-                         value.find_first_not_of("0123456789") == std::string::npos;
-  if (!canonical) {
-    return Status::Config(what + "=" + Quote(value) +
-                          " is not a canonical non-negative decimal integer");
-  }
-  std::uint64_t n = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (ec != std::errc() || ptr != value.data() + value.size() || n > max) {
-    return Status::Config(what + "=" + Quote(value) + " is too large: larger than " +
-                          std::to_string(max));
-  }
-  return static_cast<std::uint32_t>(n);
 }
 
 std::optional<std::string> LookupPodInfo(const std::string& content, const std::string& key) {

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <charconv>
 
-#include "trainlet/agent/identity.h"
+#include "trainlet/agent/values.h"
 
 namespace trainlet::agent {
 
@@ -162,29 +162,6 @@ Result<std::vector<std::string>> TrainerArgv(const SplitArgs& split, const Train
   return argv;
 }
 
-Result<std::string> ParseNnodes(const std::string& what, const std::string& value) {
-  auto parts = Split(value, ':');
-  if (parts.size() > 2) {
-    return Status::Config(what + "='" + value + "' is not N or MIN:MAX");
-  }
-  std::vector<std::uint32_t> n;
-  for (const auto& p : parts) {
-    auto c = ParseCount(what, p, 1'000'000);
-    if (!c.ok()) return Status::Config(what + "='" + value + "' is not N or MIN:MAX of pods");
-    if (*c == 0) return Status::Config(what + "='" + value + "': a gang needs at least one pod");
-    n.push_back(*c);
-  }
-  if (n.size() == 2 && n[0] > n[1]) {
-    return Status::Config(what + "='" + value + "': MIN is larger than MAX; give N or N:N");
-  }
-  if (n.size() == 2 && n[0] != n[1]) {
-    return Status::Config(
-        what + "='" + value + "': an elastic MIN:MAX range with MIN < MAX is not supported: "
-        "a trainlet gang is a fixed set of pods (the Job's completions); give N or N:N");
-  }
-  return std::to_string(n[0]);
-}
-
 int StdSpec::For(std::uint32_t local_rank) const {
   if (all) return *all;
   auto it = per_rank.find(local_rank);
@@ -226,46 +203,6 @@ Result<std::set<std::uint32_t>> ParseLocalRanksFilter(const std::string& what,
     ranks.insert(static_cast<std::uint32_t>(std::stoul(item)));
   }
   return ranks;
-}
-
-Result<Endpoint> ParseEndpoint(const std::string& what, const std::string& value,
-                               std::uint16_t default_port) {
-  Endpoint e;
-  std::string port;
-  if (value.starts_with("[")) {
-    auto close = value.find(']');
-    if (close == std::string::npos) return Status::Config(what + "='" + value + "': no ']'");
-    e.host = value.substr(1, close - 1);
-    std::string after = value.substr(close + 1);
-    if (!after.empty() && !after.starts_with(":")) {
-      return Status::Config(what + "='" + value + "' is not [HOST]:PORT");
-    }
-    port = after.empty() ? "" : after.substr(1);
-    if (after == ":") return Status::Config(what + "='" + value + "': the port after ':' is empty");
-  } else {
-    auto colon = value.find(':');
-    if (colon != value.rfind(':')) {
-      return Status::Config(what + "='" + value + "' is not HOST[:PORT]: it has more than one ':' "
-                            "(an IPv6 address goes in brackets: [fd00::1]:29400)");
-    }
-    e.host = value.substr(0, colon);
-    if (colon != std::string::npos) {
-      port = value.substr(colon + 1);
-      if (port.empty()) return Status::Config(what + "='" + value + "': the port after ':' is empty");
-    }
-  }
-  if (e.host.empty()) return Status::Config(what + "='" + value + "' has no host");
-  if (port.empty()) {
-    e.port = default_port;
-    return e;
-  }
-  auto n = ParseCount(what, port, 65535);
-  if (!n.ok()) {
-    return Status::Config(what + "='" + value + "': '" + port + "' is not a port (0-65535, 0: "
-                          "a free one)");
-  }
-  e.port = static_cast<std::uint16_t>(*n);
-  return e;
 }
 
 const std::vector<RdzvConfKey>& RdzvConfKeys() {
