@@ -242,25 +242,20 @@ std::string FqdnFromHosts(const std::string& etc_hosts, const std::string& hostn
   return best;
 }
 
-Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
-  PodIdentity id;
+namespace {
 
-  // The downward-API files (a volume with `labels` and `annotations`): JobSet
-  // puts its keys in both, the Job controller its completion index in the
-  // annotations and its UID in the labels.
-  const std::string dir = in.podinfo_dir.value_or(
-      in.podinfo_file ? in.podinfo_file->substr(0, in.podinfo_file->rfind('/') + 1)
-                      : std::string("/etc/podinfo"));
-  auto in_dir = [&dir](const std::string& file) {
-    return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
-  };
-  const std::string annotations_path = in.podinfo_file.value_or(in_dir("annotations"));
+// The downward-API files (a volume with `labels` and `annotations`): JobSet
+// puts its keys in both, the Job controller its completion index in the
+// annotations and its UID in the labels.
+struct PodInfo {
+  std::string dir;
+  std::string annotations_path;
   std::optional<std::string> annotations, labels;
-  if (in.read_file) {
-    annotations = in.read_file(annotations_path);
-    labels = in.read_file(in_dir("labels"));
+
+  std::string InDir(const std::string& file) const {
+    return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
   }
-  auto podinfo = [&](const std::string& key) -> std::optional<Sourced> {
+  std::optional<Sourced> Lookup(const std::string& key) const {
     if (annotations) {
       if (auto v = LookupPodInfo(*annotations, key)) return Sourced{"annotation " + key, *v};
     }
@@ -268,20 +263,49 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
       if (auto v = LookupPodInfo(*labels, key)) return Sourced{"label " + key, *v};
     }
     return std::nullopt;
-  };
-
-  std::optional<GangLayout> layout;
-  if (in.gang) {
-    auto g = ParseGang("--gang/TRAINLET_GANG", *in.gang);
-    if (!g.ok()) return g.status();
-    layout = std::move(g).value();
-    id.gang = layout->ToString();
   }
+};
 
-  // Completion index (with --gang, --node-rank and PET_NODE_RANK are the gang
-  // index itself: torchrun's node rank).
-  std::optional<Sourced> index;
+PodInfo ReadPodInfo(const IdentityInputs& in) {
+  PodInfo p;
+  p.dir = in.podinfo_dir.value_or(
+      in.podinfo_file ? in.podinfo_file->substr(0, in.podinfo_file->rfind('/') + 1)
+                      : std::string("/etc/podinfo"));
+  p.annotations_path = in.podinfo_file.value_or(p.InDir("annotations"));
+  if (in.read_file) {
+    p.annotations = in.read_file(p.annotations_path);
+    p.labels = in.read_file(p.InDir("labels"));
+  }
+  return p;
+}
+
+// What ResolveIdentity's steps share: the inputs, what earlier steps found,
+// and the identity being built. Each step is one section of the precedence
+// documented at ResolveIdentity (identity.h), in that order.
+struct Resolution {
+  const IdentityInputs& in;
+  PodInfo podinfo;
+  std::optional<GangLayout> layout;
+  std::optional<Sourced> index;  // the completion index (or gang index) as given
   bool index_is_gang_index = false;
+  std::optional<Sourced> nnodes;
+  std::size_t role = 0;  // this pod's role in `layout`
+  std::optional<JobSetHost> host_parts;
+  std::optional<std::string> own_prefix;  // "<prefix>" of this pod's "<prefix>-<index>"
+  PodIdentity id;
+
+  explicit Resolution(const IdentityInputs& inputs) : in(inputs), podinfo(ReadPodInfo(inputs)) {}
+};
+
+// Completion index (with --gang, --node-rank and PET_NODE_RANK are the gang
+// index itself: torchrun's node rank).
+void FindIndex(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  const auto& layout = r.layout;
+  const auto& annotations = r.podinfo.annotations;
+  const std::string& annotations_path = r.podinfo.annotations_path;
+  auto& index = r.index;
+  bool& index_is_gang_index = r.index_is_gang_index;
   if (in.node_rank) {
     index = Sourced{in.node_rank_source, *in.node_rank};
     index_is_gang_index = layout.has_value();
@@ -295,9 +319,15 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     index = Sourced{"PET_NODE_RANK", *v};
     index_is_gang_index = true;
   }
+}
 
-  // Gang size.
-  std::optional<Sourced> nnodes;
+// Gang size.
+Status ResolveGangSize(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  const auto& layout = r.layout;
+  const auto& index = r.index;
+  auto& nnodes = r.nnodes;
   if (in.nnodes) {
     nnodes = Sourced{in.nnodes_source, *in.nnodes};
   } else if (auto v = Env(in, "PET_NNODES")) {
@@ -327,11 +357,98 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
         "Job's completions; this pod has index " + Quote(index->value) + " from " +
         index->source + " and pods cannot read the Job's completions (kubernetes#106009)");
   }
+  return Status::Ok();
+}
 
-  // The role of this pod in the gang's layout.
-  std::size_t role = 0;
-  std::optional<JobSetHost> host_parts;
-  if (layout) host_parts = ParseJobSetHost(in.hostname, *layout);
+// With --gang and a completion index: the role and job index from JobSet's
+// labels or hostname, the gang index from the layout.
+Status PlaceByJobSetRole(Resolution& res) {
+  const IdentityInputs& in = res.in;
+  PodIdentity& id = res.id;
+  const auto& layout = res.layout;
+  const auto& index = res.index;
+  const auto& host_parts = res.host_parts;
+  std::size_t& role = res.role;
+  auto podinfo = [&res](const std::string& key) { return res.podinfo.Lookup(key); };
+  auto in_dir = [&res](const std::string& file) { return res.podinfo.InDir(file); };
+  if (!index) {
+    return Status::Config("--gang " + Quote(id.gang) +
+                          " but this pod has no completion index: run it in a JobSet (Indexed "
+                          "Jobs set JOB_COMPLETION_INDEX), or set --node-rank to its gang index");
+  }
+  std::optional<Sourced> role_name = podinfo("jobset.sigs.k8s.io/replicatedjob-name");
+  if (!role_name && host_parts) {
+    role_name = Sourced{"hostname " + Quote(in.hostname), layout->roles[host_parts->role].name};
+  }
+  if (!role_name) {
+    return Status::Config(
+        "--gang " + Quote(id.gang) + " but this pod's replicated Job is unknown: mount the "
+        "pod's labels (downward API) at " + in_dir("labels") + " or give it a JobSet hostname "
+        "<jobset>-<role>-<jobIndex>-<podIndex> (hostname is " + Quote(in.hostname) + ")");
+  }
+  bool found = false;
+  for (role = 0; role < layout->roles.size(); ++role) {
+    if (layout->roles[role].name == role_name->value) {
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    return Status::Config(role_name->source + "=" + Quote(role_name->value) +
+                          " is not a role of --gang " + Quote(id.gang));
+  }
+  const GangRole& r = layout->roles[role];
+  if (auto reps = podinfo("jobset.sigs.k8s.io/replicatedjob-replicas")) {
+    auto n = ParseCount(reps->source, reps->value, kMaxPods);
+    if (!n.ok()) return n.status();
+    if (*n != r.replicas) {
+      return Status::Config(reps->source + "=" + Quote(reps->value) + " but --gang " +
+                            Quote(id.gang) + " gives role " + r.name + " " +
+                            std::to_string(r.replicas) + " replica(s)");
+    }
+  }
+  std::optional<Sourced> job_index = podinfo("jobset.sigs.k8s.io/job-index");
+  if (!job_index && host_parts && host_parts->role == role) {
+    job_index = Sourced{"hostname " + Quote(in.hostname), host_parts->job_index};
+  }
+  if (!job_index && r.replicas == 1) job_index = Sourced{"default (one replica)", "0"};
+  if (!job_index) {
+    return Status::Config("role " + r.name + " has " + std::to_string(r.replicas) +
+                          " replicas but this pod's job index is unknown: mount the pod's "
+                          "labels (jobset.sigs.k8s.io/job-index) at " + in_dir("labels"));
+  }
+  auto j = ParseCount(job_index->source, job_index->value, kMaxPods);
+  if (!j.ok()) return j.status();
+  if (*j >= r.replicas) {
+    return Status::Config(job_index->source + "=" + Quote(job_index->value) +
+                          " is not below role " + r.name + "'s " + std::to_string(r.replicas) +
+                          " replica(s) in --gang " + Quote(id.gang));
+  }
+  auto c = ParseCount(index->source, index->value, kMaxPods);
+  if (!c.ok()) return c.status();
+  if (*c >= r.pods_per_job) {
+    return Status::Config(index->source + "=" + Quote(index->value) +
+                          " is not below role " + r.name + "'s " +
+                          std::to_string(r.pods_per_job) + " pods per Job in --gang " +
+                          Quote(id.gang));
+  }
+  id.index = layout->pods_before(role) + *j * r.pods_per_job + *c;
+  id.index_source = "--gang: role " + r.name + " (" + role_name->source + "), job " +
+                    std::to_string(*j) + ", completion index " + std::to_string(*c) + " (" +
+                    index->source + ")";
+  return Status::Ok();
+}
+
+// The role of this pod in the gang's layout.
+Status PlaceInGang(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  const auto& layout = r.layout;
+  const auto& index = r.index;
+  const auto& nnodes = r.nnodes;
+  const bool index_is_gang_index = r.index_is_gang_index;
+  const std::string& annotations_path = r.podinfo.annotations_path;
+  std::size_t& role = r.role;
   if (layout && index && index_is_gang_index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
@@ -346,71 +463,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   } else if (layout && !index && id.nnodes == 1) {
     id.index_source = "default (single pod)";
   } else if (layout) {
-    if (!index) {
-      return Status::Config("--gang " + Quote(id.gang) +
-                            " but this pod has no completion index: run it in a JobSet (Indexed "
-                            "Jobs set JOB_COMPLETION_INDEX), or set --node-rank to its gang index");
-    }
-    std::optional<Sourced> role_name = podinfo("jobset.sigs.k8s.io/replicatedjob-name");
-    if (!role_name && host_parts) {
-      role_name = Sourced{"hostname " + Quote(in.hostname), layout->roles[host_parts->role].name};
-    }
-    if (!role_name) {
-      return Status::Config(
-          "--gang " + Quote(id.gang) + " but this pod's replicated Job is unknown: mount the "
-          "pod's labels (downward API) at " + in_dir("labels") + " or give it a JobSet hostname "
-          "<jobset>-<role>-<jobIndex>-<podIndex> (hostname is " + Quote(in.hostname) + ")");
-    }
-    bool found = false;
-    for (role = 0; role < layout->roles.size(); ++role) {
-      if (layout->roles[role].name == role_name->value) {
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      return Status::Config(role_name->source + "=" + Quote(role_name->value) +
-                            " is not a role of --gang " + Quote(id.gang));
-    }
-    const GangRole& r = layout->roles[role];
-    if (auto reps = podinfo("jobset.sigs.k8s.io/replicatedjob-replicas")) {
-      auto n = ParseCount(reps->source, reps->value, kMaxPods);
-      if (!n.ok()) return n.status();
-      if (*n != r.replicas) {
-        return Status::Config(reps->source + "=" + Quote(reps->value) + " but --gang " +
-                              Quote(id.gang) + " gives role " + r.name + " " +
-                              std::to_string(r.replicas) + " replica(s)");
-      }
-    }
-    std::optional<Sourced> job_index = podinfo("jobset.sigs.k8s.io/job-index");
-    if (!job_index && host_parts && host_parts->role == role) {
-      job_index = Sourced{"hostname " + Quote(in.hostname), host_parts->job_index};
-    }
-    if (!job_index && r.replicas == 1) job_index = Sourced{"default (one replica)", "0"};
-    if (!job_index) {
-      return Status::Config("role " + r.name + " has " + std::to_string(r.replicas) +
-                            " replicas but this pod's job index is unknown: mount the pod's "
-                            "labels (jobset.sigs.k8s.io/job-index) at " + in_dir("labels"));
-    }
-    auto j = ParseCount(job_index->source, job_index->value, kMaxPods);
-    if (!j.ok()) return j.status();
-    if (*j >= r.replicas) {
-      return Status::Config(job_index->source + "=" + Quote(job_index->value) +
-                            " is not below role " + r.name + "'s " + std::to_string(r.replicas) +
-                            " replica(s) in --gang " + Quote(id.gang));
-    }
-    auto c = ParseCount(index->source, index->value, kMaxPods);
-    if (!c.ok()) return c.status();
-    if (*c >= r.pods_per_job) {
-      return Status::Config(index->source + "=" + Quote(index->value) +
-                            " is not below role " + r.name + "'s " +
-                            std::to_string(r.pods_per_job) + " pods per Job in --gang " +
-                            Quote(id.gang));
-    }
-    id.index = layout->pods_before(role) + *j * r.pods_per_job + *c;
-    id.index_source = "--gang: role " + r.name + " (" + role_name->source + "), job " +
-                      std::to_string(*j) + ", completion index " + std::to_string(*c) + " (" +
-                      index->source + ")";
+    if (auto st = PlaceByJobSetRole(r); !st.ok()) return st;
   } else if (index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
@@ -443,8 +496,15 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   // An index the Job controller gave (not a flag): the gang spans pods.
   id.index_from_job = index && (index->source == "JOB_COMPLETION_INDEX" ||
                                 index->source.find(kIndexAnnotation) != std::string::npos);
+  return Status::Ok();
+}
 
-  // Workers per pod.
+// Workers per pod.
+Status ResolveWorkers(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  const auto& layout = r.layout;
+  const std::size_t role = r.role;
   std::optional<Sourced> nproc;
   if (in.nproc_per_node) {
     nproc = Sourced{in.nproc_per_node_source, *in.nproc_per_node};
@@ -467,12 +527,141 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   } else {
     id.role_world_size = id.nnodes * id.nproc_per_node;
   }
+  return Status::Ok();
+}
 
-  // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`).
-  id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
-  std::optional<std::string> own_prefix = IndexedPrefix(in.hostname);
+// JobSet's coordinator names gang index 0.
+Status LeaderFromCoordinator(Resolution& r, const Sourced& coordinator) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  const auto& layout = r.layout;
+  const std::string& name = coordinator.value;
+  if (auto s = ValidateDnsName(coordinator.source, name); !s.ok()) return s;
+  std::string first = name.substr(0, name.find('.'));
+  auto parts = ParseJobSetHost(first, *layout);
+  bool is_zero = parts && parts->role == 0 && parts->job_index == "0" && parts->pod_index == "0";
+  if (!is_zero) {
+    return Status::Config(
+        coordinator.source + "=" + Quote(name) + " is not gang index 0, trainlet's leader: "
+        "set the JobSet's spec.coordinator to replicatedJob " + layout->roles[0].name +
+        ", jobIndex 0, podIndex 0 (the first role of --gang " + Quote(id.gang) + ")");
+  }
+  // "<host>.<subdomain>": complete it with this pod's own domain so the
+  // resolver asks for exactly that name (see the derived case below).
+  auto own_labels = Split(id.own_fqdn, '.');
+  auto labels_of = Split(name, '.');
+  if (labels_of.size() == 2 && own_labels.size() > 2 && labels_of[1] == own_labels[1] &&
+      name.back() != '.') {
+    id.leader_host = name + id.own_fqdn.substr(id.own_fqdn.find('.', in.hostname.size() + 1)) +
+                     ".";
+  } else {
+    id.leader_host = name;
+  }
+  id.leader_source = coordinator.source;
+  return Status::Ok();
+}
 
-  // The leader.
+// A leader name or address given: checked against this pod's own domain.
+Status LeaderGiven(Resolution& r, const Sourced& leader) {
+  PodIdentity& id = r.id;
+  const auto& own_prefix = r.own_prefix;
+  const std::string& name = leader.value;
+  if (name.empty() || name.find("$(") != std::string::npos ||
+      name.find_first_of(" \t/") != std::string::npos) {
+    return Status::Config(leader.source + "=" + Quote(name) + " is not a host name or address");
+  }
+  if (!IsIpLiteral(name)) {
+    if (auto s = ValidateDnsName(leader.source, name); !s.ok()) return s;
+  }
+  // A leader name in another subdomain than this pod's never resolves to a
+  // member of this Job (kubernetes-sigs/jobset#603): fail now, not after the
+  // rendezvous timeout.
+  if (!IsIpLiteral(name) && !id.own_fqdn.empty()) {
+    auto leader_labels = Split(name, '.');
+    auto own_labels = Split(id.own_fqdn, '.');
+    if (leader_labels.size() >= 2 && own_labels.size() >= 2 &&
+        leader_labels[1] != own_labels[1]) {
+      std::string suggestion = own_prefix ? *own_prefix + "-0." + own_labels[1] : "";
+      return Status::Config(
+          leader.source + "=" + Quote(name) + " is in subdomain '" + leader_labels[1] +
+          "' but this pod is " + id.own_fqdn + " (subdomain '" + own_labels[1] + "')" +
+          (suggestion.empty() ? "" : "; did you mean " + suggestion + "?"));
+    }
+  }
+  id.leader_host = name;
+  id.leader_source = leader.source;
+  return Status::Ok();
+}
+
+// JobSet names pods <jobset>-<replicatedJob>-<jobIndex>-<podIndex> in the
+// subdomain of its headless Service (network.enableDNSHostnames); gang
+// index 0 is the first pod of the first Job of the first role.
+Status LeaderFromJobSetName(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  const auto& layout = r.layout;
+  const auto& host_parts = r.host_parts;
+  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
+  std::optional<std::string> jobset;
+  std::string jobset_source;
+  if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
+    jobset = j->value;
+    jobset_source = j->source;
+  } else if (host_parts) {
+    jobset = host_parts->jobset;
+    jobset_source = "hostname " + Quote(in.hostname);
+  }
+  if (id.own_fqdn.empty() || !jobset) {
+    return Status::Config(
+        "cannot find the gang's leader: set --master-addr to the name of the first pod of "
+        "role " + layout->roles[0].name + ", or run the pods in a JobSet with "
+        "network.enableDNSHostnames so the leader's name can be derived (hostname " +
+        Quote(in.hostname) +
+        (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " is not <jobset>-<role>-<j>-<i>)"));
+  }
+  std::string host = *jobset + "-" + layout->roles[0].name + "-0-0";
+  id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
+  if (auto s = ValidateDnsName("the leader's name derived from " + jobset_source +
+                                   " and --gang",
+                               id.leader_host);
+      !s.ok()) {
+    return s;
+  }
+  id.leader_source = "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn;
+  return Status::Ok();
+}
+
+// The leader's name derived from this pod's FQDN: "<prefix>-0.<same domain>.".
+Status LeaderFromFqdn(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  const auto& own_prefix = r.own_prefix;
+  if (id.own_fqdn.empty() || !own_prefix) {
+    return Status::Config(
+        "cannot find the leader: set --master-addr (or MASTER_ADDR) to the name of the pod "
+        "with index 0, or give the pods a `subdomain` matching a headless Service so the "
+        "leader's name can be derived (hostname " + Quote(in.hostname) +
+        (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " does not end in -<index>)"));
+  }
+  // Absolute (trailing dot): the resolver asks for exactly this name instead
+  // of first trying it under every search domain (ndots:5 in pods), which
+  // would cost queries and seed negative caches with names that never exist.
+  id.leader_host = *own_prefix + "-0" + id.own_fqdn.substr(in.hostname.size()) + ".";
+  if (auto s = ValidateDnsName("the leader's name derived from this pod's FQDN",
+                               id.leader_host);
+      !s.ok()) {
+    return s;
+  }
+  id.leader_source = "derived from this pod's FQDN " + id.own_fqdn;
+  return Status::Ok();
+}
+
+// The leader.
+Status ResolveLeader(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  const auto& layout = r.layout;
+  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
   std::optional<Sourced> leader;
   if (in.master_addr) {
     leader = Sourced{in.master_addr_source, *in.master_addr};
@@ -488,107 +677,18 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     // "<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>").
     coordinator = podinfo("jobset.sigs.k8s.io/coordinator");
   }
-  if (coordinator) {
-    const std::string& name = coordinator->value;
-    if (auto s = ValidateDnsName(coordinator->source, name); !s.ok()) return s;
-    std::string first = name.substr(0, name.find('.'));
-    auto parts = ParseJobSetHost(first, *layout);
-    bool is_zero = parts && parts->role == 0 && parts->job_index == "0" && parts->pod_index == "0";
-    if (!is_zero) {
-      return Status::Config(
-          coordinator->source + "=" + Quote(name) + " is not gang index 0, trainlet's leader: "
-          "set the JobSet's spec.coordinator to replicatedJob " + layout->roles[0].name +
-          ", jobIndex 0, podIndex 0 (the first role of --gang " + Quote(id.gang) + ")");
-    }
-    // "<host>.<subdomain>": complete it with this pod's own domain so the
-    // resolver asks for exactly that name (see the derived case below).
-    auto own_labels = Split(id.own_fqdn, '.');
-    auto labels_of = Split(name, '.');
-    if (labels_of.size() == 2 && own_labels.size() > 2 && labels_of[1] == own_labels[1] &&
-        name.back() != '.') {
-      id.leader_host = name + id.own_fqdn.substr(id.own_fqdn.find('.', in.hostname.size() + 1)) +
-                       ".";
-    } else {
-      id.leader_host = name;
-    }
-    id.leader_source = coordinator->source;
-  } else if (leader) {
-    const std::string& name = leader->value;
-    if (name.empty() || name.find("$(") != std::string::npos ||
-        name.find_first_of(" \t/") != std::string::npos) {
-      return Status::Config(leader->source + "=" + Quote(name) + " is not a host name or address");
-    }
-    if (!IsIpLiteral(name)) {
-      if (auto s = ValidateDnsName(leader->source, name); !s.ok()) return s;
-    }
-    // A leader name in another subdomain than this pod's never resolves to a
-    // member of this Job (kubernetes-sigs/jobset#603): fail now, not after the
-    // rendezvous timeout.
-    if (!IsIpLiteral(name) && !id.own_fqdn.empty()) {
-      auto leader_labels = Split(name, '.');
-      auto own_labels = Split(id.own_fqdn, '.');
-      if (leader_labels.size() >= 2 && own_labels.size() >= 2 &&
-          leader_labels[1] != own_labels[1]) {
-        std::string suggestion = own_prefix ? *own_prefix + "-0." + own_labels[1] : "";
-        return Status::Config(
-            leader->source + "=" + Quote(name) + " is in subdomain '" + leader_labels[1] +
-            "' but this pod is " + id.own_fqdn + " (subdomain '" + own_labels[1] + "')" +
-            (suggestion.empty() ? "" : "; did you mean " + suggestion + "?"));
-      }
-    }
-    id.leader_host = name;
-    id.leader_source = leader->source;
-  } else if (id.nnodes > 1 && layout) {
-    // JobSet names pods <jobset>-<replicatedJob>-<jobIndex>-<podIndex> in the
-    // subdomain of its headless Service (network.enableDNSHostnames); gang
-    // index 0 is the first pod of the first Job of the first role.
-    std::optional<std::string> jobset;
-    std::string jobset_source;
-    if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
-      jobset = j->value;
-      jobset_source = j->source;
-    } else if (host_parts) {
-      jobset = host_parts->jobset;
-      jobset_source = "hostname " + Quote(in.hostname);
-    }
-    if (id.own_fqdn.empty() || !jobset) {
-      return Status::Config(
-          "cannot find the gang's leader: set --master-addr to the name of the first pod of "
-          "role " + layout->roles[0].name + ", or run the pods in a JobSet with "
-          "network.enableDNSHostnames so the leader's name can be derived (hostname " +
-          Quote(in.hostname) +
-          (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " is not <jobset>-<role>-<j>-<i>)"));
-    }
-    std::string host = *jobset + "-" + layout->roles[0].name + "-0-0";
-    id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
-    if (auto s = ValidateDnsName("the leader's name derived from " + jobset_source +
-                                     " and --gang",
-                                 id.leader_host);
-        !s.ok()) {
-      return s;
-    }
-    id.leader_source = "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn;
-  } else if (id.nnodes > 1) {
-    if (id.own_fqdn.empty() || !own_prefix) {
-      return Status::Config(
-          "cannot find the leader: set --master-addr (or MASTER_ADDR) to the name of the pod "
-          "with index 0, or give the pods a `subdomain` matching a headless Service so the "
-          "leader's name can be derived (hostname " + Quote(in.hostname) +
-          (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " does not end in -<index>)"));
-    }
-    // Absolute (trailing dot): the resolver asks for exactly this name instead
-    // of first trying it under every search domain (ndots:5 in pods), which
-    // would cost queries and seed negative caches with names that never exist.
-    id.leader_host = *own_prefix + "-0" + id.own_fqdn.substr(in.hostname.size()) + ".";
-    if (auto s = ValidateDnsName("the leader's name derived from this pod's FQDN",
-                                 id.leader_host);
-        !s.ok()) {
-      return s;
-    }
-    id.leader_source = "derived from this pod's FQDN " + id.own_fqdn;
-  }
+  if (coordinator) return LeaderFromCoordinator(r, *coordinator);
+  if (leader) return LeaderGiven(r, *leader);
+  if (id.nnodes > 1 && layout) return LeaderFromJobSetName(r);
+  if (id.nnodes > 1) return LeaderFromFqdn(r);
+  return Status::Ok();
+}
 
-  // The job and attempt, which fence strangers and stale pods at the rendezvous.
+// The job and attempt, which fence strangers and stale pods at the rendezvous.
+Status ResolveAttempt(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
   if (in.attempt) {
     auto n = ParseCount("--attempt/TRAINLET_ATTEMPT", *in.attempt, 1'000'000'000);
     if (!n.ok()) return n.status();
@@ -618,7 +718,14 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     id.job_restart_attempt = *n;
     id.job_restart_attempt_source = a->source;
   }
-  // The Job this pod belongs to (Kubernetes labels a Job's pods with its name).
+  return Status::Ok();
+}
+
+// The Job this pod belongs to (Kubernetes labels a Job's pods with its name).
+Status ResolveJobId(Resolution& r) {
+  const IdentityInputs& in = r.in;
+  PodIdentity& id = r.id;
+  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
   if (auto j = podinfo("batch.kubernetes.io/job-name")) {
     id.job_name = j->value;
   } else if (auto j2 = podinfo("job-name")) {
@@ -647,7 +754,32 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     return Status::Config((in.job_id ? in.job_id_source : id.job_id_source) + "=" +
                           Quote(id.job_id) + " must be 1 to 253 characters");
   }
-  return id;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
+  Resolution r(in);
+  if (in.gang) {
+    auto g = ParseGang("--gang/TRAINLET_GANG", *in.gang);
+    if (!g.ok()) return g.status();
+    r.layout = std::move(g).value();
+    r.id.gang = r.layout->ToString();
+  }
+  FindIndex(r);
+  if (auto st = ResolveGangSize(r); !st.ok()) return st;
+  if (r.layout) r.host_parts = ParseJobSetHost(in.hostname, *r.layout);
+  for (auto step : {PlaceInGang, ResolveWorkers}) {
+    if (auto st = step(r); !st.ok()) return st;
+  }
+  // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`).
+  r.id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
+  r.own_prefix = IndexedPrefix(in.hostname);
+  for (auto step : {ResolveLeader, ResolveAttempt, ResolveJobId}) {
+    if (auto st = step(r); !st.ok()) return st;
+  }
+  return r.id;
 }
 
 std::optional<std::string> UnauthenticatedGangNotice(const PodIdentity& id, bool has_token,
