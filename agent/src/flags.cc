@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "trainlet/agent/tunables.h"
 #include "trainlet/agent/values.h"
 
 namespace trainlet::agent {
@@ -30,8 +31,9 @@ constexpr std::array<FlagSpec, kFlagCount> kFlags = {{
     {kPreflight, "preflight", "", kSwitch, kOwn, kNoPet, kBothForms, kIfSet, "", "", kNone,
      "before the trainer, check NCCL across every GPU of the gang (init, a checked "
      "all-reduce, bus bandwidth); a failure exits 74 (hardware) or 75 (infra)"},
-    {kPreflightTimeout, "preflight-timeout", "", kText, kOwn, kNoPet, kBothForms, kIfGiven, "60",
-     "", kNone, "seconds for the preflight's NCCL init and all-reduces (default 60)"},
+    {kPreflightTimeout, "preflight-timeout", "", kText, kOwn, kNoPet, kBothForms, kIfGiven,
+     kDecimal<kDefaultPreflightTimeout.count()>, "", kNone,
+     "seconds for the preflight's NCCL init and all-reduces (default {preflight-timeout})"},
     {kPreflightMinBusbw, "preflight-min-busbw", "", kText, kOwn, kNoPet, kBothForms, kIfGiven, "0",
      "", kNone, "GB/s: a preflight bus bandwidth below this exits 75 (default 0: no floor)"},
     {kRequireGpus, "require-gpus", "", kSwitch, kOwn, kNoPet, kBothForms, kIfSet, "", "", kNone,
@@ -42,9 +44,10 @@ constexpr std::array<FlagSpec, kFlagCount> kFlags = {{
     {kGpuHealth, "gpu-health", "", kText, kOwn, kNoPet, kBothForms, kAlways, "on", "on|off", kNone,
      "on|off: NVML checks (ECC, Xid, recovery action) at start and after a worker failure; "
      "a fault exits 74 (default on)"},
-    {kGracePeriod, "grace-period", "", kText, kOwn, kNoPet, kBothForms, kNo, "25", "", kNone,
+    {kGracePeriod, "grace-period", "", kText, kOwn, kNoPet, kBothForms, kNo,
+     kDecimal<kDefaultGrace.count()>, "", kNone,
      "seconds between forwarding SIGTERM and SIGKILL; set it a few seconds below the "
-     "pod's terminationGracePeriodSeconds (default 25, for Kubernetes' default 30)"},
+     "pod's terminationGracePeriodSeconds (default {grace-period}, for Kubernetes' default 30)"},
     {kSignalScope, "signal-scope", "", kText, kOwn, kNoPet, kBothForms, kAlways, "main",
      "main|group", kNone,
      "main|group: main sends a stop's SIGTERM/SIGINT and forwarded signals to each "
@@ -52,8 +55,9 @@ constexpr std::array<FlagSpec, kFlagCount> kFlags = {{
      "and the pod's other processes once the main processes exited (or min(5 s, grace/5) "
      "before the grace period ends); group signals each worker's whole process group and "
      "every other process at once, like torchrun 2.x (default main)"},
-    {kRdzvTimeout, "rdzv-timeout", "", kText, kOwn, kNoPet, kBothForms, kNo, "600", "", kNone,
-     "seconds to find the leader and form the gang before exiting 75 (default 600)"},
+    {kRdzvTimeout, "rdzv-timeout", "", kText, kOwn, kNoPet, kBothForms, kNo,
+     kDecimal<kDefaultRdzvTimeout.count()>, "", kNone,
+     "seconds to find the leader and form the gang before exiting 75 (default {rdzv-timeout})"},
     {kMaxRestarts, "max-restarts", "", kText, kTorchrunName, kPet, kBothForms, kAlways, "0", "",
      kNone,
      "restart the whole gang in place up to this many times after a retriable failure "
@@ -143,7 +147,7 @@ constexpr std::array<FlagSpec, kFlagCount> kFlags = {{
     {kRdzvBackend, "rdzv-backend", "", kText, kTorchrun, kPet, kPodForm, kNo, "static", "", kNone,
      "static, c10d, etcd, etcd-v2: all served by trainlet's own rendezvous"},
     {kRdzvEndpoint, "rdzv-endpoint", "", kText, kTorchrun, kPet, kPodForm, kNo, "", "", kNone,
-     "HOST[:PORT]: the leader's address and rendezvous port (default port 29400)"},
+     "HOST[:PORT]: the leader's address and rendezvous port (default port {rdzv-port})"},
     {kRdzvId, "rdzv-id", "", kText, kTorchrun, kPet, kPodForm, kNo, "", "", kNone,
      "the job id (as --job-id)"},
     {kRdzvConf, "rdzv-conf", "", kText, kTorchrun, kPet, kPodForm, kNo, "", "", kNone,
@@ -180,15 +184,16 @@ constexpr std::array<FlagSpec, kFlagCount> kFlags = {{
     {kMasterAddr, "master-addr", "", kText, kTorchrunName, kNoPet, kPodForm, kNo, "", "", kNone,
      "the leader's (index 0) host name; also PET_MASTER_ADDR, MASTER_ADDR; default: "
      "derived from this pod's FQDN (<prefix>-0.<subdomain>...)"},
-    {kRdzvPort, "rdzv-port", "", kText, kOwn, kNoPet, kPodForm, kNo, "29400", "", kNone,
-     "the leader's rendezvous port (default 29400)"},
+    {kRdzvPort, "rdzv-port", "", kText, kOwn, kNoPet, kPodForm, kNo, kDecimal<kDefaultRdzvPort>, "",
+     kNone, "the leader's rendezvous port (default {rdzv-port})"},
     {kMasterPort, "master-port", "", kText, kTorchrunName, kPet, kPodForm, kNo, "", "", kNone,
      "MASTER_PORT for the trainers' own store; also PET_MASTER_PORT, MASTER_PORT (default: "
      "a port the leader finds free and hands to every pod, so it never clashes)"},
-    {kJaxPort, "jax-port", "", kText, kOwn, kNoPet, kPodForm, kNo, "29600", "", kNone,
+    {kJaxPort, "jax-port", "", kText, kOwn, kNoPet, kPodForm, kNo, kDecimal<kDefaultJaxPort>, "",
+     kNone,
      "on the leader: the port handed to every worker in JAX_COORDINATOR_ADDRESS "
      "(MASTER_ADDR:PORT, for jax.distributed.initialize); 0 = no JAX_* variables "
-     "(default 29600)"},
+     "(default {jax-port})"},
     {kJobId, "job-id", "", kText, kOwn, kNoPet, kPodForm, kNo, "", "", kNone,
      "the job's identity; pods of other jobs are refused (default: the leader's host "
      "label)"},
@@ -255,6 +260,23 @@ std::string CliNames(const FlagSpec& spec) {
     names += ",--" + underscored;
   }
   return names;
+}
+
+// The help text with each "{flag-name}" replaced by that flag's default.
+std::string HelpOf(const FlagSpec& spec) {
+  std::string help(spec.help);
+  for (std::size_t open = help.find('{'); open != std::string::npos;
+       open = help.find('{', open + 1)) {
+    const std::size_t close = help.find('}', open);
+    if (close == std::string::npos) break;
+    const std::string_view name = std::string_view(help).substr(open + 1, close - open - 1);
+    for (const FlagSpec& other : kFlags) {
+      if (other.name != name) continue;
+      help.replace(open, close - open + 1, other.default_value);
+      break;
+    }
+  }
+  return spec.spelling == Spelling::kTorchrun ? help + " (torchrun's)" : help;
 }
 
 std::vector<std::string> Choices(std::string_view choices) {
@@ -328,8 +350,7 @@ void FlagValues::AddTo(CLI::App& app) {
   for (const FlagSpec& spec : kFlags) {
     if (!Has(spec.id)) continue;
     const std::size_t i = Index(spec.id);
-    const std::string help =
-        std::string(spec.help) + (spec.spelling == Spelling::kTorchrun ? " (torchrun's)" : "");
+    const std::string help = HelpOf(spec);
     CLI::Option* o = nullptr;
     switch (spec.type) {
       case FlagType::kText: o = app.add_option(CliNames(spec), text_[i], help); break;
@@ -398,6 +419,27 @@ std::vector<std::string> FlagValues::PassedOn() const {
     }
   }
   return args;
+}
+
+exitcodes::Status ParseOptions(FlagValues& f, const std::vector<std::string>& options) {
+  CLI::App app;
+  f.AddTo(app);
+  std::vector<std::string> names;
+  for (const std::string& o : options) {
+    if (o.starts_with("-")) names.push_back(o.substr(0, o.find('=')));
+  }
+  if (auto st = f.NoteOnLine(app, names); !st.ok()) return st;
+  std::vector<std::string> args = {"trainlet"};
+  args.insert(args.end(), options.begin(), options.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return exitcodes::Status::Config(e.what());
+  }
+  f.Freeze();
+  return exitcodes::Status::Ok();
 }
 
 }  // namespace trainlet::agent

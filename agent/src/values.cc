@@ -124,7 +124,7 @@ Result<Endpoint> ParseEndpoint(const std::string& what, const std::string& value
     auto colon = value.find(':');
     if (colon != value.rfind(':')) {
       return Status::Config(what + "='" + value + "' is not HOST[:PORT]: it has more than one ':' "
-                            "(an IPv6 address goes in brackets: [fd00::1]:29400)");
+                            "(an IPv6 address goes in brackets: [fd00::1]:" + std::to_string(default_port) + ")");
     }
     e.host = value.substr(0, colon);
     if (colon != std::string::npos) {

@@ -152,6 +152,12 @@ class FlagValues {
   bool frozen_ = false;
 };
 
+// Parses `options` (the form's launcher options alone: no argv[0], no
+// trainer) into `f` with CLI11 from the table, as the agent does, and freezes
+// it; for tests and tools that need a form's values without the binary.
+// Errors (config): CLI11's message, or a flag of trainlet's given twice.
+[[nodiscard]] exitcodes::Status ParseOptions(FlagValues& f, const std::vector<std::string>& options);
+
 // "--exit-code given more than once: ..." for a flag given twice.
 std::string GivenTwice(const std::string& flag);
 

@@ -3,8 +3,11 @@
 // trainlet/rendezvous/tunables.h.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <string_view>
+#include <utility>
 
 namespace trainlet::agent {
 
@@ -36,5 +39,25 @@ inline constexpr std::uint32_t kMaxPods = 1'000'000;
 inline constexpr std::uint32_t kMaxWorkersPerPod = 1024;
 // `trainlet local` runs its whole gang on one machine.
 inline constexpr std::uint32_t kMaxLocalPods = 4096;
+
+// A tunable as the decimal text a flag's default is written in (flags.cc),
+// made at compile time so the number is written only above.
+template <std::uint64_t N>
+struct DecimalText {
+  static constexpr auto kDigits = [] {
+    std::array<char, 21> out{};
+    std::uint64_t n = N;
+    std::size_t len = 0;
+    do {
+      out[len++] = static_cast<char>('0' + n % 10);
+      n /= 10;
+    } while (n != 0);
+    for (std::size_t i = 0; i < len / 2; ++i) std::swap(out[i], out[len - 1 - i]);
+    return std::pair{out, len};
+  }();
+  static constexpr std::string_view value{kDigits.first.data(), kDigits.second};
+};
+template <std::uint64_t N>
+inline constexpr std::string_view kDecimal = DecimalText<N>::value;
 
 }  // namespace trainlet::agent
