@@ -414,16 +414,9 @@ NodeFacts Probe(const FlagValues& f, const Settings& s) {
   return node;
 }
 
-}  // namespace trainlet::agent
-
 // ------------------------------------------------------------------- plan --
 
-namespace trainlet::agent {
 namespace {
-
-using enum Flag;
-using exitcodes::Result;
-using exitcodes::Status;
 
 Status Hardware(const std::string& message) {
   return Status(exitcodes::FailureClass::kHardware, message);
@@ -547,14 +540,7 @@ Result<LocalOptions> PlanLocal(const FlagValues& f, const Settings& s, const Nod
   return lo;
 }
 
-}  // namespace trainlet::agent
-
-namespace trainlet::agent {
 namespace {
-
-using enum Flag;
-using exitcodes::Result;
-using exitcodes::Status;
 
 // Says which values a chosen one overrode (never silently).
 void LogOverridden(const std::vector<Candidate>& candidates, const std::optional<Candidate>& chosen) {

@@ -24,17 +24,6 @@ bool IsDecimal(std::string_view s) {
          std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    auto pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos - start));
-    if (pos == std::string::npos) return out;
-    start = pos + 1;
-  }
-}
-
 // Plain decimal seconds, as torch's rendezvous config takes them ("60", "1.5").
 bool IsSeconds(const std::string& v) {
   return !v.empty() && v.find_first_not_of("0123456789.") == std::string::npos &&
@@ -179,7 +168,7 @@ Result<StdSpec> ParseStd(const std::string& what, const std::string& value) {
     spec.all = value[0] - '0';
     return spec;
   }
-  for (const auto& item : Split(value, ',')) {
+  for (const auto& item : SplitOn(value, ',')) {
     auto colon = item.find(':');
     if (colon == std::string::npos || !IsDecimal(item.substr(0, colon)) ||
         !one(std::string_view(item).substr(colon + 1))) {
@@ -195,7 +184,7 @@ Result<std::set<std::uint32_t>> ParseLocalRanksFilter(const std::string& what,
                                                       const std::string& value) {
   std::set<std::uint32_t> ranks;
   if (value.empty()) return ranks;
-  for (const auto& item : Split(value, ',')) {
+  for (const auto& item : SplitOn(value, ',')) {
     if (!IsDecimal(item)) {
       return Status::Config(what + "='" + value +
                             "' is not a comma-separated list of local ranks like 0,1,2");
@@ -271,7 +260,7 @@ Result<RdzvConf> ParseRdzvConf(const std::string& what, const std::string& value
   RdzvConf conf;
   if (value.empty()) return conf;
   std::optional<std::string> timeout;
-  for (const auto& item : Split(value, ',')) {
+  for (const auto& item : SplitOn(value, ',')) {
     if (item.empty()) continue;
     auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
