@@ -284,7 +284,7 @@ PodInfo ReadPodInfo(const IdentityInputs& in) {
 // documented at ResolveIdentity (identity.h), in that order.
 struct Resolution {
   const IdentityInputs& in;
-  PodInfo podinfo;
+  PodInfo files;
   std::optional<GangLayout> layout;
   std::optional<Sourced> index;  // the completion index (or gang index) as given
   bool index_is_gang_index = false;
@@ -294,18 +294,30 @@ struct Resolution {
   std::optional<std::string> own_prefix;  // "<prefix>" of this pod's "<prefix>-<index>"
   PodIdentity id;
 
-  explicit Resolution(const IdentityInputs& inputs) : in(inputs), podinfo(ReadPodInfo(inputs)) {}
+  explicit Resolution(const IdentityInputs& inputs) : in(inputs), files(ReadPodInfo(inputs)) {}
+
+  std::optional<Sourced> podinfo(const std::string& key) const { return files.Lookup(key); }
+  std::string in_dir(const std::string& file) const { return files.InDir(file); }
+  // The steps, in ResolveIdentity's order.
+  void FindIndex();
+  Status ResolveGangSize();
+  Status PlaceByJobSetRole();
+  Status PlaceInGang();
+  Status ResolveWorkers();
+  Status LeaderFromCoordinator(const Sourced& coordinator);
+  Status LeaderGiven(const Sourced& leader);
+  Status UseDerivedLeader(const std::string& host, const std::string& derived_from,
+                          std::string source);
+  Status LeaderFromJobSetName();
+  Status LeaderFromFqdn();
+  Status ResolveLeader();
+  Status ResolveAttempt();
+  Status ResolveJobId();
 };
 
 // Completion index (with --gang, --node-rank and PET_NODE_RANK are the gang
 // index itself: torchrun's node rank).
-void FindIndex(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  const auto& layout = r.layout;
-  const auto& annotations = r.podinfo.annotations;
-  const std::string& annotations_path = r.podinfo.annotations_path;
-  auto& index = r.index;
-  bool& index_is_gang_index = r.index_is_gang_index;
+void Resolution::FindIndex() {
   if (in.node_rank) {
     index = Sourced{in.node_rank_source, *in.node_rank};
     index_is_gang_index = layout.has_value();
@@ -313,8 +325,9 @@ void FindIndex(Resolution& r) {
     index = Sourced{"JOB_COMPLETION_INDEX", *v};
   } else if (auto v = Env(in, "PET_NODE_RANK"); v && !layout) {
     index = Sourced{"PET_NODE_RANK", *v};
-  } else if (auto a = annotations ? LookupPodInfo(*annotations, kIndexAnnotation) : std::nullopt) {
-    index = Sourced{annotations_path + " (" + kIndexAnnotation + ")", *a};
+  } else if (auto a = files.annotations ? LookupPodInfo(*files.annotations, kIndexAnnotation)
+                                        : std::nullopt) {
+    index = Sourced{files.annotations_path + " (" + kIndexAnnotation + ")", *a};
   } else if (auto v = Env(in, "PET_NODE_RANK")) {
     index = Sourced{"PET_NODE_RANK", *v};
     index_is_gang_index = true;
@@ -322,12 +335,7 @@ void FindIndex(Resolution& r) {
 }
 
 // Gang size.
-Status ResolveGangSize(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  const auto& layout = r.layout;
-  const auto& index = r.index;
-  auto& nnodes = r.nnodes;
+Status Resolution::ResolveGangSize() {
   if (in.nnodes) {
     nnodes = Sourced{in.nnodes_source, *in.nnodes};
   } else if (auto v = Env(in, "PET_NNODES")) {
@@ -362,15 +370,7 @@ Status ResolveGangSize(Resolution& r) {
 
 // With --gang and a completion index: the role and job index from JobSet's
 // labels or hostname, the gang index from the layout.
-Status PlaceByJobSetRole(Resolution& res) {
-  const IdentityInputs& in = res.in;
-  PodIdentity& id = res.id;
-  const auto& layout = res.layout;
-  const auto& index = res.index;
-  const auto& host_parts = res.host_parts;
-  std::size_t& role = res.role;
-  auto podinfo = [&res](const std::string& key) { return res.podinfo.Lookup(key); };
-  auto in_dir = [&res](const std::string& file) { return res.podinfo.InDir(file); };
+Status Resolution::PlaceByJobSetRole() {
   if (!index) {
     return Status::Config("--gang " + Quote(id.gang) +
                           " but this pod has no completion index: run it in a JobSet (Indexed "
@@ -440,15 +440,7 @@ Status PlaceByJobSetRole(Resolution& res) {
 }
 
 // The role of this pod in the gang's layout.
-Status PlaceInGang(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  const auto& layout = r.layout;
-  const auto& index = r.index;
-  const auto& nnodes = r.nnodes;
-  const bool index_is_gang_index = r.index_is_gang_index;
-  const std::string& annotations_path = r.podinfo.annotations_path;
-  std::size_t& role = r.role;
+Status Resolution::PlaceInGang() {
   if (layout && index && index_is_gang_index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
@@ -463,7 +455,7 @@ Status PlaceInGang(Resolution& r) {
   } else if (layout && !index && id.nnodes == 1) {
     id.index_source = "default (single pod)";
   } else if (layout) {
-    if (auto st = PlaceByJobSetRole(r); !st.ok()) return st;
+    if (auto st = PlaceByJobSetRole(); !st.ok()) return st;
   } else if (index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
@@ -484,7 +476,7 @@ Status PlaceInGang(Resolution& r) {
         nnodes->source + "=" + Quote(nnodes->value) +
         " but this pod has no index: run it in an Indexed Job (JOB_COMPLETION_INDEX), or set "
         "--node-rank / PET_NODE_RANK, or mount the job-completion-index annotation at " +
-        annotations_path);
+        files.annotations_path);
   } else {
     id.index_source = "default (single pod)";
   }
@@ -500,11 +492,7 @@ Status PlaceInGang(Resolution& r) {
 }
 
 // Workers per pod.
-Status ResolveWorkers(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  const auto& layout = r.layout;
-  const std::size_t role = r.role;
+Status Resolution::ResolveWorkers() {
   std::optional<Sourced> nproc;
   if (in.nproc_per_node) {
     nproc = Sourced{in.nproc_per_node_source, *in.nproc_per_node};
@@ -531,10 +519,7 @@ Status ResolveWorkers(Resolution& r) {
 }
 
 // JobSet's coordinator names gang index 0.
-Status LeaderFromCoordinator(Resolution& r, const Sourced& coordinator) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  const auto& layout = r.layout;
+Status Resolution::LeaderFromCoordinator(const Sourced& coordinator) {
   const std::string& name = coordinator.value;
   if (auto s = ValidateDnsName(coordinator.source, name); !s.ok()) return s;
   std::string first = name.substr(0, name.find('.'));
@@ -562,9 +547,7 @@ Status LeaderFromCoordinator(Resolution& r, const Sourced& coordinator) {
 }
 
 // A leader name or address given: checked against this pod's own domain.
-Status LeaderGiven(Resolution& r, const Sourced& leader) {
-  PodIdentity& id = r.id;
-  const auto& own_prefix = r.own_prefix;
+Status Resolution::LeaderGiven(const Sourced& leader) {
   const std::string& name = leader.value;
   if (name.empty() || name.find("$(") != std::string::npos ||
       name.find_first_of(" \t/") != std::string::npos) {
@@ -593,15 +576,25 @@ Status LeaderGiven(Resolution& r, const Sourced& leader) {
   return Status::Ok();
 }
 
+// The leader's first label `host` in this pod's own domain, absolute (trailing
+// dot): the resolver asks for exactly this name instead of first trying it
+// under every search domain (ndots:5 in pods), which would cost queries and
+// seed negative caches with names that never exist.
+Status Resolution::UseDerivedLeader(const std::string& host, const std::string& derived_from,
+                                    std::string source) {
+  id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
+  if (auto s = ValidateDnsName("the leader's name derived from " + derived_from, id.leader_host);
+      !s.ok()) {
+    return s;
+  }
+  id.leader_source = std::move(source);
+  return Status::Ok();
+}
+
 // JobSet names pods <jobset>-<replicatedJob>-<jobIndex>-<podIndex> in the
 // subdomain of its headless Service (network.enableDNSHostnames); gang
 // index 0 is the first pod of the first Job of the first role.
-Status LeaderFromJobSetName(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  const auto& layout = r.layout;
-  const auto& host_parts = r.host_parts;
-  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
+Status Resolution::LeaderFromJobSetName() {
   std::optional<std::string> jobset;
   std::string jobset_source;
   if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
@@ -619,23 +612,13 @@ Status LeaderFromJobSetName(Resolution& r) {
         Quote(in.hostname) +
         (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " is not <jobset>-<role>-<j>-<i>)"));
   }
-  std::string host = *jobset + "-" + layout->roles[0].name + "-0-0";
-  id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
-  if (auto s = ValidateDnsName("the leader's name derived from " + jobset_source +
-                                   " and --gang",
-                               id.leader_host);
-      !s.ok()) {
-    return s;
-  }
-  id.leader_source = "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn;
-  return Status::Ok();
+  return UseDerivedLeader(*jobset + "-" + layout->roles[0].name + "-0-0",
+                          jobset_source + " and --gang",
+                          "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn);
 }
 
 // The leader's name derived from this pod's FQDN: "<prefix>-0.<same domain>.".
-Status LeaderFromFqdn(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  const auto& own_prefix = r.own_prefix;
+Status Resolution::LeaderFromFqdn() {
   if (id.own_fqdn.empty() || !own_prefix) {
     return Status::Config(
         "cannot find the leader: set --master-addr (or MASTER_ADDR) to the name of the pod "
@@ -643,25 +626,12 @@ Status LeaderFromFqdn(Resolution& r) {
         "leader's name can be derived (hostname " + Quote(in.hostname) +
         (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " does not end in -<index>)"));
   }
-  // Absolute (trailing dot): the resolver asks for exactly this name instead
-  // of first trying it under every search domain (ndots:5 in pods), which
-  // would cost queries and seed negative caches with names that never exist.
-  id.leader_host = *own_prefix + "-0" + id.own_fqdn.substr(in.hostname.size()) + ".";
-  if (auto s = ValidateDnsName("the leader's name derived from this pod's FQDN",
-                               id.leader_host);
-      !s.ok()) {
-    return s;
-  }
-  id.leader_source = "derived from this pod's FQDN " + id.own_fqdn;
-  return Status::Ok();
+  return UseDerivedLeader(*own_prefix + "-0", "this pod's FQDN",
+                          "derived from this pod's FQDN " + id.own_fqdn);
 }
 
 // The leader.
-Status ResolveLeader(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  const auto& layout = r.layout;
-  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
+Status Resolution::ResolveLeader() {
   std::optional<Sourced> leader;
   if (in.master_addr) {
     leader = Sourced{in.master_addr_source, *in.master_addr};
@@ -677,18 +647,15 @@ Status ResolveLeader(Resolution& r) {
     // "<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>").
     coordinator = podinfo("jobset.sigs.k8s.io/coordinator");
   }
-  if (coordinator) return LeaderFromCoordinator(r, *coordinator);
-  if (leader) return LeaderGiven(r, *leader);
-  if (id.nnodes > 1 && layout) return LeaderFromJobSetName(r);
-  if (id.nnodes > 1) return LeaderFromFqdn(r);
+  if (coordinator) return LeaderFromCoordinator(*coordinator);
+  if (leader) return LeaderGiven(*leader);
+  if (id.nnodes > 1 && layout) return LeaderFromJobSetName();
+  if (id.nnodes > 1) return LeaderFromFqdn();
   return Status::Ok();
 }
 
 // The job and attempt, which fence strangers and stale pods at the rendezvous.
-Status ResolveAttempt(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
+Status Resolution::ResolveAttempt() {
   if (in.attempt) {
     auto n = ParseCount("--attempt/TRAINLET_ATTEMPT", *in.attempt, 1'000'000'000);
     if (!n.ok()) return n.status();
@@ -722,10 +689,7 @@ Status ResolveAttempt(Resolution& r) {
 }
 
 // The Job this pod belongs to (Kubernetes labels a Job's pods with its name).
-Status ResolveJobId(Resolution& r) {
-  const IdentityInputs& in = r.in;
-  PodIdentity& id = r.id;
-  auto podinfo = [&r](const std::string& key) { return r.podinfo.Lookup(key); };
+Status Resolution::ResolveJobId() {
   if (auto j = podinfo("batch.kubernetes.io/job-name")) {
     id.job_name = j->value;
   } else if (auto j2 = podinfo("job-name")) {
@@ -756,7 +720,6 @@ Status ResolveJobId(Resolution& r) {
   }
   return Status::Ok();
 }
-
 }  // namespace
 
 Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
@@ -767,17 +730,18 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     r.layout = std::move(g).value();
     r.id.gang = r.layout->ToString();
   }
-  FindIndex(r);
-  if (auto st = ResolveGangSize(r); !st.ok()) return st;
+  r.FindIndex();
+  if (auto st = r.ResolveGangSize(); !st.ok()) return st;
   if (r.layout) r.host_parts = ParseJobSetHost(in.hostname, *r.layout);
-  for (auto step : {PlaceInGang, ResolveWorkers}) {
-    if (auto st = step(r); !st.ok()) return st;
+  for (auto step : {&Resolution::PlaceInGang, &Resolution::ResolveWorkers}) {
+    if (auto st = (r.*step)(); !st.ok()) return st;
   }
   // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`).
   r.id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
   r.own_prefix = IndexedPrefix(in.hostname);
-  for (auto step : {ResolveLeader, ResolveAttempt, ResolveJobId}) {
-    if (auto st = step(r); !st.ok()) return st;
+  for (auto step : {&Resolution::ResolveLeader, &Resolution::ResolveAttempt,
+                    &Resolution::ResolveJobId}) {
+    if (auto st = (r.*step)(); !st.ok()) return st;
   }
   return r.id;
 }

@@ -138,7 +138,7 @@ SupervisorOptions AgentSupervision(const LocalOptions& o) {
   // for the culprit's own code.
   so.collateral_exit_code = exitcodes::kExitPeerFailed;
   // The agents need their own grace period to stop their workers first.
-  so.grace = o.grace + std::chrono::seconds(2);
+  so.grace = o.grace + kLocalAgentExtraGrace;
   // Each agent stops its own workers: we tell only our children.
   so.stop_every_process = false;
   // Killed ourselves (SIGKILL, an OOM kill), the agents get SIGTERM and stop

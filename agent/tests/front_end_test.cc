@@ -28,7 +28,7 @@ class ScopedEnv {
   std::string name_;
 };
 
-SplitArgs Trainer(std::vector<std::string> argv = {"train.py"}) {
+SplitArgs TrainerLine(std::vector<std::string> argv = {"train.py"}) {
   SplitArgs split;
   split.trainer = std::move(argv);
   return split;
@@ -39,7 +39,7 @@ exitcodes::Result<Settings> ValidateLine(Form form, const std::vector<std::strin
                                          const Env& env = {}) {
   FlagValues f(form, env);
   if (auto st = ParseOptions(f, options); !st.ok()) return st;
-  return Validate(f, Trainer(), {});
+  return Validate(f, TrainerLine(), {});
 }
 
 std::string ErrorOf(Form form, const std::vector<std::string>& options, const Env& env = {}) {
@@ -91,7 +91,7 @@ TEST(FlagValues, FlagWinsOverTrainletWhichWinsOverPet) {
     if (c.trainlet_env) scoped.emplace("TRAINLET_MAX_RESTARTS", *c.trainlet_env);
     FlagValues f(Form::kPod, c.env);
     ASSERT_TRUE(ParseOptions(f, c.options).ok());
-    auto s = Validate(f, Trainer(), {});
+    auto s = Validate(f, TrainerLine(), {});
     ASSERT_TRUE(s.ok()) << s.status().message();
     EXPECT_EQ(s->max_restarts, c.want);
     EXPECT_EQ(f.Source(Flag::kMaxRestarts), c.source);
@@ -192,11 +192,11 @@ exitcodes::Result<PodOptions> PlanPodFor(const std::vector<std::string>& options
                                          const Env& env = {}, NodeFacts node = QuietNode()) {
   FlagValues f(Form::kPod, env);
   if (auto st = ParseOptions(f, options); !st.ok()) return st;
-  auto s = Validate(f, Trainer(), {});
+  auto s = Validate(f, TrainerLine(), {});
   if (!s.ok()) return s.status();
-  auto trainer = PlanTrainer(f, *s, node, Trainer());
+  auto trainer = PlanTrainer(f, *s, node, TrainerLine());
   if (!trainer.ok()) return trainer.status();
-  return PlanPod(f, *s, node, Trainer(), *trainer);
+  return PlanPod(f, *s, node, TrainerLine(), *trainer);
 }
 
 TEST(PlanPod, PortsByPrecedence) {
@@ -282,11 +282,11 @@ exitcodes::Result<LocalOptions> PlanLocalFor(const std::vector<std::string>& opt
                                              const Env& env = {}) {
   FlagValues f(Form::kLocal, env);
   if (auto st = ParseOptions(f, options); !st.ok()) return st;
-  auto s = Validate(f, Trainer({"true"}), {});
+  auto s = Validate(f, TrainerLine({"true"}), {});
   if (!s.ok()) return s.status();
   NodeFacts node = QuietNode();
   node.working_directory = "/";
-  SplitArgs split = Trainer({"true"});
+  SplitArgs split = TrainerLine({"true"});
   split.dash_dash = true;
   auto trainer = PlanTrainer(f, *s, node, split);
   if (!trainer.ok()) return trainer.status();

@@ -6,8 +6,9 @@
 // Validate reads nothing but the flags and the environment they came with;
 // Probe asks the node only what the settings need (GPU discovery in a child,
 // the netlink interface dump, the NVML check, free-port binds, the token file,
-// /etc/hosts); the plans decide from both. Every error is one line, of class
-// config unless said otherwise; the caller reports it (cli.cc).
+// /etc/hosts); the plans decide from both (PlanLocal also runs the launch
+// check, a few stat(2) calls: launch_check.h). Every error is one line, of
+// class config unless said otherwise; the caller reports it (cli.cc).
 #pragma once
 
 #include <chrono>

@@ -30,6 +30,10 @@ inline constexpr std::chrono::seconds kDefaultGrace{25};
 inline constexpr std::chrono::seconds kDefaultRdzvTimeout{600};
 inline constexpr std::chrono::seconds kLocalRdzvTimeout{60};
 
+// `trainlet local` gives its agents their own grace period plus this before
+// SIGKILL: each agent first stops its own workers.
+inline constexpr std::chrono::seconds kLocalAgentExtraGrace{2};
+
 // Seconds for the GPU preflight's NCCL init and all-reduces (--preflight-timeout).
 inline constexpr std::chrono::seconds kDefaultPreflightTimeout{60};
 
