@@ -800,17 +800,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
   if (const auto* r = std::get_if<wire::Report>(&m)) {
     if (r->index != *conn->index) {
       im.log->warn("leader: pod {} sent a report for index {}; closing", *conn->index, r->index);
-      std::uint32_t index = *conn->index;
-      bool was_settled = conn->settled;
-      conn->settled = true;
-      Drop(conn);
-      if (!was_settled) {
-        Deliver([self = this, index] {
-          if (self->impl_->callbacks.on_lost) {
-            self->impl_->callbacks.on_lost(index, "protocol error (a report for another index)");
-          }
-        });
-      }
+      ProtocolError(conn, "protocol error (a report for another index)");
       return;
     }
     if (conn->settled) return;  // one report per pod: the first one stands
@@ -821,17 +811,22 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
     return;
   }
   im.log->warn("leader: pod {} sent an unexpected message; closing", *conn->index);
-  std::uint32_t index = *conn->index;
-  bool was_settled = conn->settled;
+  ProtocolError(conn, "protocol error");
+}
+
+// An admitted member broke the protocol: dropped, and lost unless it had
+// settled already. Through Deliver: this may run before StartChannel (the
+// member spoke in the moment between its assignment and the leader's own),
+// when no callback is set yet.
+void Leader::ProtocolError(const std::shared_ptr<Conn>& conn, std::string why) {
+  const std::uint32_t index = *conn->index;
+  const bool was_settled = conn->settled;
   conn->settled = true;
   Drop(conn);
-  // Through Deliver: this may run before StartChannel (the member spoke in the
-  // moment between its assignment and the leader's own), when no callback is set yet.
-  if (!was_settled) {
-    Deliver([self = this, index] {
-      if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, "protocol error");
-    });
-  }
+  if (was_settled) return;
+  Deliver([self = this, index, why = std::move(why)] {
+    if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
+  });
 }
 
 void Leader::WaitingHeartbeat() {

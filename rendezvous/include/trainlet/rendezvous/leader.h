@@ -227,6 +227,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
             std::function<void()> then = {});
   void OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m);
+  void ProtocolError(const std::shared_ptr<Conn>& conn, std::string why);
   void Heartbeat();
   void Deliver(std::function<void()> event);
   void Finish(exitcodes::Result<wire::Assignment> result);
