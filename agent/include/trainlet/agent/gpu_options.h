@@ -6,6 +6,8 @@
 #include <chrono>
 #include <string>
 
+#include "trainlet/agent/tunables.h"
+
 namespace trainlet::agent {
 
 // GPU settings of a pod (gpu/ module; README "GPUs and NCCL").
@@ -18,7 +20,7 @@ struct GpuOptions {
   // trainer starts (gpu/preflight.h). Needs the same setting on every pod (it
   // is part of the launch configuration the rendezvous compares).
   bool preflight = false;
-  std::chrono::milliseconds preflight_timeout{60'000};
+  std::chrono::milliseconds preflight_timeout{kDefaultPreflightTimeout};
   double preflight_min_busbw_gbps = 0;  // GB/s; 0 = no bandwidth floor
   bool require_gpus = false;            // no GPU: HARDWARE instead of "skipped"
   // NVML checks (gpu/health.h) at start and after a worker failure.

@@ -22,6 +22,7 @@
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/launch_check.h"
 #include "trainlet/agent/supervision_policy.h"
+#include "trainlet/agent/tunables.h"
 #include "trainlet/agent/worker_env.h"
 #include "trainlet/agent/worker_logs.h"
 #include "trainlet/exitcodes/classify.h"
@@ -33,13 +34,14 @@ struct PodOptions {
   PodIdentity identity;
   std::vector<std::string> command;  // the trainer: argv of every worker
   LaunchCheck launch_check;          // checked with `command` before the rendezvous
-  std::uint16_t rdzv_port = 29400;   // leader's rendezvous port
+  std::uint16_t rdzv_port = kDefaultRdzvPort;  // leader's rendezvous port
   // A socket bound to rdzv_port and listening, which the first leader takes
   // over (ranks by arrival: RunPod's ClaimEndpoint, rendezvous/arrival.h); -1: none.
   int rdzv_listen_fd = -1;
   std::uint16_t master_port = 0;  // MASTER_PORT for the trainers' store; 0: the leader picks a free one
-  std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
-  std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
+  // Resolve + connect + the whole gang in (--rdzv-timeout).
+  std::chrono::milliseconds rdzv_timeout{kDefaultRdzvTimeout};
+  std::chrono::milliseconds grace{kDefaultGrace};  // SIGTERM -> SIGKILL for workers
   SignalScope signal_scope = SignalScope::kMain;     // --signal-scope (supervision_policy.h)
   // In-place restarts (torchrun's --max-restarts): after a failure of class
   // worker, infra, oom or peer-lost, while fewer than this many restarts were
@@ -86,7 +88,7 @@ struct PodOptions {
   // --rdzv-conf read_timeout: a connection's time to send its hello (0 = the default).
   std::chrono::milliseconds rdzv_read_timeout{0};
   // On the leader: the port handed out for JAX_COORDINATOR_ADDRESS (0 = no JAX_* variables).
-  std::uint16_t jax_port = 29600;
+  std::uint16_t jax_port = kDefaultJaxPort;
   std::uint32_t gpu_count = 0;  // GPUs found at start (JAX_LOCAL_DEVICE_IDS); 0 = unknown
   // Said at the end of the start line: the workers' interpreter and where it
   // came from (torchrun.h ChooseInterpreter), when they run one; "" = nothing.
