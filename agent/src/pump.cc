@@ -502,7 +502,11 @@ OutputPump::Read OutputPump::ReadSome() {
     ssize_t n = ::read(read_fd_, buf_.get(), kReadBytes);
     if (n > 0) {
       std::string_view data(buf_.get(), static_cast<std::size_t>(n));
-      if (keep_tail) {
+      if (keep_tail && data.size() >= tail_limit_) {
+        // Only the read's last tail_limit_ bytes: not a copy of the whole read
+        // (64 KiB) to erase most of it again.
+        tail_.assign(data.substr(data.size() - tail_limit_));
+      } else if (keep_tail) {
         tail_.append(data);
         if (tail_.size() > 2 * tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
       }

@@ -37,7 +37,10 @@ class LaunchCheckTest : public ::testing::Test {
   }
   std::string Dirs(std::initializer_list<const char*> rels) {
     std::string path;
-    for (const char* r : rels) path += (path.empty() ? "" : ":") + (root_ / r).string();
+    for (const char* r : rels) {
+      if (!path.empty()) path += ':';
+      path += (root_ / r).string();
+    }
     return path;
   }
   fs::path root_;
