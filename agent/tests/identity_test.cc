@@ -1,4 +1,4 @@
-#include "trainlet/agent/identity.h"
+#include "trainlet/agent/spec/identity.h"
 
 #include <gtest/gtest.h>
 

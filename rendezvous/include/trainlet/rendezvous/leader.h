@@ -87,7 +87,7 @@ struct LeaderOptions {
   // (non-retriable Reject: it exits config); a silent holder is replaced.
   std::chrono::milliseconds holder_liveness = tunables::kReplyTimeout;
   // Hot spares and elastic sizes (the agent's membership policy,
-  // agent/include/trainlet/agent/membership_policy.h). With `plan` set the
+  // agent/include/trainlet/agent/pod/membership_policy.h). With `plan` set the
   // round forms once every index of `expected` has joined (empty: every index
   // 0..nnodes-1) and `plan` answers for the indices joined (ascending, 0 first)
   // with each active pod's node rank; a joined index it leaves out waits as a
