@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "trainlet/rendezvous/wire.h"
 
@@ -107,5 +108,17 @@ class ChannelPacer {
   Clock::time_point last_tx_{};
   Clock::duration longest_gap_{};
 };
+
+// Both ends' StartChannel: the handshake's socket becomes the control channel with
+// these callbacks, heartbeat interval (ms) and misses (heartbeats missed before the
+// peer counts as lost). `Impl` is the leader's or the member's state; not thread-safe
+// (the io_context's thread only).
+template <class Impl, class Callbacks>
+void OpenChannel(Impl& im, Callbacks callbacks, std::chrono::milliseconds heartbeat, int misses) {
+  im.channel = true;
+  im.callbacks = std::move(callbacks);
+  im.heartbeat = heartbeat;
+  im.misses = misses;
+}
 
 }  // namespace trainlet::rendezvous

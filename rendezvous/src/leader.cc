@@ -741,10 +741,7 @@ void Leader::Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> f
 void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds heartbeat,
                           int misses) {
   Impl& im = *impl_;
-  im.channel = true;
-  im.callbacks = std::move(callbacks);
-  im.heartbeat = heartbeat;
-  im.misses = misses;
+  OpenChannel(im, std::move(callbacks), heartbeat, misses);
   auto now = std::chrono::steady_clock::now();
   for (auto& [index, conn] : im.members) conn->peer_state.Heard(now);
   im.heartbeat_timer = std::make_unique<asio::steady_timer>(im.executor);

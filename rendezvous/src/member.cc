@@ -507,10 +507,7 @@ void Member::Finish(Result<wire::Assignment> result) {
 void Member::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds heartbeat,
                           int misses) {
   Impl& im = *impl_;
-  im.channel = true;
-  im.callbacks = std::move(callbacks);
-  im.heartbeat = heartbeat;
-  im.misses = misses;
+  OpenChannel(im, std::move(callbacks), heartbeat, misses);
   im.leader.Heard(Clock::now());
   // What came in the same read as the assignment (a Stop, when a pod failed at
   // once) is handled first, posted so no callback runs inside StartChannel.

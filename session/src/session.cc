@@ -35,6 +35,10 @@ struct Session::Impl {
 
 namespace {
 
+// MASTER_PORT when a gang's environment lacks it: torch's default (torch/distributed/run.py
+// --master-port), as a trainer run by torchrun would use.
+constexpr long kTorchMasterPort = 29500;
+
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : nullptr;
@@ -80,7 +84,8 @@ Expected<std::unique_ptr<Session>> Session::Create(SessionOptions options) {
       !EnvInt("LOCAL_RANK", 0, 1 << 16, 0, &local, &out.error) ||
       !EnvInt("LOCAL_WORLD_SIZE", 1, 1 << 16, 1, &local_world, &out.error) ||
       // A local run picks a free port; a gang needs the one trainlet gave.
-      !EnvInt("MASTER_PORT", world > 1 ? 1 : 0, 65535, world > 1 ? 29500 : 0, &port, &out.error)) {
+      !EnvInt("MASTER_PORT", world > 1 ? 1 : 0, 65535, world > 1 ? kTorchMasterPort : 0, &port,
+              &out.error)) {
     return out;
   }
   im->world_size = static_cast<int>(world);
