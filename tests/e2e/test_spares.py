@@ -16,6 +16,9 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
 - test_worker_exit_restarts_in_place_without_a_swap: pod 1's worker exits 1 once: the gang
   restarts in place on the same pods (pod 1 keeps RANK 1 in generation 1), the spare stays a
   spare and exits 0 when the gang finishes.
+- test_nccl_watchdog_restarts_in_place_without_a_swap: pod 1's worker prints NCCL's watchdog
+  timeout and exits 1 (class infra: every surviving rank prints it when one peer fails, so it
+  does not point at a node): restart in place, no swap, as for an exit 1.
 """
 
 import json
@@ -28,8 +31,8 @@ from harness import PodsimTestCase
 GRACE = 2
 SWAP_BOUND = 10.0  # s: generous on a loaded 2-core box; the figure is printed
 
-# usage: sh -c WORKER trainer MARKS MODE   (MODE: ok | fail1 | hw, the failing modes only in
-# generation 0)
+# usage: sh -c WORKER trainer MARKS MODE   (MODE: ok | fail1 | hw | watchdog, the failing modes
+# only in generation 0)
 WORKER = r"""
 marks=$1 mode=$2
 echo "start $TORCHELASTIC_RESTART_COUNT $RANK $(date +%s.%N)" >> "$marks"
@@ -39,6 +42,9 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
   case $mode in
   fail1) sleep 1; exit 1 ;;
   hw) sleep 1; echo "CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
+  watchdog) sleep 1
+    echo "[E ProcessGroupNCCL.cpp:1316] [Rank $RANK] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out." >&2
+    exit 1 ;;
   esac
 fi
 n=0; while [ $n -lt 30 ]; do sleep 0.1; n=$((n + 1)); done
@@ -135,8 +141,14 @@ class SparesTest(PodsimTestCase):
             self.assertNothingLeft(c)
 
     def test_worker_exit_restarts_in_place_without_a_swap(self):
+        self.check_restart_in_place("fail1")
+
+    def test_nccl_watchdog_restarts_in_place_without_a_swap(self):
+        self.check_restart_in_place("watchdog")
+
+    def check_restart_in_place(self, mode):
         with self.cluster(pods=3) as c:
-            self.start_gang(c, {1: "fail1"})
+            self.start_gang(c, {1: mode})
             rank, _ = self.wait_start(c, 1, 1)
             self.assertEqual(rank, 1, "pod 1 lost its place")
             for i in range(3):
