@@ -68,8 +68,9 @@ def wait_for(predicate, path, procs, timeout, what):
         time.sleep(0.005)
 
 
-def once(binary, pods, spare, fault):
-    """ms from the fault to the figure (see the module doc)."""
+def once(binary, pods, spare, fault, logs=None):
+    """ms from the fault to the figure (see the module doc). `logs`: a folder for the
+    agents' stderr (log level info), to read a run's timeline."""
     agents = pods + (1 if spare else 0)
     rdzv, master = common.free_ports(2)
     extra = ["--spares", "1", "--max-restarts", "1"] if spare else []
@@ -79,10 +80,11 @@ def once(binary, pods, spare, fault):
     try:
         with open(out, "ab") as sink:
             for i in range(agents):
+                err = open(os.path.join(logs, f"pod{i}.log"), "w") if logs else subprocess.DEVNULL
                 procs.append(subprocess.Popen(
                     common.agent_argv(binary, i, pods, rdzv, master, ["sh", "-c", TRAINER],
-                                      extra=extra),
-                    stdout=sink, stderr=subprocess.DEVNULL, env=env()))
+                                      extra=extra, log_level="info" if logs else "warn"),
+                    stdout=sink, stderr=err, env=env()))
 
         def gang(o):
             s = {int(r): int(pid) for c, r, pid, _ in START.findall(o) if c == "0"}
@@ -119,10 +121,14 @@ def once(binary, pods, spare, fault):
         os.unlink(out)
 
 
-def run(binary, pods, runs, fault, log=print):
+def run(binary, pods, runs, fault, log=print, logs=None):
     res = {"pods": pods, "fault": fault, "heartbeat_timeout_ms": HEARTBEAT_TIMEOUT_MS}
     for name, spare in (("spare", True), ("survivors", False)):
-        res[name] = common.stats([once(binary, pods, spare, fault) for _ in range(runs)])
+        where = None
+        if logs:
+            where = os.path.join(logs, name)
+            os.makedirs(where, exist_ok=True)
+        res[name] = common.stats([once(binary, pods, spare, fault, where) for _ in range(runs)])
     log(f"spares {pods} pods, {fault}: lost pod -> spare's worker running "
         f"{common.fmt_ms(res['spare'])}; lost pod -> survivors stopped "
         f"{common.fmt_ms(res['survivors'])}")
@@ -135,8 +141,9 @@ def main():
     ap.add_argument("--pods", type=int, default=8)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--fault", choices=("freeze", "kill"), default="freeze")
+    ap.add_argument("--logs", help="keep the last run's agent logs (level info) in this folder")
     a = ap.parse_args()
-    print(json.dumps(run(os.path.abspath(a.trainlet), a.pods, a.runs, a.fault)))
+    print(json.dumps(run(os.path.abspath(a.trainlet), a.pods, a.runs, a.fault, logs=a.logs)))
 
 
 if __name__ == "__main__":
