@@ -23,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include "file_util.h"
+#include "leader_roster.h"
 #include "output.h"
 #include "resident.h"
 #include "trainlet/agent/evidence.h"
@@ -201,9 +202,7 @@ class Pod {
     if (a.broadcast && a.broadcast->restart &&
         !RestartableClass(exitcodes::FailureClass(a.broadcast->failure_class))) {
       // A member whose failure points at its node leaves; a spare takes its place.
-      if (auto it = roster_.find(a.broadcast->failed_index); it != roster_.end()) {
-        it->second.must_leave = true;
-      }
+      if (roster_) roster_->MarkMustLeave(a.broadcast->failed_index);
     }
     if (a.report && !a.report->ok) {
       last_failure_class_ = exitcodes::FailureClass(a.report->failure_class);
@@ -337,8 +336,7 @@ class Pod {
       if (id.spares > 0) {  // hot spares: the membership policy places the pods
         lo.nnodes = id.nnodes + id.spares;
         lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, lo.nnodes);
-        lo.expected = ExpectedPods();
-        lo.plan = [this](const std::vector<std::uint32_t>& joined) { return PlanRound(joined); };
+        UseRoster(&lo, round_started);
       }
       auto leader = rendezvous::Leader::Listen(io_.get_executor(), options_.rdzv_port, lo);
       if (!leader.ok()) return leader.status();
@@ -382,58 +380,19 @@ class Pod {
     return Status::Ok();
   }
 
-  // ---- Hot spares (membership_policy.h): the leader's roster across generations ----
-
-  // The pods the next round waits for: every pod of the roster not lost and
-  // not leaving; empty (all indices) before the first generation.
-  std::set<std::uint32_t> ExpectedPods() const {
-    std::set<std::uint32_t> out;
-    for (const auto& [key, m] : roster_) {
-      if (!m.lost && !m.must_leave) out.insert(key);
+  // Hot spares: the leader's roster says when the round forms and who takes
+  // which node rank (leader_roster.h), asked at every join and on its timer.
+  void UseRoster(rendezvous::LeaderOptions* lo, Clock::time_point round_started) {
+    const PodIdentity& id = options_.identity;
+    if (!roster_) {
+      roster_.emplace(io_.get_executor(),
+                      FormationConfig{.min_nodes = id.nnodes, .max_nodes = id.nnodes,
+                                      .spares = id.spares, .last_call = options_.rdzv_last_call,
+                                      .timeout = options_.rdzv_timeout});
     }
-    return out;
-  }
-
-  // The leader's round: the joined pods with their last node ranks, and those
-  // that left, through PlanGeneration; node rank by index, nullopt to wait on.
-  std::optional<std::map<std::uint32_t, std::uint32_t>> PlanRound(
-      const std::vector<std::uint32_t>& joined) {
-    std::vector<MemberState> pods;
-    for (std::uint32_t key : joined) {
-      MemberState m{.key = key};
-      auto it = roster_.find(key);
-      if (it != roster_.end() && !it->second.lost && !it->second.must_leave) {
-        m.node_rank = it->second.node_rank;
-      }
-      pods.push_back(m);
-    }
-    for (const auto& [key, m] : roster_) {
-      if (std::find(joined.begin(), joined.end(), key) == joined.end()) pods.push_back(m);
-    }
-    const std::uint32_t n = options_.identity.nnodes;
-    GenerationPlan plan = PlanGeneration(pods, {.min_nodes = n, .max_nodes = n});
-    if (!plan.ready) return std::nullopt;
-    std::map<std::uint32_t, std::uint32_t> ranks;
-    for (std::uint32_t r = 0; r < plan.active.size(); ++r) ranks[plan.active[r]] = r;
-    planned_ = std::move(plan);
-    return ranks;
-  }
-
-  // The round formed as planned: the roster is the plan; who replaced whom is said.
-  void AdoptPlan(std::uint32_t generation) {
-    if (!planned_) return;
-    roster_.clear();
-    for (std::uint32_t r = 0; r < planned_->active.size(); ++r) {
-      roster_[planned_->active[r]] = {.key = planned_->active[r], .node_rank = r};
-    }
-    for (std::uint32_t key : planned_->waiting) roster_[key] = {.key = key};
-    for (const auto& [left, spare] : planned_->replaced) {
-      replacements_.emplace_back(left, spare);
-      spdlog::warn("generation {}: spare pod {} takes node rank {} of pod {}", generation, spare,
-                   *planned_->NodeRankOf(spare), left);
-    }
-    spares_waiting_ = std::set<std::uint32_t>(planned_->waiting.begin(), planned_->waiting.end());
-    planned_.reset();
+    roster_->StartRound(round_started, [this] { if (leader_) leader_->Reconsider(); });
+    lo->expected = roster_->Expected();
+    lo->plan = [this](const std::vector<std::uint32_t>& joined) { return roster_->Plan(joined); };
   }
 
   // Another pod acting as this gang's leader (leader_probe.h): both stop, config.
@@ -453,6 +412,7 @@ class Pod {
 
   void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
     if (leader_probe_) leader_probe_->Cancel();
+    if (roster_) roster_->Cancel();
     deadline_timer_.cancel();
     in_rendezvous_ = false;
     rendezvous_seconds_ = std::chrono::duration<double>(Clock::now() - round_started_).count();
@@ -470,7 +430,7 @@ class Pod {
     rank_base_ = a.rank_base;
     generation_ = a.generation;
     SetLogGeneration(generation_);
-    if (leader_) AdoptPlan(a.generation);
+    if (roster_) roster_->Adopt(a.generation);
     spare_ = a.spare;
     if (a.spare) {
       spdlog::info("rendezvous {:.1f} ms: generation {}: a hot spare, waiting without workers "
@@ -638,7 +598,8 @@ class Pod {
       spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure",
                    a.generation, id.nproc_per_node, Ms(Clock::now() - failed_at_));
     }
-    Feed(gang::Assigned{.generation = a.generation, .spares = spares_waiting_});
+    Feed(gang::Assigned{.generation = a.generation,
+                        .spares = roster_ ? roster_->waiting() : std::set<std::uint32_t>{}});
     // Only now: gang events that arrived early (replayed here) can stop workers.
     StartGangChannel();
     StartStallWatch();
@@ -662,7 +623,7 @@ class Pod {
                        : rendezvous_seconds_;
     m.pods_expected = id.nnodes;
     m.spare = spare_ && !in_rendezvous_;
-    m.replacements = replacements_;
+    if (roster_) m.replacements = roster_->replacements();
     m.pods_joined = in_rendezvous_ ? (leader_ ? leader_->admitted() : 0)
                                    : (gang_formed_ ? id.nnodes : 0);
     for (std::uint32_t lr = 0; supervisor_ && lr < id.nproc_per_node; ++lr) {
@@ -853,8 +814,7 @@ class Pod {
                [this, epoch](std::uint32_t index, const std::string& why) {
                  if (epoch != epoch_) return;
                  // While the gang restarts, every pod closes its connection to rejoin.
-                 auto it = roster_.find(index);
-                 if (it != roster_.end() && !policy_.role().gen().restarting) it->second.lost = true;
+                 if (roster_ && !policy_.role().gen().restarting) roster_->MarkLost(index);
                  Feed(gang::Lost{index, why});
                }},
           heartbeat, misses);
@@ -1098,6 +1058,7 @@ class Pod {
     if (leader_probe_) leader_probe_->Cancel();
     if (member_) member_->Close();
     if (leader_) leader_->Close();
+    if (roster_) roster_->Cancel();
     deadline_timer_.cancel();
     hang_timer_.cancel();
     diag_timer_.cancel();
@@ -1147,13 +1108,9 @@ class Pod {
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;  // until the first gang forms
   std::shared_ptr<rendezvous::LeaderProbe> leader_probe_;    // ... likewise
   std::string leader_id_;  // this pod's leader instance id (LeaderOptions::leader_id)
-  // Hot spares (--spares). Leader: the pods of the last generation (node ranks,
-  // lost, leaving), the plan of the round being formed, the spares waiting, and
-  // every replacement so far. Any pod: whether it waits as a spare now.
-  std::map<std::uint32_t, MemberState> roster_;
-  std::optional<GenerationPlan> planned_;
-  std::set<std::uint32_t> spares_waiting_;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> replacements_;
+  // Hot spares (--spares). Leader: its roster across generations
+  // (leader_roster.h). Any pod: whether it waits as a spare now.
+  std::optional<LeaderRoster> roster_;
   bool spare_ = false;
   std::shared_ptr<rendezvous::Member> member_;
   std::unique_ptr<Supervisor> supervisor_;

@@ -289,8 +289,6 @@ std::vector<std::uint32_t> Leader::missing() const {
   return out;
 }
 
-bool Leader::ExpectedJoined() const { return missing().empty(); }
-
 // The node rank of every pod joined (LeaderOptions::plan), or by index without
 // a plan; nullopt while the round cannot form yet.
 std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
@@ -301,7 +299,6 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
     for (const auto& [index, conn] : im.members) ranks[index] = index;
     return ranks;
   }
-  if (!ExpectedJoined()) return std::nullopt;
   std::vector<std::uint32_t> joined{0};
   for (const auto& [index, conn] : im.members) joined.push_back(index);
   return im.options.plan(joined);
@@ -752,6 +749,10 @@ void Leader::EvictPending() {
                    std::to_string(im.pending) + " connections are mid-handshake (" +
                    std::to_string(most->second) + " from " + address + "; its oldest goes)");
   Drop(victim);
+}
+
+void Leader::Reconsider() {
+  if (impl_ && impl_->own) MaybeAssign();
 }
 
 void Leader::MaybeAssign() {

@@ -867,6 +867,45 @@ TEST_F(RendezvousTest, WaitingMembersGetHeartbeatsAndKeepTheirPlace) {
   ASSERT_TRUE(second && second->ok());
 }
 
+// With a plan (hot spares, elastic sizes), the leader asks it at every join and
+// at Reconsider (the agent's last-call timer): the round forms only when the
+// plan says so; a joined pod it leaves out waits as a spare.
+TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
+  LeaderOptions o;
+  bool ready = false;
+  std::vector<std::vector<std::uint32_t>> asked;
+  o.plan = [&](const std::vector<std::uint32_t>& joined)
+      -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
+    asked.push_back(joined);
+    if (!ready) return std::nullopt;
+    return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {2, 1}};
+  };
+  auto leader = MakeLeader(3, 0, "", o);
+  Outcome own;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i : {1u, 2u}) {
+    members.push_back(MakeMember(HelloFor(i, 3), leader->port()));
+    members.back()->Start([&got, i](auto r) { got[i] = r; });
+  }
+  RunUntil([&] { return !asked.empty() && asked.back().size() == 3; });
+  ASSERT_FALSE(asked.empty());
+  EXPECT_EQ(asked.back(), (std::vector<std::uint32_t>{0, 1, 2}));
+  io_.run_for(100ms);
+  EXPECT_FALSE(own) << "formed without the plan's word";
+  ready = true;
+  leader->Reconsider();
+  RunUntil([&] { return own && got.size() == 2; });
+  ASSERT_TRUE(own && own->ok());
+  EXPECT_EQ((*own)->nnodes, 2u);
+  ASSERT_TRUE(got[2] && got[2]->ok());
+  EXPECT_EQ((*got[2])->node_rank, std::optional<std::uint32_t>(1));
+  EXPECT_EQ((*got[2])->rank_base, 2u);
+  ASSERT_TRUE(got[1] && got[1]->ok());
+  EXPECT_TRUE((*got[1])->spare);
+}
+
 // A peer that never reads cannot make the send queue grow without bound.
 TEST(FrameQueueTest, QueueIsBoundedForAPeerThatDoesNotRead) {
   asio::io_context io;
