@@ -1,13 +1,13 @@
 #include "trainlet/agent/identity.h"
 
-#include "trainlet/agent/torchrun.h"
-
 #include <cctype>
 #include <charconv>
 #include <sstream>
 #include <vector>
 
 #include <boost/asio/ip/address.hpp>
+
+#include "trainlet/agent/tunables.h"
 
 namespace trainlet::agent {
 namespace {
@@ -16,8 +16,6 @@ using exitcodes::Result;
 using exitcodes::Status;
 
 constexpr char kIndexAnnotation[] = "batch.kubernetes.io/job-completion-index";
-constexpr std::uint32_t kMaxPods = 1'000'000;
-constexpr std::uint32_t kMaxWorkersPerPod = 1024;
 
 std::optional<std::string> Env(const IdentityInputs& in, const std::string& name) {
   auto it = in.env.find(name);
@@ -160,58 +158,6 @@ Result<GangLayout> ParseGang(const std::string& what, const std::string& value) 
   return layout;
 }
 
-Status ValidateDnsName(const std::string& what, const std::string& name) {
-  std::string n = name;
-  if (!n.empty() && n.back() == '.') n.pop_back();
-  if (n.size() > 253) {
-    return Status::Config(what + "=" + Quote(name) + " is " + std::to_string(n.size()) +
-                          " characters; a DNS name has at most 253 (RFC 1035 2.3.4)");
-  }
-  for (const std::string& label : Split(n, '.')) {
-    if (label.size() > 63) {
-      return Status::Config(what + "=" + Quote(name) + ": label " + Quote(label) + " is " +
-                            std::to_string(label.size()) +
-                            " characters; a DNS label has at most 63 (RFC 1035 2.3.4; "
-                            "Kubernetes truncates longer pod hostnames)");
-    }
-    bool ok = !label.empty() && label.front() != '-' && label.back() != '-';
-    for (char c : label) {
-      ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-');
-    }
-    if (!ok) {
-      return Status::Config(what + "=" + Quote(name) + ": label " + Quote(label) +
-                            " is not a DNS label (1 to 63 letters, digits and '-', not starting "
-                            "or ending with '-'; RFC 1123 2.1)");
-    }
-  }
-  return Status::Ok();
-}
-
-Result<std::uint32_t> ParseCount(const std::string& what, const std::string& value,
-                                 std::uint32_t max) {
-  if (value.find("$(") != std::string::npos) {
-    return Status::Config(
-        what + "=" + Quote(value) +
-        " is an unexpanded Kubernetes $(VAR) reference: the kubelet expands only variables "
-        "defined earlier in the env list, and the Job controller appends JOB_COMPLETION_INDEX "
-        "after yours (kubernetes/kubernetes#121523); read JOB_COMPLETION_INDEX directly");
-  }
-  const bool canonical = !value.empty() && (value == "0" || (value[0] >= '1' && value[0] <= '9')) &&
-                         value.find_first_not_of("0123456789") == std::string::npos;
-  if (!canonical) {
-    return Status::Config(what + "=" + Quote(value) +
-                          " is not a canonical non-negative decimal integer");
-  }
-  std::uint64_t n = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (ec != std::errc() || ptr != value.data() + value.size() || n > max) {
-    return Status::Config(what + "=" + Quote(value) + " is too large: larger than " +
-                          std::to_string(max));
-  }
-  return static_cast<std::uint32_t>(n);
-}
-
 std::optional<std::string> LookupPodInfo(const std::string& content, const std::string& key) {
   std::istringstream is(content);
   std::string line;
@@ -296,25 +242,20 @@ std::string FqdnFromHosts(const std::string& etc_hosts, const std::string& hostn
   return best;
 }
 
-Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
-  PodIdentity id;
+namespace {
 
-  // The downward-API files (a volume with `labels` and `annotations`): JobSet
-  // puts its keys in both, the Job controller its completion index in the
-  // annotations and its UID in the labels.
-  const std::string dir = in.podinfo_dir.value_or(
-      in.podinfo_file ? in.podinfo_file->substr(0, in.podinfo_file->rfind('/') + 1)
-                      : std::string("/etc/podinfo"));
-  auto in_dir = [&dir](const std::string& file) {
-    return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
-  };
-  const std::string annotations_path = in.podinfo_file.value_or(in_dir("annotations"));
+// The downward-API files (a volume with `labels` and `annotations`): JobSet
+// puts its keys in both, the Job controller its completion index in the
+// annotations and its UID in the labels.
+struct PodInfo {
+  std::string dir;
+  std::string annotations_path;
   std::optional<std::string> annotations, labels;
-  if (in.read_file) {
-    annotations = in.read_file(annotations_path);
-    labels = in.read_file(in_dir("labels"));
+
+  std::string InDir(const std::string& file) const {
+    return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
   }
-  auto podinfo = [&](const std::string& key) -> std::optional<Sourced> {
+  std::optional<Sourced> Lookup(const std::string& key) const {
     if (annotations) {
       if (auto v = LookupPodInfo(*annotations, key)) return Sourced{"annotation " + key, *v};
     }
@@ -322,20 +263,61 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
       if (auto v = LookupPodInfo(*labels, key)) return Sourced{"label " + key, *v};
     }
     return std::nullopt;
-  };
-
-  std::optional<GangLayout> layout;
-  if (in.gang) {
-    auto g = ParseGang("--gang/TRAINLET_GANG", *in.gang);
-    if (!g.ok()) return g.status();
-    layout = std::move(g).value();
-    id.gang = layout->ToString();
   }
+};
 
-  // Completion index (with --gang, --node-rank and PET_NODE_RANK are the gang
-  // index itself: torchrun's node rank).
-  std::optional<Sourced> index;
+PodInfo ReadPodInfo(const IdentityInputs& in) {
+  PodInfo p;
+  p.dir = in.podinfo_dir.value_or(
+      in.podinfo_file ? in.podinfo_file->substr(0, in.podinfo_file->rfind('/') + 1)
+                      : std::string("/etc/podinfo"));
+  p.annotations_path = in.podinfo_file.value_or(p.InDir("annotations"));
+  if (in.read_file) {
+    p.annotations = in.read_file(p.annotations_path);
+    p.labels = in.read_file(p.InDir("labels"));
+  }
+  return p;
+}
+
+// What ResolveIdentity's steps share: the inputs, what earlier steps found,
+// and the identity being built. Each step is one section of the precedence
+// documented at ResolveIdentity (identity.h), in that order.
+struct Resolution {
+  const IdentityInputs& in;
+  PodInfo files;
+  std::optional<GangLayout> layout;
+  std::optional<Sourced> index;  // the completion index (or gang index) as given
   bool index_is_gang_index = false;
+  std::optional<Sourced> nnodes;
+  std::size_t role = 0;  // this pod's role in `layout`
+  std::optional<JobSetHost> host_parts;
+  std::optional<std::string> own_prefix;  // "<prefix>" of this pod's "<prefix>-<index>"
+  PodIdentity id;
+
+  explicit Resolution(const IdentityInputs& inputs) : in(inputs), files(ReadPodInfo(inputs)) {}
+
+  std::optional<Sourced> podinfo(const std::string& key) const { return files.Lookup(key); }
+  std::string in_dir(const std::string& file) const { return files.InDir(file); }
+  // The steps, in ResolveIdentity's order.
+  void FindIndex();
+  Status ResolveGangSize();
+  Status PlaceByJobSetRole();
+  Status PlaceInGang();
+  Status ResolveWorkers();
+  Status LeaderFromCoordinator(const Sourced& coordinator);
+  Status LeaderGiven(const Sourced& leader);
+  Status UseDerivedLeader(const std::string& host, const std::string& derived_from,
+                          std::string source);
+  Status LeaderFromJobSetName();
+  Status LeaderFromFqdn();
+  Status ResolveLeader();
+  Status ResolveAttempt();
+  Status ResolveJobId();
+};
+
+// Completion index (with --gang, --node-rank and PET_NODE_RANK are the gang
+// index itself: torchrun's node rank).
+void Resolution::FindIndex() {
   if (in.node_rank) {
     index = Sourced{in.node_rank_source, *in.node_rank};
     index_is_gang_index = layout.has_value();
@@ -343,15 +325,17 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     index = Sourced{"JOB_COMPLETION_INDEX", *v};
   } else if (auto v = Env(in, "PET_NODE_RANK"); v && !layout) {
     index = Sourced{"PET_NODE_RANK", *v};
-  } else if (auto a = annotations ? LookupPodInfo(*annotations, kIndexAnnotation) : std::nullopt) {
-    index = Sourced{annotations_path + " (" + kIndexAnnotation + ")", *a};
+  } else if (auto a = files.annotations ? LookupPodInfo(*files.annotations, kIndexAnnotation)
+                                        : std::nullopt) {
+    index = Sourced{files.annotations_path + " (" + kIndexAnnotation + ")", *a};
   } else if (auto v = Env(in, "PET_NODE_RANK")) {
     index = Sourced{"PET_NODE_RANK", *v};
     index_is_gang_index = true;
   }
+}
 
-  // Gang size.
-  std::optional<Sourced> nnodes;
+// Gang size.
+Status Resolution::ResolveGangSize() {
   if (in.nnodes) {
     nnodes = Sourced{in.nnodes_source, *in.nnodes};
   } else if (auto v = Env(in, "PET_NNODES")) {
@@ -381,11 +365,82 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
         "Job's completions; this pod has index " + Quote(index->value) + " from " +
         index->source + " and pods cannot read the Job's completions (kubernetes#106009)");
   }
+  return Status::Ok();
+}
 
-  // The role of this pod in the gang's layout.
-  std::size_t role = 0;
-  std::optional<JobSetHost> host_parts;
-  if (layout) host_parts = ParseJobSetHost(in.hostname, *layout);
+// With --gang and a completion index: the role and job index from JobSet's
+// labels or hostname, the gang index from the layout.
+Status Resolution::PlaceByJobSetRole() {
+  if (!index) {
+    return Status::Config("--gang " + Quote(id.gang) +
+                          " but this pod has no completion index: run it in a JobSet (Indexed "
+                          "Jobs set JOB_COMPLETION_INDEX), or set --node-rank to its gang index");
+  }
+  std::optional<Sourced> role_name = podinfo("jobset.sigs.k8s.io/replicatedjob-name");
+  if (!role_name && host_parts) {
+    role_name = Sourced{"hostname " + Quote(in.hostname), layout->roles[host_parts->role].name};
+  }
+  if (!role_name) {
+    return Status::Config(
+        "--gang " + Quote(id.gang) + " but this pod's replicated Job is unknown: mount the "
+        "pod's labels (downward API) at " + in_dir("labels") + " or give it a JobSet hostname "
+        "<jobset>-<role>-<jobIndex>-<podIndex> (hostname is " + Quote(in.hostname) + ")");
+  }
+  bool found = false;
+  for (role = 0; role < layout->roles.size(); ++role) {
+    if (layout->roles[role].name == role_name->value) {
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    return Status::Config(role_name->source + "=" + Quote(role_name->value) +
+                          " is not a role of --gang " + Quote(id.gang));
+  }
+  const GangRole& r = layout->roles[role];
+  if (auto reps = podinfo("jobset.sigs.k8s.io/replicatedjob-replicas")) {
+    auto n = ParseCount(reps->source, reps->value, kMaxPods);
+    if (!n.ok()) return n.status();
+    if (*n != r.replicas) {
+      return Status::Config(reps->source + "=" + Quote(reps->value) + " but --gang " +
+                            Quote(id.gang) + " gives role " + r.name + " " +
+                            std::to_string(r.replicas) + " replica(s)");
+    }
+  }
+  std::optional<Sourced> job_index = podinfo("jobset.sigs.k8s.io/job-index");
+  if (!job_index && host_parts && host_parts->role == role) {
+    job_index = Sourced{"hostname " + Quote(in.hostname), host_parts->job_index};
+  }
+  if (!job_index && r.replicas == 1) job_index = Sourced{"default (one replica)", "0"};
+  if (!job_index) {
+    return Status::Config("role " + r.name + " has " + std::to_string(r.replicas) +
+                          " replicas but this pod's job index is unknown: mount the pod's "
+                          "labels (jobset.sigs.k8s.io/job-index) at " + in_dir("labels"));
+  }
+  auto j = ParseCount(job_index->source, job_index->value, kMaxPods);
+  if (!j.ok()) return j.status();
+  if (*j >= r.replicas) {
+    return Status::Config(job_index->source + "=" + Quote(job_index->value) +
+                          " is not below role " + r.name + "'s " + std::to_string(r.replicas) +
+                          " replica(s) in --gang " + Quote(id.gang));
+  }
+  auto c = ParseCount(index->source, index->value, kMaxPods);
+  if (!c.ok()) return c.status();
+  if (*c >= r.pods_per_job) {
+    return Status::Config(index->source + "=" + Quote(index->value) +
+                          " is not below role " + r.name + "'s " +
+                          std::to_string(r.pods_per_job) + " pods per Job in --gang " +
+                          Quote(id.gang));
+  }
+  id.index = layout->pods_before(role) + *j * r.pods_per_job + *c;
+  id.index_source = "--gang: role " + r.name + " (" + role_name->source + "), job " +
+                    std::to_string(*j) + ", completion index " + std::to_string(*c) + " (" +
+                    index->source + ")";
+  return Status::Ok();
+}
+
+// The role of this pod in the gang's layout.
+Status Resolution::PlaceInGang() {
   if (layout && index && index_is_gang_index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
@@ -400,71 +455,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   } else if (layout && !index && id.nnodes == 1) {
     id.index_source = "default (single pod)";
   } else if (layout) {
-    if (!index) {
-      return Status::Config("--gang " + Quote(id.gang) +
-                            " but this pod has no completion index: run it in a JobSet (Indexed "
-                            "Jobs set JOB_COMPLETION_INDEX), or set --node-rank to its gang index");
-    }
-    std::optional<Sourced> role_name = podinfo("jobset.sigs.k8s.io/replicatedjob-name");
-    if (!role_name && host_parts) {
-      role_name = Sourced{"hostname " + Quote(in.hostname), layout->roles[host_parts->role].name};
-    }
-    if (!role_name) {
-      return Status::Config(
-          "--gang " + Quote(id.gang) + " but this pod's replicated Job is unknown: mount the "
-          "pod's labels (downward API) at " + in_dir("labels") + " or give it a JobSet hostname "
-          "<jobset>-<role>-<jobIndex>-<podIndex> (hostname is " + Quote(in.hostname) + ")");
-    }
-    bool found = false;
-    for (role = 0; role < layout->roles.size(); ++role) {
-      if (layout->roles[role].name == role_name->value) {
-        found = true;
-        break;
-      }
-    }
-    if (!found) {
-      return Status::Config(role_name->source + "=" + Quote(role_name->value) +
-                            " is not a role of --gang " + Quote(id.gang));
-    }
-    const GangRole& r = layout->roles[role];
-    if (auto reps = podinfo("jobset.sigs.k8s.io/replicatedjob-replicas")) {
-      auto n = ParseCount(reps->source, reps->value, kMaxPods);
-      if (!n.ok()) return n.status();
-      if (*n != r.replicas) {
-        return Status::Config(reps->source + "=" + Quote(reps->value) + " but --gang " +
-                              Quote(id.gang) + " gives role " + r.name + " " +
-                              std::to_string(r.replicas) + " replica(s)");
-      }
-    }
-    std::optional<Sourced> job_index = podinfo("jobset.sigs.k8s.io/job-index");
-    if (!job_index && host_parts && host_parts->role == role) {
-      job_index = Sourced{"hostname " + Quote(in.hostname), host_parts->job_index};
-    }
-    if (!job_index && r.replicas == 1) job_index = Sourced{"default (one replica)", "0"};
-    if (!job_index) {
-      return Status::Config("role " + r.name + " has " + std::to_string(r.replicas) +
-                            " replicas but this pod's job index is unknown: mount the pod's "
-                            "labels (jobset.sigs.k8s.io/job-index) at " + in_dir("labels"));
-    }
-    auto j = ParseCount(job_index->source, job_index->value, kMaxPods);
-    if (!j.ok()) return j.status();
-    if (*j >= r.replicas) {
-      return Status::Config(job_index->source + "=" + Quote(job_index->value) +
-                            " is not below role " + r.name + "'s " + std::to_string(r.replicas) +
-                            " replica(s) in --gang " + Quote(id.gang));
-    }
-    auto c = ParseCount(index->source, index->value, kMaxPods);
-    if (!c.ok()) return c.status();
-    if (*c >= r.pods_per_job) {
-      return Status::Config(index->source + "=" + Quote(index->value) +
-                            " is not below role " + r.name + "'s " +
-                            std::to_string(r.pods_per_job) + " pods per Job in --gang " +
-                            Quote(id.gang));
-    }
-    id.index = layout->pods_before(role) + *j * r.pods_per_job + *c;
-    id.index_source = "--gang: role " + r.name + " (" + role_name->source + "), job " +
-                      std::to_string(*j) + ", completion index " + std::to_string(*c) + " (" +
-                      index->source + ")";
+    if (auto st = PlaceByJobSetRole(); !st.ok()) return st;
   } else if (index) {
     auto n = ParseCount(index->source, index->value, kMaxPods);
     if (!n.ok()) return n.status();
@@ -485,7 +476,7 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
         nnodes->source + "=" + Quote(nnodes->value) +
         " but this pod has no index: run it in an Indexed Job (JOB_COMPLETION_INDEX), or set "
         "--node-rank / PET_NODE_RANK, or mount the job-completion-index annotation at " +
-        annotations_path);
+        files.annotations_path);
   } else {
     id.index_source = "default (single pod)";
   }
@@ -497,8 +488,11 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   // An index the Job controller gave (not a flag): the gang spans pods.
   id.index_from_job = index && (index->source == "JOB_COMPLETION_INDEX" ||
                                 index->source.find(kIndexAnnotation) != std::string::npos);
+  return Status::Ok();
+}
 
-  // Workers per pod.
+// Workers per pod.
+Status Resolution::ResolveWorkers() {
   std::optional<Sourced> nproc;
   if (in.nproc_per_node) {
     nproc = Sourced{in.nproc_per_node_source, *in.nproc_per_node};
@@ -521,12 +515,123 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   } else {
     id.role_world_size = id.nnodes * id.nproc_per_node;
   }
+  return Status::Ok();
+}
 
-  // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`).
-  id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
-  std::optional<std::string> own_prefix = IndexedPrefix(in.hostname);
+// JobSet's coordinator names gang index 0.
+Status Resolution::LeaderFromCoordinator(const Sourced& coordinator) {
+  const std::string& name = coordinator.value;
+  if (auto s = ValidateDnsName(coordinator.source, name); !s.ok()) return s;
+  std::string first = name.substr(0, name.find('.'));
+  auto parts = ParseJobSetHost(first, *layout);
+  bool is_zero = parts && parts->role == 0 && parts->job_index == "0" && parts->pod_index == "0";
+  if (!is_zero) {
+    return Status::Config(
+        coordinator.source + "=" + Quote(name) + " is not gang index 0, trainlet's leader: "
+        "set the JobSet's spec.coordinator to replicatedJob " + layout->roles[0].name +
+        ", jobIndex 0, podIndex 0 (the first role of --gang " + Quote(id.gang) + ")");
+  }
+  // "<host>.<subdomain>": complete it with this pod's own domain so the
+  // resolver asks for exactly that name (see the derived case below).
+  auto own_labels = Split(id.own_fqdn, '.');
+  auto labels_of = Split(name, '.');
+  if (labels_of.size() == 2 && own_labels.size() > 2 && labels_of[1] == own_labels[1] &&
+      name.back() != '.') {
+    id.leader_host = name + id.own_fqdn.substr(id.own_fqdn.find('.', in.hostname.size() + 1)) +
+                     ".";
+  } else {
+    id.leader_host = name;
+  }
+  id.leader_source = coordinator.source;
+  return Status::Ok();
+}
 
-  // The leader.
+// A leader name or address given: checked against this pod's own domain.
+Status Resolution::LeaderGiven(const Sourced& leader) {
+  const std::string& name = leader.value;
+  if (name.empty() || name.find("$(") != std::string::npos ||
+      name.find_first_of(" \t/") != std::string::npos) {
+    return Status::Config(leader.source + "=" + Quote(name) + " is not a host name or address");
+  }
+  if (!IsIpLiteral(name)) {
+    if (auto s = ValidateDnsName(leader.source, name); !s.ok()) return s;
+  }
+  // A leader name in another subdomain than this pod's never resolves to a
+  // member of this Job (kubernetes-sigs/jobset#603): fail now, not after the
+  // rendezvous timeout.
+  if (!IsIpLiteral(name) && !id.own_fqdn.empty()) {
+    auto leader_labels = Split(name, '.');
+    auto own_labels = Split(id.own_fqdn, '.');
+    if (leader_labels.size() >= 2 && own_labels.size() >= 2 &&
+        leader_labels[1] != own_labels[1]) {
+      std::string suggestion = own_prefix ? *own_prefix + "-0." + own_labels[1] : "";
+      return Status::Config(
+          leader.source + "=" + Quote(name) + " is in subdomain '" + leader_labels[1] +
+          "' but this pod is " + id.own_fqdn + " (subdomain '" + own_labels[1] + "')" +
+          (suggestion.empty() ? "" : "; did you mean " + suggestion + "?"));
+    }
+  }
+  id.leader_host = name;
+  id.leader_source = leader.source;
+  return Status::Ok();
+}
+
+// The leader's first label `host` in this pod's own domain, absolute (trailing
+// dot): the resolver asks for exactly this name instead of first trying it
+// under every search domain (ndots:5 in pods), which would cost queries and
+// seed negative caches with names that never exist.
+Status Resolution::UseDerivedLeader(const std::string& host, const std::string& derived_from,
+                                    std::string source) {
+  id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
+  if (auto s = ValidateDnsName("the leader's name derived from " + derived_from, id.leader_host);
+      !s.ok()) {
+    return s;
+  }
+  id.leader_source = std::move(source);
+  return Status::Ok();
+}
+
+// JobSet names pods <jobset>-<replicatedJob>-<jobIndex>-<podIndex> in the
+// subdomain of its headless Service (network.enableDNSHostnames); gang
+// index 0 is the first pod of the first Job of the first role.
+Status Resolution::LeaderFromJobSetName() {
+  std::optional<std::string> jobset;
+  std::string jobset_source;
+  if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
+    jobset = j->value;
+    jobset_source = j->source;
+  } else if (host_parts) {
+    jobset = host_parts->jobset;
+    jobset_source = "hostname " + Quote(in.hostname);
+  }
+  if (id.own_fqdn.empty() || !jobset) {
+    return Status::Config(
+        "cannot find the gang's leader: set --master-addr to the name of the first pod of "
+        "role " + layout->roles[0].name + ", or run the pods in a JobSet with "
+        "network.enableDNSHostnames so the leader's name can be derived (hostname " +
+        Quote(in.hostname) +
+        (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " is not <jobset>-<role>-<j>-<i>)"));
+  }
+  return UseDerivedLeader(*jobset + "-" + layout->roles[0].name + "-0-0",
+                          jobset_source + " and --gang",
+                          "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn);
+}
+
+// The leader's name derived from this pod's FQDN: "<prefix>-0.<same domain>.".
+Status Resolution::LeaderFromFqdn() {
+  if (id.own_fqdn.empty() || !own_prefix) {
+    return Status::Config(
+        "cannot find the leader: set --master-addr (or MASTER_ADDR) to the name of the pod "
+        "with index 0, or give the pods a `subdomain` matching a headless Service so the "
+        "leader's name can be derived (hostname " + Quote(in.hostname) +
+        (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " does not end in -<index>)"));
+  }
+  return UseDerivedLeader(*own_prefix + "-0", "this pod's FQDN",
+                          "derived from this pod's FQDN " + id.own_fqdn);
+}
+
+// The leader.
+Status Resolution::ResolveLeader() {
   std::optional<Sourced> leader;
   if (in.master_addr) {
     leader = Sourced{in.master_addr_source, *in.master_addr};
@@ -542,107 +647,15 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     // "<jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>").
     coordinator = podinfo("jobset.sigs.k8s.io/coordinator");
   }
-  if (coordinator) {
-    const std::string& name = coordinator->value;
-    if (auto s = ValidateDnsName(coordinator->source, name); !s.ok()) return s;
-    std::string first = name.substr(0, name.find('.'));
-    auto parts = ParseJobSetHost(first, *layout);
-    bool is_zero = parts && parts->role == 0 && parts->job_index == "0" && parts->pod_index == "0";
-    if (!is_zero) {
-      return Status::Config(
-          coordinator->source + "=" + Quote(name) + " is not gang index 0, trainlet's leader: "
-          "set the JobSet's spec.coordinator to replicatedJob " + layout->roles[0].name +
-          ", jobIndex 0, podIndex 0 (the first role of --gang " + Quote(id.gang) + ")");
-    }
-    // "<host>.<subdomain>": complete it with this pod's own domain so the
-    // resolver asks for exactly that name (see the derived case below).
-    auto own_labels = Split(id.own_fqdn, '.');
-    auto labels_of = Split(name, '.');
-    if (labels_of.size() == 2 && own_labels.size() > 2 && labels_of[1] == own_labels[1] &&
-        name.back() != '.') {
-      id.leader_host = name + id.own_fqdn.substr(id.own_fqdn.find('.', in.hostname.size() + 1)) +
-                       ".";
-    } else {
-      id.leader_host = name;
-    }
-    id.leader_source = coordinator->source;
-  } else if (leader) {
-    const std::string& name = leader->value;
-    if (name.empty() || name.find("$(") != std::string::npos ||
-        name.find_first_of(" \t/") != std::string::npos) {
-      return Status::Config(leader->source + "=" + Quote(name) + " is not a host name or address");
-    }
-    if (!IsIpLiteral(name)) {
-      if (auto s = ValidateDnsName(leader->source, name); !s.ok()) return s;
-    }
-    // A leader name in another subdomain than this pod's never resolves to a
-    // member of this Job (kubernetes-sigs/jobset#603): fail now, not after the
-    // rendezvous timeout.
-    if (!IsIpLiteral(name) && !id.own_fqdn.empty()) {
-      auto leader_labels = Split(name, '.');
-      auto own_labels = Split(id.own_fqdn, '.');
-      if (leader_labels.size() >= 2 && own_labels.size() >= 2 &&
-          leader_labels[1] != own_labels[1]) {
-        std::string suggestion = own_prefix ? *own_prefix + "-0." + own_labels[1] : "";
-        return Status::Config(
-            leader->source + "=" + Quote(name) + " is in subdomain '" + leader_labels[1] +
-            "' but this pod is " + id.own_fqdn + " (subdomain '" + own_labels[1] + "')" +
-            (suggestion.empty() ? "" : "; did you mean " + suggestion + "?"));
-      }
-    }
-    id.leader_host = name;
-    id.leader_source = leader->source;
-  } else if (id.nnodes > 1 && layout) {
-    // JobSet names pods <jobset>-<replicatedJob>-<jobIndex>-<podIndex> in the
-    // subdomain of its headless Service (network.enableDNSHostnames); gang
-    // index 0 is the first pod of the first Job of the first role.
-    std::optional<std::string> jobset;
-    std::string jobset_source;
-    if (auto j = podinfo("jobset.sigs.k8s.io/jobset-name")) {
-      jobset = j->value;
-      jobset_source = j->source;
-    } else if (host_parts) {
-      jobset = host_parts->jobset;
-      jobset_source = "hostname " + Quote(in.hostname);
-    }
-    if (id.own_fqdn.empty() || !jobset) {
-      return Status::Config(
-          "cannot find the gang's leader: set --master-addr to the name of the first pod of "
-          "role " + layout->roles[0].name + ", or run the pods in a JobSet with "
-          "network.enableDNSHostnames so the leader's name can be derived (hostname " +
-          Quote(in.hostname) +
-          (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " is not <jobset>-<role>-<j>-<i>)"));
-    }
-    std::string host = *jobset + "-" + layout->roles[0].name + "-0-0";
-    id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
-    if (auto s = ValidateDnsName("the leader's name derived from " + jobset_source +
-                                     " and --gang",
-                                 id.leader_host);
-        !s.ok()) {
-      return s;
-    }
-    id.leader_source = "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn;
-  } else if (id.nnodes > 1) {
-    if (id.own_fqdn.empty() || !own_prefix) {
-      return Status::Config(
-          "cannot find the leader: set --master-addr (or MASTER_ADDR) to the name of the pod "
-          "with index 0, or give the pods a `subdomain` matching a headless Service so the "
-          "leader's name can be derived (hostname " + Quote(in.hostname) +
-          (id.own_fqdn.empty() ? " has no FQDN in /etc/hosts)" : " does not end in -<index>)"));
-    }
-    // Absolute (trailing dot): the resolver asks for exactly this name instead
-    // of first trying it under every search domain (ndots:5 in pods), which
-    // would cost queries and seed negative caches with names that never exist.
-    id.leader_host = *own_prefix + "-0" + id.own_fqdn.substr(in.hostname.size()) + ".";
-    if (auto s = ValidateDnsName("the leader's name derived from this pod's FQDN",
-                                 id.leader_host);
-        !s.ok()) {
-      return s;
-    }
-    id.leader_source = "derived from this pod's FQDN " + id.own_fqdn;
-  }
+  if (coordinator) return LeaderFromCoordinator(*coordinator);
+  if (leader) return LeaderGiven(*leader);
+  if (id.nnodes > 1 && layout) return LeaderFromJobSetName();
+  if (id.nnodes > 1) return LeaderFromFqdn();
+  return Status::Ok();
+}
 
-  // The job and attempt, which fence strangers and stale pods at the rendezvous.
+// The job and attempt, which fence strangers and stale pods at the rendezvous.
+Status Resolution::ResolveAttempt() {
   if (in.attempt) {
     auto n = ParseCount("--attempt/TRAINLET_ATTEMPT", *in.attempt, 1'000'000'000);
     if (!n.ok()) return n.status();
@@ -672,7 +685,11 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     id.job_restart_attempt = *n;
     id.job_restart_attempt_source = a->source;
   }
-  // The Job this pod belongs to (Kubernetes labels a Job's pods with its name).
+  return Status::Ok();
+}
+
+// The Job this pod belongs to (Kubernetes labels a Job's pods with its name).
+Status Resolution::ResolveJobId() {
   if (auto j = podinfo("batch.kubernetes.io/job-name")) {
     id.job_name = j->value;
   } else if (auto j2 = podinfo("job-name")) {
@@ -701,7 +718,32 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
     return Status::Config((in.job_id ? in.job_id_source : id.job_id_source) + "=" +
                           Quote(id.job_id) + " must be 1 to 253 characters");
   }
-  return id;
+  return Status::Ok();
+}
+}  // namespace
+
+Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
+  Resolution r(in);
+  if (in.gang) {
+    auto g = ParseGang("--gang/TRAINLET_GANG", *in.gang);
+    if (!g.ok()) return g.status();
+    r.layout = std::move(g).value();
+    r.id.gang = r.layout->ToString();
+  }
+  r.FindIndex();
+  if (auto st = r.ResolveGangSize(); !st.ok()) return st;
+  if (r.layout) r.host_parts = ParseJobSetHost(in.hostname, *r.layout);
+  for (auto step : {&Resolution::PlaceInGang, &Resolution::ResolveWorkers}) {
+    if (auto st = (r.*step)(); !st.ok()) return st;
+  }
+  // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`).
+  r.id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
+  r.own_prefix = IndexedPrefix(in.hostname);
+  for (auto step : {&Resolution::ResolveLeader, &Resolution::ResolveAttempt,
+                    &Resolution::ResolveJobId}) {
+    if (auto st = (r.*step)(); !st.ok()) return st;
+  }
+  return r.id;
 }
 
 std::optional<std::string> UnauthenticatedGangNotice(const PodIdentity& id, bool has_token,

@@ -84,17 +84,11 @@ std::vector<std::uint16_t> FreeLoopbackPorts(std::size_t n) {
   return ports;
 }
 
-int RunLocal(const LocalOptions& o) {
-  if (::getpid() != 1) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  // JAX's coordinator gets one too: two local runs on one machine never share a port.
-  const std::vector<std::uint16_t> ports = FreeLoopbackPorts(3);
-  if (ports.empty()) {
-    spdlog::error("exit {}: no free loopback port", exitcodes::kExitInfra);
-    return exitcodes::kExitInfra;
-  }
-  const std::uint16_t rdzv_port = ports[0], master_port = ports[1];
-  // The agents' environment: ours, without the per-pod inputs that would
-  // contradict the flags below.
+namespace {
+
+// The agents' environment: ours, without the per-pod inputs that would
+// contradict their flags (AgentArgv), and with kLocalGangVariable = job_id.
+std::vector<std::string> AgentEnvironment(const std::string& job_id) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
@@ -105,34 +99,72 @@ int RunLocal(const LocalOptions& o) {
     }
     env.push_back(kv);
   }
-  const std::string job_id = "local-" + std::to_string(::getpid());
   // Every agent's leader is 127.0.0.1 in this one pod (identity.h: a loopback
   // leader is refused only where the gang spans pods).
   env.push_back(std::string(kLocalGangVariable) + "=" + job_id);
-  std::vector<WorkerSpec> agents;
-  for (std::uint32_t i = 0; i < o.nnodes; ++i) {
-    std::vector<std::string> argv = {
-        o.self_exe,          "--nnodes",       std::to_string(o.nnodes),
-        "--nproc-per-node",  std::to_string(o.nproc_per_node),
-        "--node-rank",       std::to_string(i),
-        "--master-addr",     "127.0.0.1",
-        "--rdzv-port",       std::to_string(rdzv_port),
-        "--master-port",     std::to_string(master_port),
-        "--jax-port",        std::to_string(ports[2]),
-        "--job-id",          job_id,
-        "--grace-period",    std::to_string(o.grace.count() / 1000.0),
-        "--rdzv-timeout",    std::to_string(o.rdzv_timeout.count() / 1000.0),
-        "--log-level",       o.log_level};
-    argv.insert(argv.end(), o.pass_through.begin(), o.pass_through.end());
-    if (o.health_port != 0) argv.insert(argv.end(), {"--health-port", std::to_string(o.health_port + i)});
-    argv.push_back("--");
-    argv.insert(argv.end(), o.command.begin(), o.command.end());
-    agents.push_back({argv, env, ""});
+  return env;
+}
+
+// Agent i's command line: the gang's identity and ports, then what every agent gets.
+// `ports`: rendezvous, MASTER_PORT, JAX coordinator.
+std::vector<std::string> AgentArgv(const LocalOptions& o, std::uint32_t i,
+                                   const std::vector<std::uint16_t>& ports,
+                                   const std::string& job_id) {
+  std::vector<std::string> argv = {
+      o.self_exe,          "--nnodes",       std::to_string(o.nnodes),
+      "--nproc-per-node",  std::to_string(o.nproc_per_node),
+      "--node-rank",       std::to_string(i),
+      "--master-addr",     "127.0.0.1",
+      "--rdzv-port",       std::to_string(ports[0]),
+      "--master-port",     std::to_string(ports[1]),
+      "--jax-port",        std::to_string(ports[2]),
+      "--job-id",          job_id,
+      "--grace-period",    std::to_string(o.grace.count() / 1000.0),
+      "--rdzv-timeout",    std::to_string(o.rdzv_timeout.count() / 1000.0),
+      "--log-level",       o.log_level};
+  argv.insert(argv.end(), o.pass_through.begin(), o.pass_through.end());
+  if (o.health_port != 0) argv.insert(argv.end(), {"--health-port", std::to_string(o.health_port + i)});
+  argv.push_back("--");
+  argv.insert(argv.end(), o.command.begin(), o.command.end());
+  return argv;
+}
+
+// The agents are supervised like workers, with these differences.
+SupervisorOptions AgentSupervision(const LocalOptions& o) {
+  SupervisorOptions so;
+  so.capture_output = false;  // the agents prefix their workers' lines already
+  so.noun = "pod agent";
+  // An agent that exits peer_failed was stopped by the culprit's failure: wait
+  // for the culprit's own code.
+  so.collateral_exit_code = exitcodes::kExitPeerFailed;
+  // The agents need their own grace period to stop their workers first.
+  so.grace = o.grace + kLocalAgentExtraGrace;
+  // Each agent stops its own workers: we tell only our children.
+  so.stop_every_process = false;
+  // Killed ourselves (SIGKILL, an OOM kill), the agents get SIGTERM and stop
+  // their workers as for any stop request, instead of running on unsupervised.
+  so.parent_death_signal = SIGTERM;
+  return so;
+}
+
+}  // namespace
+
+int RunLocal(const LocalOptions& o) {
+  if (::getpid() != 1) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // JAX's coordinator gets one too: two local runs on one machine never share a port.
+  const std::vector<std::uint16_t> ports = FreeLoopbackPorts(3);
+  if (ports.empty()) {
+    spdlog::error("exit {}: no free loopback port", exitcodes::kExitInfra);
+    return exitcodes::kExitInfra;
   }
+  const std::string job_id = "local-" + std::to_string(::getpid());
+  const std::vector<std::string> env = AgentEnvironment(job_id);
+  std::vector<WorkerSpec> agents;
+  for (std::uint32_t i = 0; i < o.nnodes; ++i) agents.push_back({AgentArgv(o, i, ports, job_id), env, ""});
   // JSON lines keep the formatter ConfigureLogging set (log_format.h).
   if (!o.json_logs) spdlog::set_pattern("[trainlet local %Y-%m-%dT%H:%M:%S.%e %l] %v");
   spdlog::info("local: {} pod(s) x {} worker(s), rendezvous on 127.0.0.1:{}{}{}", o.nnodes,
-               o.nproc_per_node, rdzv_port,
+               o.nproc_per_node, ports[0],
                o.interpreter.empty() ? "" : ", python " + o.interpreter,
                o.health_port == 0 ? ""
                                   : ", health ports " + std::to_string(o.health_port) + ".." +
@@ -142,20 +174,7 @@ int RunLocal(const LocalOptions& o) {
   boost::asio::io_context io;
   ScopedOutputSinks sinks(io);
   int exit_code = 0;
-  SupervisorOptions so;
-  so.capture_output = false;  // the agents prefix their workers' lines already
-  so.noun = "pod agent";
-  // An agent that exits peer_failed was stopped by the culprit's failure: wait
-  // for the culprit's own code.
-  so.collateral_exit_code = exitcodes::kExitPeerFailed;
-  // The agents need their own grace period to stop their workers first.
-  so.grace = o.grace + std::chrono::seconds(2);
-  // Each agent stops its own workers: we tell only our children.
-  so.stop_every_process = false;
-  // Killed ourselves (SIGKILL, an OOM kill), the agents get SIGTERM and stop
-  // their workers as for any stop request, instead of running on unsupervised.
-  so.parent_death_signal = SIGTERM;
-  Supervisor supervisor(io.get_executor(), so, [&](SupervisorResult r) {
+  Supervisor supervisor(io.get_executor(), AgentSupervision(o), [&](SupervisorResult r) {
     exit_code = r.exit_code;
     io.stop();
   });

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <charconv>
 
-#include "trainlet/agent/identity.h"
+#include "trainlet/agent/values.h"
 
 namespace trainlet::agent {
 
@@ -22,17 +22,6 @@ std::string_view NameOf(std::string_view arg) {
 bool IsDecimal(std::string_view s) {
   return !s.empty() && s.size() <= 9 &&
          std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
-std::vector<std::string> Split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    auto pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos - start));
-    if (pos == std::string::npos) return out;
-    start = pos + 1;
-  }
 }
 
 // Plain decimal seconds, as torch's rendezvous config takes them ("60", "1.5").
@@ -162,29 +151,6 @@ Result<std::vector<std::string>> TrainerArgv(const SplitArgs& split, const Train
   return argv;
 }
 
-Result<std::string> ParseNnodes(const std::string& what, const std::string& value) {
-  auto parts = Split(value, ':');
-  if (parts.size() > 2) {
-    return Status::Config(what + "='" + value + "' is not N or MIN:MAX");
-  }
-  std::vector<std::uint32_t> n;
-  for (const auto& p : parts) {
-    auto c = ParseCount(what, p, 1'000'000);
-    if (!c.ok()) return Status::Config(what + "='" + value + "' is not N or MIN:MAX of pods");
-    if (*c == 0) return Status::Config(what + "='" + value + "': a gang needs at least one pod");
-    n.push_back(*c);
-  }
-  if (n.size() == 2 && n[0] > n[1]) {
-    return Status::Config(what + "='" + value + "': MIN is larger than MAX; give N or N:N");
-  }
-  if (n.size() == 2 && n[0] != n[1]) {
-    return Status::Config(
-        what + "='" + value + "': an elastic MIN:MAX range with MIN < MAX is not supported: "
-        "a trainlet gang is a fixed set of pods (the Job's completions); give N or N:N");
-  }
-  return std::to_string(n[0]);
-}
-
 int StdSpec::For(std::uint32_t local_rank) const {
   if (all) return *all;
   auto it = per_rank.find(local_rank);
@@ -202,7 +168,7 @@ Result<StdSpec> ParseStd(const std::string& what, const std::string& value) {
     spec.all = value[0] - '0';
     return spec;
   }
-  for (const auto& item : Split(value, ',')) {
+  for (const auto& item : SplitOn(value, ',')) {
     auto colon = item.find(':');
     if (colon == std::string::npos || !IsDecimal(item.substr(0, colon)) ||
         !one(std::string_view(item).substr(colon + 1))) {
@@ -218,7 +184,7 @@ Result<std::set<std::uint32_t>> ParseLocalRanksFilter(const std::string& what,
                                                       const std::string& value) {
   std::set<std::uint32_t> ranks;
   if (value.empty()) return ranks;
-  for (const auto& item : Split(value, ',')) {
+  for (const auto& item : SplitOn(value, ',')) {
     if (!IsDecimal(item)) {
       return Status::Config(what + "='" + value +
                             "' is not a comma-separated list of local ranks like 0,1,2");
@@ -226,46 +192,6 @@ Result<std::set<std::uint32_t>> ParseLocalRanksFilter(const std::string& what,
     ranks.insert(static_cast<std::uint32_t>(std::stoul(item)));
   }
   return ranks;
-}
-
-Result<Endpoint> ParseEndpoint(const std::string& what, const std::string& value,
-                               std::uint16_t default_port) {
-  Endpoint e;
-  std::string port;
-  if (value.starts_with("[")) {
-    auto close = value.find(']');
-    if (close == std::string::npos) return Status::Config(what + "='" + value + "': no ']'");
-    e.host = value.substr(1, close - 1);
-    std::string after = value.substr(close + 1);
-    if (!after.empty() && !after.starts_with(":")) {
-      return Status::Config(what + "='" + value + "' is not [HOST]:PORT");
-    }
-    port = after.empty() ? "" : after.substr(1);
-    if (after == ":") return Status::Config(what + "='" + value + "': the port after ':' is empty");
-  } else {
-    auto colon = value.find(':');
-    if (colon != value.rfind(':')) {
-      return Status::Config(what + "='" + value + "' is not HOST[:PORT]: it has more than one ':' "
-                            "(an IPv6 address goes in brackets: [fd00::1]:29400)");
-    }
-    e.host = value.substr(0, colon);
-    if (colon != std::string::npos) {
-      port = value.substr(colon + 1);
-      if (port.empty()) return Status::Config(what + "='" + value + "': the port after ':' is empty");
-    }
-  }
-  if (e.host.empty()) return Status::Config(what + "='" + value + "' has no host");
-  if (port.empty()) {
-    e.port = default_port;
-    return e;
-  }
-  auto n = ParseCount(what, port, 65535);
-  if (!n.ok()) {
-    return Status::Config(what + "='" + value + "': '" + port + "' is not a port (0-65535, 0: "
-                          "a free one)");
-  }
-  e.port = static_cast<std::uint16_t>(*n);
-  return e;
 }
 
 const std::vector<RdzvConfKey>& RdzvConfKeys() {
@@ -334,7 +260,7 @@ Result<RdzvConf> ParseRdzvConf(const std::string& what, const std::string& value
   RdzvConf conf;
   if (value.empty()) return conf;
   std::optional<std::string> timeout;
-  for (const auto& item : Split(value, ',')) {
+  for (const auto& item : SplitOn(value, ',')) {
     if (item.empty()) continue;
     auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {

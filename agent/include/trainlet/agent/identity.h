@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "trainlet/agent/values.h"
 #include "trainlet/exitcodes/status.h"
 
 namespace trainlet::agent {
@@ -52,13 +53,6 @@ struct GangLayout {
 // the source in errors ("--gang/TRAINLET_GANG"). Errors: class config.
 [[nodiscard]] exitcodes::Result<GangLayout> ParseGang(const std::string& what,
                                                       const std::string& value);
-
-// Checks a DNS name the way resolvers and Kubernetes do (RFC 1035 2.3.4,
-// RFC 1123 2.1): at most 253 characters without the trailing dot, labels of
-// 1 to 63 letters, digits and '-', not starting or ending with '-'. IP
-// literals are not checked here. `what` names the source in the error.
-// Errors: class config, naming the name and the offending label.
-[[nodiscard]] exitcodes::Status ValidateDnsName(const std::string& what, const std::string& name);
 
 // The raw inputs. Values are as the user gave them; std::nullopt = not given.
 struct IdentityInputs {
@@ -192,12 +186,6 @@ bool IsLoopbackHost(const std::string& host);
 // (kLocalGangVariable set) and gangs on one host (neither sign) pass.
 [[nodiscard]] exitcodes::Status CheckLeaderNotLoopback(
     const PodIdentity& id, const std::map<std::string, std::string>& env);
-
-// Parses a canonical non-negative decimal ("0", "17"; not "07", "+1", " 1")
-// no larger than `max` (a larger one, however many digits, is "too large"). `what` names the source in the error ("JOB_COMPLETION_INDEX").
-[[nodiscard]] exitcodes::Result<std::uint32_t> ParseCount(const std::string& what,
-                                                          const std::string& value,
-                                                          std::uint32_t max);
 
 // Reads one key from a downward-API annotations/labels file, whose lines are
 // `key="value"` with Go string escapes. nullopt when the key is absent.

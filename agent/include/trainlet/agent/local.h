@@ -12,14 +12,16 @@
 #include <string>
 #include <vector>
 
+#include "trainlet/agent/tunables.h"
+
 namespace trainlet::agent {
 
 struct LocalOptions {
   std::uint32_t nnodes = 1;
   std::uint32_t nproc_per_node = 1;
   std::vector<std::string> command;
-  std::chrono::milliseconds grace{25'000};
-  std::chrono::milliseconds rdzv_timeout{60'000};
+  std::chrono::milliseconds grace{kDefaultGrace};
+  std::chrono::milliseconds rdzv_timeout{kLocalRdzvTimeout};
   std::string log_level = "info";
   std::string self_exe;  // path of the trainlet binary (/proc/self/exe)
   std::vector<std::string> pass_through;  // flags every agent gets (--exit-code, --marker, ...)

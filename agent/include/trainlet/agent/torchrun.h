@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainlet/agent/values.h"
 #include "trainlet/exitcodes/status.h"
 
 namespace trainlet::agent {
@@ -128,12 +129,6 @@ Interpreter ChooseInterpreter(const std::optional<std::string>& flag,
                               const std::string& self_exe,
                               const std::function<bool(const std::string&)>& exists);
 
-// `--nnodes N` or `N:N` (torchrun's MIN:MAX with MIN = MAX); MIN < MAX is
-// refused (elastic membership does not exist in trainlet: a gang is its pods).
-// Returns N as given in canonical decimal.
-[[nodiscard]] exitcodes::Result<std::string> ParseNnodes(const std::string& what,
-                                                        const std::string& value);
-
 // torchrun's Std (torch/distributed/elastic/multiprocessing/api.py): a bit set
 // of the streams to write to files, 0 none, 1 stdout, 2 stderr, 3 both.
 constexpr int kStdOut = 1, kStdErr = 2;
@@ -149,20 +144,6 @@ struct StdSpec {
 // "0,1,2": the local ranks whose output reaches the console. Empty = all.
 [[nodiscard]] exitcodes::Result<std::set<std::uint32_t>> ParseLocalRanksFilter(
     const std::string& what, const std::string& value);
-
-// "HOST", "HOST:PORT", "[v6]:PORT", "[v6]": HOST and PORT (default_port when
-// absent). PORT 0 is kept (torch's parse_rendezvous_endpoint takes it: a free
-// port); the caller refuses it where other pods would have to know the port.
-// Refused, as torch refuses them: a port above 65535, an empty port ("host:"),
-// more than one ':' outside brackets ("a:b:c"; an IPv6 address is written
-// "[fd00::1]:PORT", RFC 3986 3.2.2).
-struct Endpoint {
-  std::string host;
-  std::uint16_t port = 0;
-};
-[[nodiscard]] exitcodes::Result<Endpoint> ParseEndpoint(const std::string& what,
-                                                        const std::string& value,
-                                                        std::uint16_t default_port);
 
 // "k1=v1,k2=v2" (torch's _parse_rendezvous_config). Every key one of torch's
 // rendezvous backends reads (RdzvConfKeys) is accepted; those with a meaning
