@@ -44,16 +44,18 @@
 #include <optional>
 #include <string>
 
+#include "trainlet/agent/tunables.h"
+
 namespace trainlet::agent {
 
 struct FormationConfig {
   std::uint32_t min_nodes = 1;  // --nnodes MIN (N for a fixed gang)
   std::uint32_t max_nodes = 1;  // --nnodes MAX (N for a fixed gang)
   std::uint32_t spares = 0;     // --spares K
-  // torch's last_call_timeout (--rdzv-conf last_call_timeout=S), default 30 s.
-  std::chrono::milliseconds last_call = std::chrono::seconds(30);
+  // torch's last_call_timeout (--rdzv-conf last_call_timeout=S).
+  std::chrono::milliseconds last_call = kDefaultLastCall;
   // --rdzv-timeout: how long one round may wait.
-  std::chrono::milliseconds timeout = std::chrono::seconds(600);
+  std::chrono::milliseconds timeout = kDefaultRdzvTimeout;
 };
 
 // The leader's rendezvous round as it stands.

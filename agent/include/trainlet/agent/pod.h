@@ -21,6 +21,7 @@
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/launch_check.h"
 #include "trainlet/agent/supervision_policy.h"
+#include "trainlet/agent/tunables.h"
 #include "trainlet/agent/worker_env.h"
 #include "trainlet/agent/worker_logs.h"
 #include "trainlet/exitcodes/classify.h"
@@ -101,8 +102,8 @@ struct PodOptions {
   // --rdzv-conf read_timeout: a connection's time to send its hello (0 = the default).
   std::chrono::milliseconds rdzv_read_timeout{0};
   // torch's last_call_timeout (formation_policy.h): with MIN pods joined, how
-  // long a round waits for more (hot spares: N of N + K). torch's default 30 s.
-  std::chrono::milliseconds rdzv_last_call{std::chrono::seconds(30)};
+  // long a round waits for more (hot spares: N of N + K).
+  std::chrono::milliseconds rdzv_last_call{kDefaultLastCall};
   // On the leader: the port handed out for JAX_COORDINATOR_ADDRESS (0 = no JAX_* variables).
   std::uint16_t jax_port = 29600;
   std::uint32_t gpu_count = 0;  // GPUs found at start (JAX_LOCAL_DEVICE_IDS); 0 = unknown
