@@ -109,6 +109,18 @@ class RendezvousTest : public ::testing::Test {
 
 using Outcome = std::optional<Result<wire::Assignment>>;
 
+// Starts members 1..nnodes-1 of a gang of `nnodes` at `port`; each one's
+// outcome lands in (*got)[index].
+std::vector<std::shared_ptr<Member>> StartMembers(RendezvousTest& t, std::uint32_t nnodes,
+                                                  std::uint16_t port, std::map<int, Outcome>* got) {
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i = 1; i < nnodes; ++i) {
+    members.push_back(t.MakeMember(HelloFor(i, nnodes), port));
+    members.back()->Start([got, i](auto r) { (*got)[i] = r; });
+  }
+  return members;
+}
+
 TEST_F(RendezvousTest, GangOfFourFormsWithRanksFromTheIndex) {
   auto leader = MakeLeader(4);
   Outcome own;
@@ -179,11 +191,7 @@ TEST_F(RendezvousTest, EveryPodGetsTheSameFreshNcclIdsMadeOncePerRound) {
   Outcome own;
   leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
   std::map<int, Outcome> got;
-  std::vector<std::shared_ptr<Member>> members;
-  for (std::uint32_t i : {1u, 2u}) {
-    members.push_back(MakeMember(HelloFor(i, 3), leader->port()));
-    members.back()->Start([&got, i](auto r) { got[i] = r; });
-  }
+  auto members = StartMembers(*this, 3, leader->port(), &got);
   RunUntil([&] { return own && got.size() == 2; });
   ASSERT_TRUE(own && own->ok());
   EXPECT_EQ(calls, 1);
@@ -884,11 +892,7 @@ TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
   Outcome own;
   leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
   std::map<int, Outcome> got;
-  std::vector<std::shared_ptr<Member>> members;
-  for (std::uint32_t i : {1u, 2u}) {
-    members.push_back(MakeMember(HelloFor(i, 3), leader->port()));
-    members.back()->Start([&got, i](auto r) { got[i] = r; });
-  }
+  auto members = StartMembers(*this, 3, leader->port(), &got);
   RunUntil([&] { return !asked.empty() && asked.back().size() == 3; });
   ASSERT_FALSE(asked.empty());
   EXPECT_EQ(asked.back(), (std::vector<std::uint32_t>{0, 1, 2}));

@@ -505,12 +505,7 @@ class Run:
         self.check_ranks(nxt)
         for i in self.rank_of:
             self.record_code(fault.name, "spare" if i == spare else "restarted", "in place")
-        self.stats.times[(fault.name, "restart")].append(time.time() - t0)
-        self.record_term_times(fault.name, "restart", victim, t0, self.gen - 1)
-        if self.gen > self.max_restarts:
-            self.violate(f"generation {self.gen} started with --max-restarts {self.max_restarts}")
-        self.stats.faults[fault.name] += 1
-        return False
+        return self.restarted(fault, victim, t0)
 
     def expect_nothing(self, fault, victim, key, t0, tick):
         """A waiting spare lost: it exits (SIGKILLed), the gang runs on untouched."""
@@ -575,6 +570,10 @@ class Run:
         for i in range(self.npods):
             if i != victim or key not in self.exits:
                 self.record_code(fault.name, "restarted", "in place")
+        return self.restarted(fault, victim, t0)
+
+    def restarted(self, fault, victim, t0):
+        """A fault's restart is complete: its times, and no generation beyond --max-restarts."""
         self.stats.times[(fault.name, "restart")].append(time.time() - t0)
         self.record_term_times(fault.name, "restart", victim, t0, self.gen - 1)
         # Generations beyond --max-restarts never start.
