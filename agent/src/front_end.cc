@@ -575,6 +575,9 @@ Status ChooseLeader(const FlagValues& f, const TorchrunSettings& tr, IdentityInp
   if (!leader.ok()) return leader.status();
   LogOverridden(hosts, *leader);
   if (*leader) in->master_addr = (*leader)->value, in->master_addr_source = (*leader)->source;
+  // Without any index, the endpoint's host leads and the pods are numbered as
+  // they join (identity.h PodIdentity::by_arrival).
+  in->leader_from_endpoint = *leader && tr.endpoint && (*leader)->source == f.Source(kRdzvEndpoint);
   return Status::Ok();
 }
 

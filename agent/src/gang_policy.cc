@@ -46,7 +46,7 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
   };
   // A preempted gang gets SIGTERM in every pod, in some order: a pod stopping
   // because a peer was terminated, that then gets its own, was preempted too.
-  if (g.terminated_first || (stop_signal_ && (g.peer_terminated || g.restarting))) {
+  if (g.terminated_first || (stop_signal_ && (g.peer_terminated || g.restarting()))) {
     return Conclude(std::move(a), terminated());
   }
   if (g.peer) {
@@ -77,24 +77,24 @@ GangActions GangPolicyBase::Restart(GangActions a) {
   return a;
 }
 
-GangActions GangPolicyBase::OnCommon(const GangEvent& e, bool* handled) {
-  *handled = true;
+std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
+  if (concluded_) return GangActions{};
   if (const auto* a = std::get_if<gang::Assigned>(&e)) {
     generation_ = a->generation;
-    gen_.running = true;
+    gen_.phase = Generation::Phase::kRunning;
     gen_.spares = a->spares;
     if (a->spare) {
       gen_.spare = true;
-      gen_.done = true;  // no workers to wait for; never a success of its own
+      gen_.phase = Generation::Phase::kDone;  // no workers to wait for; never a success of its own
     }
-    return {};
+    return GangActions{};
   }
   if (const auto* f = std::get_if<gang::AgentFailed>(&e)) {
     return Conclude({}, {.kind = Kind::kAgent,
                          .failure_class = f->status.failure_class(),
                          .reason = f->status.message()});
   }
-  if (!gen_.running) {
+  if (!gen_.running()) {
     // Joining (the first rendezvous, or the next generation's): no worker runs.
     if (const auto* s = std::get_if<gang::StopSignal>(&e)) {
       if (!stop_signal_) stop_signal_ = s->signo;
@@ -107,16 +107,26 @@ GangActions GangPolicyBase::OnCommon(const GangEvent& e, bool* handled) {
                                           : " before the workers started"),
                            .stop_signal = s->signo});
     }
-    return {};  // nothing else can concern a generation that has not started
+    return GangActions{};  // nothing else can concern a generation that has not started
   }
-  *handled = false;
-  return {};
+  return std::nullopt;
+}
+
+std::optional<GangActions> GangPolicyBase::OnWorkersDoneCommon(const gang::WorkersDone& d) {
+  if (gen_.done()) return GangActions{};
+  gen_.phase = Generation::Phase::kDone;
+  gen_.success = d.success && !gen_.own;
+  if (gen_.restarting()) {
+    if (stop_signal_) return ConcludeNow();  // SIGTERM while stopping for a restart: 143
+    return Restart();
+  }
+  return std::nullopt;
 }
 
 // ---- The leader ----
 
 bool LeaderPolicy::GangSucceeded() const {
-  return gen_.member_succeeded || (gen_.done && gen_.success);
+  return gen_.member_succeeded || (gen_.done() && gen_.success);
 }
 
 // Concludes the leader; when the gang succeeded, the spares still waiting are
@@ -135,7 +145,7 @@ GangActions LeaderPolicy::ConcludeGang(GangActions a) {
 }
 
 GangActions LeaderPolicy::MaybeConclude(GangActions a) {
-  if (!gen_.done) return a;
+  if (!gen_.done()) return a;
   if (gen_.first || AllSettled()) return ConcludeGang(std::move(a));
   if (gen_.success) {
     a.log = "workers finished; waiting for the other pods to finish";
@@ -162,7 +172,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
                                        .next_generation = generation_ + 1,
                                        .failure_class = static_cast<std::uint16_t>(c)};
   if (restart) {
-    gen_.restarting = true;
+    gen_.decision = Generation::Decision::kRestart;
     a.log = "gang: " + reason + "; restarting in place (restart " +
             std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
   } else if (index == config_.index && config_.nnodes == 1) {
@@ -181,97 +191,102 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
     }
     a.stop_workers = diag;
   }
-  if (!gen_.done) return a;
+  if (!gen_.done()) return a;
   return restart ? Restart(std::move(a)) : MaybeConclude(std::move(a));
 }
 
-GangActions LeaderPolicy::On(const GangEvent& e) {
-  if (concluded_) return {};
-  bool handled = false;
-  GangActions common = OnCommon(e, &handled);
-  if (handled) return common;
-  const std::uint32_t own = config_.index;
-  if (const auto* r = std::get_if<gang::Report>(&e)) {
-    gen_.settled.insert(r->index);
-    if (r->report.ok) {
-      gen_.member_succeeded = true;
-      return MaybeConclude();
-    }
-    const auto c = static_cast<FailureClass>(r->report.failure_class);
-    if (c == FailureClass::kTerminated && GangSucceeded()) {
-      // A Job successPolicy (or JobSet's) met: the controller stops the pods
-      // still running. Not a failure of the gang.
-      GangActions a;
-      a.log = "pod " + std::to_string(r->index) + " stopped after the gang succeeded (" +
-              r->report.reason + "); not a failure";
-      a.log_info = true;
-      return MaybeConclude(std::move(a));
-    }
-    return PodFailed(r->index, c, "pod " + std::to_string(r->index) + ": " + r->report.reason,
-                     r->report.hang);
-  }
-  if (const auto* l = std::get_if<gang::Lost>(&e)) {
-    if (gen_.spares.erase(l->index) > 0) {  // a waiting spare: no worker of the gang ran there
-      if (gen_.restarting) return {};  // it left to rejoin the next generation
-      GangActions a;
-      a.log = "spare pod " + std::to_string(l->index) + " was lost: " + l->why;
-      return a;
-    }
-    if (!gen_.settled.insert(l->index).second) return {};
-    return PodFailed(l->index, FailureClass::kInfra,
-                     "pod " + std::to_string(l->index) + " was lost: " + l->why, false);
-  }
-  if (const auto* f = std::get_if<gang::LocalFailure>(&e)) {
-    if (gen_.own || gen_.first || gen_.done) return {};  // collateral of a failure already known
-    gen_.own = *f;
-    GangActions a = PodFailed(own, f->failure_class, "pod " + std::to_string(own) + ": " + f->reason,
-                              f->hang);
-    a.stop_workers = f->hang ? config_.hang_signal : 0;
-    return a;
-  }
-  if (const auto* s = std::get_if<gang::OwnStall>(&e)) {
-    if (gen_.own || gen_.first) return {};
-    gen_.own = gang::LocalFailure{FailureClass::kInfra, s->why, false};
-    gen_.own_stall = true;
-    GangActions a = PodFailed(own, FailureClass::kInfra, "pod " + std::to_string(own) + ": " + s->why,
-                              false);
-    a.stop_workers = 0;
-    return a;
-  }
-  if (const auto* s = std::get_if<gang::StopSignal>(&e)) {
-    if (!stop_signal_) stop_signal_ = s->signo;
-    const std::string why = "stopped by " + exitcodes::SignalName(s->signo);
-    if (gen_.done) {
-      // The workers are done and the leader only waits for the others: tell
-      // those still running and leave now, or the kubelet's SIGKILL would come
-      // first. (A member whose own worker failed meanwhile and waits for the
-      // verdict is then collateral: the stop came first.)
-      GangActions a;
-      if (!gen_.first && !AllSettled()) {
-        gen_.terminated_first = true;
-        a = PodFailed(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
-                      false);
-      }
-      return Conclude(std::move(a), {.kind = Kind::kTerminated,
-                                     .failure_class = FailureClass::kTerminated,
-                                     .stop_signal = s->signo});
-    }
-    if (gen_.first || gen_.own) return {};  // a failure came first; the workers stop anyway
-    gen_.terminated_first = true;
-    gen_.own = gang::LocalFailure{FailureClass::kTerminated, why, false};
-    return PodFailed(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
-                     false);
-  }
-  if (const auto* d = std::get_if<gang::WorkersDone>(&e)) {
-    if (gen_.done) return {};
-    gen_.done = true;
-    gen_.success = d->success && !gen_.own;
-    if (gen_.restarting) {
-      if (stop_signal_) return ConcludeNow();  // SIGTERM while stopping for a restart: 143
-      return Restart();
-    }
+GangActions LeaderPolicy::OnReport(const gang::Report& r) {
+  gen_.settled.insert(r.index);
+  if (r.report.ok) {
+    gen_.member_succeeded = true;
     return MaybeConclude();
   }
+  const auto c = static_cast<FailureClass>(r.report.failure_class);
+  if (c == FailureClass::kTerminated && GangSucceeded()) {
+    // A Job successPolicy (or JobSet's) met: the controller stops the pods
+    // still running. Not a failure of the gang.
+    GangActions a;
+    a.log = "pod " + std::to_string(r.index) + " stopped after the gang succeeded (" +
+            r.report.reason + "); not a failure";
+    a.log_info = true;
+    return MaybeConclude(std::move(a));
+  }
+  return PodFailed(r.index, c, "pod " + std::to_string(r.index) + ": " + r.report.reason,
+                   r.report.hang);
+}
+
+GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
+  if (gen_.spares.erase(l.index) > 0) {  // a waiting spare: no worker of the gang ran there
+    if (gen_.restarting()) return {};  // it left to rejoin the next generation
+    GangActions a;
+    a.log = "spare pod " + std::to_string(l.index) + " was lost: " + l.why;
+    return a;
+  }
+  if (!gen_.settled.insert(l.index).second) return {};
+  return PodFailed(l.index, FailureClass::kInfra,
+                   "pod " + std::to_string(l.index) + " was lost: " + l.why, false);
+}
+
+GangActions LeaderPolicy::OnLocalFailure(const gang::LocalFailure& f) {
+  if (gen_.own || gen_.first || gen_.done()) return {};  // collateral of a failure already known
+  const std::uint32_t own = config_.index;
+  gen_.own = f;
+  GangActions a = PodFailed(own, f.failure_class, "pod " + std::to_string(own) + ": " + f.reason,
+                            f.hang);
+  a.stop_workers = f.hang ? config_.hang_signal : 0;
+  return a;
+}
+
+GangActions LeaderPolicy::OnOwnStall(const gang::OwnStall& s) {
+  if (gen_.own || gen_.first) return {};
+  const std::uint32_t own = config_.index;
+  gen_.own = gang::LocalFailure{FailureClass::kInfra, s.why, false};
+  gen_.own_stall = true;
+  GangActions a = PodFailed(own, FailureClass::kInfra, "pod " + std::to_string(own) + ": " + s.why,
+                            false);
+  a.stop_workers = 0;
+  return a;
+}
+
+GangActions LeaderPolicy::OnStopSignal(int signo) {
+  if (!stop_signal_) stop_signal_ = signo;
+  const std::uint32_t own = config_.index;
+  const std::string why = "stopped by " + exitcodes::SignalName(signo);
+  if (gen_.done()) {
+    // The workers are done and the leader only waits for the others: tell
+    // those still running and leave now, or the kubelet's SIGKILL would come
+    // first. (A member whose own worker failed meanwhile and waits for the
+    // verdict is then collateral: the stop came first.)
+    GangActions a;
+    if (!gen_.first && !AllSettled()) {
+      gen_.terminated_first = true;
+      a = PodFailed(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
+                    false);
+    }
+    return Conclude(std::move(a), {.kind = Kind::kTerminated,
+                                   .failure_class = FailureClass::kTerminated,
+                                   .stop_signal = signo});
+  }
+  if (gen_.first || gen_.own) return {};  // a failure came first; the workers stop anyway
+  gen_.terminated_first = true;
+  gen_.own = gang::LocalFailure{FailureClass::kTerminated, why, false};
+  return PodFailed(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
+                   false);
+}
+
+GangActions LeaderPolicy::OnWorkersDone(const gang::WorkersDone& d) {
+  if (auto a = OnWorkersDoneCommon(d)) return *a;
+  return MaybeConclude();
+}
+
+GangActions LeaderPolicy::On(const GangEvent& e) {
+  if (auto common = OnCommon(e)) return *common;
+  if (const auto* r = std::get_if<gang::Report>(&e)) return OnReport(*r);
+  if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
+  if (const auto* f = std::get_if<gang::LocalFailure>(&e)) return OnLocalFailure(*f);
+  if (const auto* s = std::get_if<gang::OwnStall>(&e)) return OnOwnStall(*s);
+  if (const auto* s = std::get_if<gang::StopSignal>(&e)) return OnStopSignal(s->signo);
+  if (const auto* d = std::get_if<gang::WorkersDone>(&e)) return OnWorkersDone(*d);
   return {};  // Stop, ReportSent, Timer: the member's
 }
 
@@ -317,12 +332,12 @@ GangActions MemberPolicy::AfterOwnFailureDone() {
 
 GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   GangActions a;
-  if (gen_.verdict || gen_.restarting) return a;
+  if (gen_.verdict() || gen_.restarting()) return a;
   if (!s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
     // The gang finished: a spare (the only pod still waiting for a word) exits 0.
-    gen_.verdict = true;
+    gen_.decision = Generation::Decision::kFinal;
     gen_.success = true;
-    return gen_.done ? Conclude(std::move(a), {.kind = Kind::kOk}) : a;
+    return gen_.done() ? Conclude(std::move(a), {.kind = Kind::kOk}) : a;
   }
   const std::string first =
       FirstWords(s.failed_index, static_cast<FailureClass>(s.failure_class), s.reason);
@@ -330,19 +345,19 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
       !RestartableClass(static_cast<FailureClass>(s.failure_class))) {
     // Our own failure points at this node (hardware): the gang goes on with a
     // spare in our place; we leave with our own class.
-    gen_.verdict = true;
-    if (gen_.done) return ConcludeNow(std::move(a));
+    gen_.decision = Generation::Decision::kFinal;
+    if (gen_.done()) return ConcludeNow(std::move(a));
     return a;
   }
   if (s.restart && !stop_signal_) {
-    gen_.restarting = true;
+    gen_.decision = Generation::Decision::kRestart;
     a.log = "the leader restarts the gang in place (generation " +
             std::to_string(s.next_generation) + "): " + first;
-    if (gen_.done) return Restart(std::move(a));
+    if (gen_.done()) return Restart(std::move(a));
     if (s.failed_index != config_.index) a.stop_workers = s.diagnostics_signal;
     return a;
   }
-  gen_.verdict = true;
+  gen_.decision = Generation::Decision::kFinal;
   if (s.failed_index != config_.index) {
     // Another pod's failure came first: ours, if any, is collateral.
     gen_.peer = first;
@@ -351,40 +366,34 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
     if (!stop_signal_) a.log = "the leader stops the gang: " + first;
     a.stop_workers = s.diagnostics_signal;
   }
-  if (gen_.done) return ConcludeNow(std::move(a));
+  if (gen_.done()) return ConcludeNow(std::move(a));
   return a;
 }
 
 GangActions MemberPolicy::OnLost(const gang::Lost& l) {
   GangActions a;
   // After its verdict the leader may leave first: not a failure.
-  if (gen_.restarting || gen_.verdict || gen_.leader_lost) return a;
+  if (gen_.restarting() || gen_.verdict() || gen_.leader_lost) return a;
   gen_.leader_lost = true;
-  if (gen_.own) return gen_.done ? AfterOwnFailureDone() : a;
+  if (gen_.own) return gen_.done() ? AfterOwnFailureDone() : a;
   if (gen_.peer || gen_.report_pending) return a;
   a.stop_workers = 0;
   if (CanRestart(FailureClass::kInfra)) {
-    gen_.restarting = true;
+    gen_.decision = Generation::Decision::kRestart;
     a.log = "lost the leader: " + l.why + "; stopping the workers, then rejoining (restart " +
             std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
-    if (gen_.done) return Restart(std::move(a));  // a spare: no workers to stop
+    if (gen_.done()) return Restart(std::move(a));  // a spare: no workers to stop
     return a;
   }
   gen_.peer = "lost the leader: " + l.why;
   a.log = *gen_.peer + "; stopping the workers";
-  if (gen_.done) return ConcludeNow(std::move(a));
+  if (gen_.done()) return ConcludeNow(std::move(a));
   return a;
 }
 
 GangActions MemberPolicy::OnWorkersDone(const gang::WorkersDone& d) {
-  if (gen_.done) return {};
-  gen_.done = true;
-  gen_.success = d.success && !gen_.own;
-  if (gen_.restarting) {
-    if (stop_signal_) return ConcludeNow();  // SIGTERM while stopping for a restart: 143
-    return Restart();
-  }
-  if (gen_.verdict || gen_.peer) return ConcludeNow();
+  if (auto a = OnWorkersDoneCommon(d)) return *a;
+  if (gen_.verdict() || gen_.peer) return ConcludeNow();
   if (gen_.own) return AfterOwnFailureDone();
   if (gen_.success && !stop_signal_) {
     // Tell the leader before leaving, so our exit is not read as a loss.
@@ -397,26 +406,23 @@ GangActions MemberPolicy::OnWorkersDone(const gang::WorkersDone& d) {
 }
 
 GangActions MemberPolicy::On(const GangEvent& e) {
-  if (concluded_) return {};
-  bool handled = false;
-  GangActions common = OnCommon(e, &handled);
-  if (handled) return common;
+  if (auto common = OnCommon(e)) return *common;
   if (const auto* s = std::get_if<gang::Stop>(&e)) return OnStop(s->stop);
   if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
   if (const auto* d = std::get_if<gang::WorkersDone>(&e)) return OnWorkersDone(*d);
-  const bool failure_known = gen_.own || gen_.peer || gen_.restarting || gen_.verdict;
+  const bool failure_known = gen_.own || gen_.peer || gen_.restarting() || gen_.verdict();
   if (const auto* f = std::get_if<gang::LocalFailure>(&e)) {
-    if (failure_known || gen_.done) return {};
+    if (failure_known || gen_.done()) return {};
     return OwnFailure(*f);
   }
   if (const auto* s = std::get_if<gang::OwnStall>(&e)) {
-    if (failure_known || gen_.done) return {};
+    if (failure_known || gen_.done()) return {};
     gen_.own_stall = true;
     return OwnFailure({FailureClass::kInfra, s->why, false});
   }
   if (const auto* s = std::get_if<gang::StopSignal>(&e)) {
     if (!stop_signal_) stop_signal_ = s->signo;
-    if (gen_.done) {
+    if (gen_.done()) {
       // Waiting for the verdict or for the success report to be written.
       return Conclude({}, {.kind = Kind::kTerminated,
                            .failure_class = FailureClass::kTerminated,
@@ -432,7 +438,7 @@ GangActions MemberPolicy::On(const GangEvent& e) {
     return ConcludeNow();
   }
   if (std::holds_alternative<gang::Timer>(e)) {
-    if (!gen_.done || !gen_.own || gen_.verdict) return {};
+    if (!gen_.done() || !gen_.own || gen_.verdict()) return {};
     GangActions a;
     a.log = "the leader's decision did not come; concluding with this pod's own failure";
     return ConcludeNow(std::move(a));
@@ -448,6 +454,10 @@ GangPolicy::GangPolicy(GangConfig config)
 
 GangActions GangPolicy::On(const GangEvent& e) {
   return std::visit([&e](auto& r) { return r.On(e); }, role_);
+}
+
+void GangPolicy::AdoptIndex(std::uint32_t index) {
+  std::visit([index](auto& r) { r.AdoptIndex(index); }, role_);
 }
 
 const GangPolicyBase& GangPolicy::role() const {

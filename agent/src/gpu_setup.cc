@@ -17,14 +17,14 @@ using exitcodes::Status;
 
 std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t,
                                                                  const std::string&)>
-MakeNcclIdMaker(const PodOptions& options) {
-  if (!options.gpu.nccl_ids && !options.gpu.preflight) return {};
+MakeNcclIdMaker(const GpuOptions& gpu_options, const std::map<std::string, std::string>& env) {
+  if (!gpu_options.nccl_ids && !gpu_options.preflight) return {};
   struct State {
     bool tried = false;
     std::shared_ptr<const gpu::Nccl> nccl;
   };
   auto state = std::make_shared<State>();
-  return [state, gpu = options.gpu, env = options.env](std::uint32_t world,
+  return [state, gpu = gpu_options, env](std::uint32_t world,
                                                       const std::string& leader_addr)
              -> std::pair<std::uint32_t, std::vector<std::string>> {
     if (!state->tried) {
@@ -74,36 +74,37 @@ std::pair<gpu::UniqueIds, gpu::UniqueIds> SplitIds(const GpuOptions& g,
 
 }  // namespace
 
-gpu::PreflightOptions PreflightOptionsFor(const PodOptions& options,
+gpu::PreflightOptions PreflightOptionsFor(const GpuOptions& g,
+                                          const std::map<std::string, std::string>& env,
+                                          std::uint32_t index, std::uint32_t nproc_per_node,
                                           const rendezvous::wire::Assignment& a) {
-  const GpuOptions& g = options.gpu;
   gpu::PreflightOptions po;
   po.self_exe = g.self_exe;
-  po.env = options.env;
+  po.env = env;
   po.env["TRAINLET_LIBCUDA"] = g.libcuda;
   po.env["TRAINLET_LIBNCCL"] = g.libnccl;
   po.rank_base = a.rank_base;
-  po.nproc_per_node = options.identity.nproc_per_node;
+  po.nproc_per_node = nproc_per_node;
   po.world_size = a.world_size;
   po.ids = SplitIds(g, a).second;
   po.timeout = g.preflight_timeout;
   po.min_busbw_gbps = g.preflight_min_busbw_gbps;
   po.require_gpus = g.require_gpus;
   // HOSTNAME is the pod's name on Kubernetes.
-  auto host = options.env.find("HOSTNAME");
-  po.pod = (host != options.env.end() ? host->second + " " : std::string()) + "(index " +
-           std::to_string(options.identity.index) + ")";
-  if (auto it = options.env.find("NODE_NAME"); it != options.env.end()) {
+  auto host = env.find("HOSTNAME");
+  po.pod = (host != env.end() ? host->second + " " : std::string()) + "(index " +
+           std::to_string(index) + ")";
+  if (auto it = env.find("NODE_NAME"); it != env.end()) {
     po.pod += " on node " + it->second;
   }
   return po;
 }
 
 Result<std::map<std::string, std::string>> PrepareGpuWorkers(
-    const PodOptions& options, const rendezvous::wire::Assignment& a,
-    const gpu::PreflightReport* preflight, double preflight_ms) {
+    const GpuOptions& g, const std::map<std::string, std::string>& env,
+    const rendezvous::wire::Assignment& a, const gpu::PreflightReport* preflight,
+    double preflight_ms) {
   std::map<std::string, std::string> out;
-  const GpuOptions& g = options.gpu;
   if (preflight != nullptr) {
     const gpu::PreflightReport& r = *preflight;
     for (const auto& rank : r.ranks) spdlog::debug("preflight rank {}: {}", rank.rank, rank.json);
@@ -117,7 +118,7 @@ Result<std::map<std::string, std::string>> PrepareGpuWorkers(
   // where it needs them: not for one pod or a loopback leader).
   {
     auto socket_env =
-        gpu::SocketIfnameEnv(options.env, a.master_addr, a.nnodes, gpu::ListInterfaces);
+        gpu::SocketIfnameEnv(env, a.master_addr, a.nnodes, gpu::ListInterfaces);
     if (socket_env.ok()) {
       for (const auto& [k, v] : *socket_env) {
         spdlog::info("{}={} (the interface that routes to the leader {})", k, v, a.master_addr);

@@ -282,6 +282,26 @@ PodInfo ReadPodInfo(const IdentityInputs& in) {
 // What ResolveIdentity's steps share: the inputs, what earlier steps found,
 // and the identity being built. Each step is one section of the precedence
 // documented at ResolveIdentity (identity.h), in that order.
+// Several pods and no index from the Job, JobSet or flags. With a rendezvous
+// endpoint (torchrun's c10d without --node-rank) the pods are numbered as
+// they join: the endpoint's host leads (rendezvous/arrival.h). Otherwise every
+// pod would think it is the leader (kubernetes/kubernetes#121523,
+// pytorch/pytorch#73656): config, naming `nnodes` ("--nnodes='2'").
+Status WithoutIndex(const IdentityInputs& in, const std::string& nnodes,
+                    const std::string& annotations_path, PodIdentity* id) {
+  if (in.leader_from_endpoint && in.spares == 0) {
+    id->index = 0xFFFFFFFF;  // rendezvous::wire::kNoIndex: decided at the rendezvous
+    id->index_source = "arrival (no index; the endpoint's host leads)";
+    id->by_arrival = true;
+    return Status::Ok();
+  }
+  return Status::Config(
+      nnodes + " but this pod has no index: run it in an Indexed Job (JOB_COMPLETION_INDEX), set "
+      "--node-rank / PET_NODE_RANK, mount the job-completion-index annotation at " +
+      annotations_path + ", or give --rdzv-endpoint (its host leads, the others are numbered as "
+      "they join)");
+}
+
 struct Resolution {
   const IdentityInputs& in;
   PodInfo files;
@@ -471,12 +491,9 @@ Status Resolution::PlaceInGang() {
     id.index = *n;
     id.index_source = index->source;
   } else if (id.nnodes > 1) {
-    // Without an index every pod would think it is the leader (kubernetes/kubernetes#121523, pytorch/pytorch#73656).
-    return Status::Config(
-        nnodes->source + "=" + Quote(nnodes->value) +
-        " but this pod has no index: run it in an Indexed Job (JOB_COMPLETION_INDEX), or set "
-        "--node-rank / PET_NODE_RANK, or mount the job-completion-index annotation at " +
-        files.annotations_path);
+    Status s = WithoutIndex(in, nnodes->source + "=" + Quote(nnodes->value),
+                            files.annotations_path, &id);
+    if (!s.ok()) return s;
   } else {
     id.index_source = "default (single pod)";
   }

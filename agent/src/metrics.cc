@@ -59,6 +59,25 @@ std::string Label(const char* key, const std::string& value) {
 
 StreamCounters& OutputCounters(int fd) { return fd == STDERR_FILENO ? g_stderr : g_stdout; }
 
+void PodMeters::CountWorkerExits(std::uint32_t workers,
+                                 const std::optional<std::string>& first_failure_class,
+                                 int collateral, bool stop_signal) {
+  const std::uint32_t failed =
+      (first_failure_class ? 1u : 0u) + static_cast<std::uint32_t>(collateral);
+  if (first_failure_class) ++worker_exits[*first_failure_class];
+  if (collateral > 0) {
+    worker_exits[stop_signal ? "terminated" : "peer_failed"] +=
+        static_cast<std::uint64_t>(collateral);
+  }
+  if (workers > failed) worker_exits["ok"] += workers - failed;
+}
+
+void PodMeters::Fill(MetricsSnapshot* s) const {
+  s->restarts = restarts;
+  s->worker_exits = worker_exits;
+  s->last_failure_class = last_failure_class;
+}
+
 void FillProcessStats(MetricsSnapshot* s) {
   long pages = 0, resident = 0;
   if (std::FILE* f = std::fopen("/proc/self/statm", "re")) {
@@ -73,8 +92,10 @@ void FillProcessStats(MetricsSnapshot* s) {
   }
 }
 
-std::string RenderMetrics(const MetricsSnapshot& s) {
-  Writer w;
+namespace {
+
+// The gang: generation, restarts, rendezvous, pods, spares.
+void RenderGang(const MetricsSnapshot& s, Writer& w) {
   w.Family("trainlet_gang_generation", "gauge",
            "Rendezvous generation the pod runs or joins (TORCHELASTIC_RESTART_COUNT).");
   w.Sample("trainlet_gang_generation", s.generation);
@@ -102,6 +123,10 @@ std::string RenderMetrics(const MetricsSnapshot& s) {
                Label("spare", std::to_string(spare)) + "," + Label("replaced", std::to_string(left)));
     }
   }
+}
+
+// This pod's workers: running, exits by class, the last failure.
+void RenderWorkers(const MetricsSnapshot& s, Writer& w) {
   w.Family("trainlet_workers_running", "gauge", "This pod's workers that have not exited.");
   w.Sample("trainlet_workers_running", s.workers_running);
   w.Family("trainlet_worker_exits_total", "counter",
@@ -118,29 +143,30 @@ std::string RenderMetrics(const MetricsSnapshot& s) {
     if (c == "ok") continue;
     w.Sample("trainlet_last_failure", s.last_failure_class == c ? 1 : 0, Label("class", c));
   }
-  if (s.leader) {
-    w.Family("trainlet_heartbeat_rtt_seconds", "gauge",
-             "Leader: last control-channel heartbeat round trip per member pod.");
-    for (const auto& [pod, v] : s.heartbeat_rtt_seconds) {
-      w.Sample("trainlet_heartbeat_rtt_seconds", v, Label("pod", std::to_string(pod)));
-    }
-    w.Family("trainlet_pod_step_rate", "gauge",
-             "Leader: heartbeat-file touches per second of each pod's slowest worker.");
-    for (const auto& [pod, v] : s.step_rate) {
-      w.Sample("trainlet_pod_step_rate", v, Label("pod", std::to_string(pod)));
-    }
-    w.Family("trainlet_straggler", "gauge",
-             "Leader: 1 for a pod whose step rate is behind the gang's median by "
-             "--straggler-factor.");
-    for (std::uint32_t pod : s.stragglers) {
-      w.Sample("trainlet_straggler", 1, Label("pod", std::to_string(pod)));
-    }
+}
+
+// The leader's per-pod series: heartbeat round trips, step rates, stragglers.
+void RenderLeaderPods(const MetricsSnapshot& s, Writer& w) {
+  w.Family("trainlet_heartbeat_rtt_seconds", "gauge",
+           "Leader: last control-channel heartbeat round trip per member pod.");
+  for (const auto& [pod, v] : s.heartbeat_rtt_seconds) {
+    w.Sample("trainlet_heartbeat_rtt_seconds", v, Label("pod", std::to_string(pod)));
   }
-  w.Family("trainlet_worker_heartbeat_age_seconds", "gauge",
-           "Seconds since each local worker last touched $TRAINLET_HEARTBEAT_FILE.");
-  for (const auto& [lr, v] : s.heartbeat_age_seconds) {
-    w.Sample("trainlet_worker_heartbeat_age_seconds", v, Label("local_rank", std::to_string(lr)));
+  w.Family("trainlet_pod_step_rate", "gauge",
+           "Leader: heartbeat-file touches per second of each pod's slowest worker.");
+  for (const auto& [pod, v] : s.step_rate) {
+    w.Sample("trainlet_pod_step_rate", v, Label("pod", std::to_string(pod)));
   }
+  w.Family("trainlet_straggler", "gauge",
+           "Leader: 1 for a pod whose step rate is behind the gang's median by "
+           "--straggler-factor.");
+  for (std::uint32_t pod : s.stragglers) {
+    w.Sample("trainlet_straggler", 1, Label("pod", std::to_string(pod)));
+  }
+}
+
+// Worker output through the agent, per stream (relaxed atomic counters).
+void RenderOutput(Writer& w) {
   struct {
     const char* name;
     const char* help;
@@ -161,6 +187,21 @@ std::string RenderMetrics(const MetricsSnapshot& s) {
                Label("stream", fd == STDERR_FILENO ? "stderr" : "stdout"));
     }
   }
+}
+
+}  // namespace
+
+std::string RenderMetrics(const MetricsSnapshot& s) {
+  Writer w;
+  RenderGang(s, w);
+  RenderWorkers(s, w);
+  if (s.leader) RenderLeaderPods(s, w);
+  w.Family("trainlet_worker_heartbeat_age_seconds", "gauge",
+           "Seconds since each local worker last touched $TRAINLET_HEARTBEAT_FILE.");
+  for (const auto& [lr, v] : s.heartbeat_age_seconds) {
+    w.Sample("trainlet_worker_heartbeat_age_seconds", v, Label("local_rank", std::to_string(lr)));
+  }
+  RenderOutput(w);
   w.Family("trainlet_process_resident_memory_bytes", "gauge", "The agent's resident set.");
   w.Sample("trainlet_process_resident_memory_bytes", s.resident_bytes);
   w.Family("trainlet_process_cpu_seconds_total", "counter",

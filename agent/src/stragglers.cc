@@ -7,6 +7,9 @@
 #include <array>
 
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <spdlog/spdlog.h>
+
+#include "trainlet/agent/log_format.h"
 
 namespace trainlet::agent {
 
@@ -107,6 +110,38 @@ std::optional<std::pair<double, std::uint32_t>> StepMeter::Slowest(
     if (!out || r < out->first) out = {{r, static_cast<std::uint32_t>(lr)}};
   }
   return out;
+}
+
+void StragglerBoard::Look(const std::map<std::uint32_t, double>& rates,
+                          const std::map<std::uint32_t, std::uint32_t>& slowest_ranks) {
+  rates_ = rates;
+  if (factor_ <= 0) return;
+  auto now = FindStragglers(rates, factor_, stragglers_);
+  const double median = MedianRate(rates);
+  for (std::uint32_t pod : now) {
+    if (stragglers_.contains(pod)) continue;
+    const std::uint32_t rank = slowest_ranks.contains(pod) ? slowest_ranks.at(pod) : 0;
+    LogFields lf;
+    lf.pod = pod;
+    lf.rank = static_cast<int>(rank);
+    ScopedLogFields fields(std::move(lf));
+    spdlog::warn("straggler: pod {} (rank {}) at {:.2f} steps/s, {:.1f}x behind the gang's "
+                 "median of {:.2f} steps/s",
+                 pod, rank, rates.at(pod), median / rates.at(pod), median);
+  }
+  for (std::uint32_t pod : stragglers_) {
+    if (now.contains(pod)) continue;
+    LogFields lf;
+    lf.pod = pod;
+    ScopedLogFields fields(std::move(lf));
+    if (rates.contains(pod)) {
+      spdlog::info("straggler: pod {} caught up ({:.2f} steps/s, median {:.2f})", pod,
+                   rates.at(pod), median);
+    } else {
+      spdlog::info("straggler: pod {} no longer reports a step rate (its workers finished)", pod);
+    }
+  }
+  stragglers_ = std::move(now);
 }
 
 }  // namespace trainlet::agent

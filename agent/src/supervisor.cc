@@ -427,6 +427,11 @@ struct Supervisor::Impl : std::enable_shared_from_this<Impl> {
   // Starts a pump for each of the worker's streams that has a reader (taking
   // its fds); stderr always has one. Infra when no thread is to be had.
   Status StartPumps(const WorkerSpec& spec, std::size_t rank, StreamFds (&streams)[2]);
+  // Spawns worker `rank` of `spec` with `attr`, its streams and pumps; the
+  // worker is in `workers` once spawned. Errors: the stream's, the spawn's.
+  Status SpawnWorker(const WorkerSpec& spec, std::size_t rank, const posix_spawnattr_t* attr);
+  // Start-up failed part way: kills and reaps what was spawned, drops the pumps.
+  void AbandonStart();
 };
 
 Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
@@ -794,6 +799,69 @@ void Supervisor::Reap() {
   }
 }
 
+Status Supervisor::Impl::SpawnWorker(const WorkerSpec& spec, std::size_t rank,
+                                     const posix_spawnattr_t* attr) {
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+
+  StreamFds streams[2];  // stdout, stderr
+  if (options.capture_output) {
+    for (int i : {0, 1}) {
+      // stderr always has a reader (its tail, kTailBytes); stdout too to scan it.
+      const bool reader = i == 1 || spec.stdout_console || options.markers != nullptr;
+      if (Status s = OpenStream(i == 1 ? spec.stderr_file : spec.stdout_file, reader, &streams[i]);
+          !s.ok()) {
+        for (StreamFds& fds : streams) fds.CloseAll();
+        return s;
+      }
+    }
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (options.capture_output) {
+    posix_spawn_file_actions_adddup2(&fa, streams[0].child, STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, streams[1].child, STDERR_FILENO);
+  }
+  // Nothing of the agent's leaks into a worker: not the gang's sockets (an
+  // agent's death must close them at once), not the listeners, not other
+  // workers' pipes. Asio does not open its sockets close-on-exec.
+#if __GLIBC_PREREQ(2, 34)
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+#else
+  CloseOnExecFrom(3);
+#endif
+  pid_t pid = -1;
+  int rc = options.parent_death_signal != 0
+               ? SpawnWithParentDeath(&pid, argv.data(), envp.data(), streams[0].child,
+                                      streams[1].child, options.parent_death_signal)
+               : posix_spawnp(&pid, argv[0], &fa, attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  for (StreamFds& s : streams) {
+    if (s.child >= 0) ::close(std::exchange(s.child, -1));  // the worker's now
+  }
+  if (rc != 0) {
+    for (StreamFds& s : streams) s.CloseAll();
+    return SpawnFailure(rc, options.noun + " " + std::to_string(rank), spec.argv[0]);
+  }
+  if (options.worker_oom_score_adj) SetOomScoreAdj(pid, *options.worker_oom_score_adj);
+  workers.push_back({pid, static_cast<int>(rank)});
+  if (options.capture_output) return StartPumps(spec, rank, streams);
+  return Status::Ok();
+}
+
+void Supervisor::Impl::AbandonStart() {
+  // Nothing of this attempt may survive it.
+  for (auto& w : workers) ::kill(-w.pid, SIGKILL);
+  for (auto& w : workers) ::waitpid(w.pid, nullptr, 0);
+  finished = true;
+  pumps.clear();  // the workers are gone: the pumps end at EOF (or are stopped)
+  for (auto* by_rank : {&stderr_pumps, &stdout_pumps}) by_rank->clear();
+  workers.clear();
+}
+
 Status Supervisor::Start(std::vector<WorkerSpec> specs) {
   Impl& im = *impl_;
   im.policy.emplace(static_cast<int>(specs.size()),
@@ -815,72 +883,11 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
   posix_spawnattr_setsigdefault(&attr, &all);
 
   Status result;
-  for (std::size_t rank = 0; rank < specs.size(); ++rank) {
-    const WorkerSpec& spec = specs[rank];
-    std::vector<char*> argv, envp;
-    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-
-    StreamFds streams[2];  // stdout, stderr
-    if (im.options.capture_output) {
-      for (int i : {0, 1}) {
-        // stderr always has a reader (its tail, kTailBytes); stdout too to scan it.
-        const bool reader = i == 1 || spec.stdout_console || im.options.markers != nullptr;
-        result = OpenStream(i == 1 ? spec.stderr_file : spec.stdout_file, reader, &streams[i]);
-        if (!result.ok()) break;
-      }
-      if (!result.ok()) {
-        for (StreamFds& s : streams) s.CloseAll();
-        break;
-      }
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (im.options.capture_output) {
-      posix_spawn_file_actions_adddup2(&fa, streams[0].child, STDOUT_FILENO);
-      posix_spawn_file_actions_adddup2(&fa, streams[1].child, STDERR_FILENO);
-    }
-    // Nothing of the agent's leaks into a worker: not the gang's sockets (an
-    // agent's death must close them at once), not the listeners, not other
-    // workers' pipes. Asio does not open its sockets close-on-exec.
-#if __GLIBC_PREREQ(2, 34)
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-#else
-    CloseOnExecFrom(3);
-#endif
-    pid_t pid = -1;
-    int rc = im.options.parent_death_signal != 0
-                 ? SpawnWithParentDeath(&pid, argv.data(), envp.data(), streams[0].child,
-                                        streams[1].child, im.options.parent_death_signal)
-                 : posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    for (StreamFds& s : streams) {
-      if (s.child >= 0) ::close(std::exchange(s.child, -1));  // the worker's now
-    }
-    if (rc != 0) {
-      for (StreamFds& s : streams) s.CloseAll();
-      result = SpawnFailure(rc, im.options.noun + " " + std::to_string(rank), spec.argv[0]);
-      break;
-    }
-    if (im.options.worker_oom_score_adj) SetOomScoreAdj(pid, *im.options.worker_oom_score_adj);
-    im.workers.push_back({pid, static_cast<int>(rank)});
-    if (im.options.capture_output) {
-      result = im.StartPumps(spec, rank, streams);
-      if (!result.ok()) break;
-    }
+  for (std::size_t rank = 0; rank < specs.size() && result.ok(); ++rank) {
+    result = im.SpawnWorker(specs[rank], rank, &attr);
   }
   posix_spawnattr_destroy(&attr);
-  if (!result.ok()) {
-    // Start-up failed part way: nothing of this attempt may survive it.
-    for (auto& w : im.workers) ::kill(-w.pid, SIGKILL);
-    for (auto& w : im.workers) ::waitpid(w.pid, nullptr, 0);
-    im.finished = true;
-    im.pumps.clear();  // the workers are gone: the pumps end at EOF (or are stopped)
-    for (auto* by_rank : {&im.stderr_pumps, &im.stdout_pumps}) by_rank->clear();
-    im.workers.clear();
-  }
+  if (!result.ok()) im.AbandonStart();
   return result;
 }
 

@@ -113,7 +113,7 @@ TEST(LeaderPolicyTest, RestartableFailureRestartsInPlaceAndResetsTheGeneration) 
   EXPECT_TRUE(a.restart);
   EXPECT_FALSE(a.conclude);
   EXPECT_FALSE(p.role().gen().first);
-  EXPECT_FALSE(p.role().gen().running);
+  EXPECT_FALSE(p.role().gen().running());
   p.On(gang::Assigned{1});
   EXPECT_EQ(p.role().generation(), 1u);
   // Generation 1 restarts once more, generation 2 no longer.
@@ -336,7 +336,7 @@ TEST(MemberPolicyTest, RestartStopStopsTheWorkersThenRejoins) {
   EXPECT_EQ(a.stop_workers, 0);
   a = p.On(gang::WorkersDone{false});
   EXPECT_TRUE(a.restart);
-  EXPECT_FALSE(p.role().gen().restarting);  // a fresh generation
+  EXPECT_FALSE(p.role().gen().restarting());  // a fresh generation
 }
 
 TEST(MemberPolicyTest, LostLeaderWithoutRestartsIsPeerFailed) {
@@ -544,6 +544,29 @@ TEST(SparePolicyTest, ASpareThatLosesTheLeaderRejoins) {
 }
 
 }  // namespace spares
+
+}  // namespace
+}  // namespace trainlet::agent
+
+namespace trainlet::agent {
+namespace {
+
+// Ranks by arrival (rendezvous/arrival.h): a member starts without an index
+// and takes the one its first assignment gives; its reports and the leader's
+// stops are judged by that index from then on.
+TEST(MemberPolicyTest, AMemberNumberedByArrivalReportsWithTheIndexItWasGiven) {
+  GangPolicy p({.index = rendezvous::wire::kNoIndex, .nnodes = 3, .max_restarts = 0,
+                .hang_signal = SIGUSR1});
+  EXPECT_FALSE(p.is_leader());
+  p.AdoptIndex(2);
+  EXPECT_FALSE(p.is_leader()) << "the role stays";
+  p.On(gang::Assigned{0});
+  GangActions a = p.On(gang::LocalFailure{FailureClass::kWorker, "rank 4 failed", false});
+  if (!a.report) a = p.On(gang::WorkersDone{false});  // the report may wait for the workers
+  ASSERT_TRUE(a.report);
+  EXPECT_EQ(a.report->index, 2u);
+  EXPECT_FALSE(a.report->ok);
+}
 
 }  // namespace
 }  // namespace trainlet::agent

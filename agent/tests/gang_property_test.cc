@@ -352,7 +352,7 @@ struct Sim {
     p.got_sigterm = true;
     trace += " term" + std::to_string(i) + ";";
     const Generation& g = p.policy->role().gen();
-    if (!p.heard || g.restarting || p.joining) p.expect_terminated = true;
+    if (!p.heard || g.restarting() || p.joining) p.expect_terminated = true;
     if (p.frozen) {
       p.resumed.push_back(gang::StopSignal{SIGTERM});
       return;

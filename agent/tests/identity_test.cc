@@ -126,6 +126,20 @@ TEST(IdentityTest, BadInputsNameTheVariable) {
       {"several pods but no index",
        [](IdentityInputs& in) { in.env.erase("JOB_COMPLETION_INDEX"); },
        "this pod has no index"},
+      {"no index, a leader address that is no rendezvous endpoint",
+       [](IdentityInputs& in) {
+         in.env.erase("JOB_COMPLETION_INDEX");
+         in.master_addr = "10.0.0.10";
+       },
+       "this pod has no index"},
+      {"no index, an endpoint, but hot spares (they need indices)",
+       [](IdentityInputs& in) {
+         in.env.erase("JOB_COMPLETION_INDEX");
+         in.master_addr = "10.0.0.10";
+         in.leader_from_endpoint = true;
+         in.spares = 1;
+       },
+       "this pod has no index"},
       {"leader unexpanded",
        [](IdentityInputs& in) { in.master_addr = "$(LEADER)"; }, "is not a host name"},
   };
@@ -605,6 +619,37 @@ TEST(IdentityTest, AnUnauthenticatedGangInAPodSaysSo) {
   PodIdentity by_annotation = by_flag;
   by_annotation.index_source = "/etc/podinfo/annotations (batch.kubernetes.io/job-completion-index)";
   EXPECT_TRUE(UnauthenticatedGangNotice(by_annotation, false, {}));
+}
+
+// torchrun's c10d without --node-rank (the Slurm script's line): no index from
+// the Job, JobSet or flags, but an endpoint: numbered by arrival (issue 25).
+TEST(IdentityTest, AnEndpointWithoutAnyIndexNumbersThePodsByArrival) {
+  IdentityInputs in;
+  in.nnodes = "2";
+  in.master_addr = "10.0.0.10";
+  in.master_addr_source = "--rdzv-endpoint";
+  in.leader_from_endpoint = true;
+  in.hostname = "node7";
+  in.etc_hosts = "127.0.0.1 localhost\n";
+  in.read_file = [](const std::string&) { return std::optional<std::string>(); };
+  auto id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_TRUE(id->by_arrival);
+  EXPECT_EQ(id->index, 0xFFFFFFFFu) << "decided at the rendezvous";
+  EXPECT_FALSE(id->is_leader());
+  EXPECT_EQ(id->leader_host, "10.0.0.10");
+  EXPECT_EQ(id->nnodes, 2u);
+  in.node_rank = "1";  // an index decides, as before
+  id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_FALSE(id->by_arrival);
+  EXPECT_EQ(id->index, 1u);
+  in.node_rank.reset();
+  in.env["JOB_COMPLETION_INDEX"] = "0";
+  id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_FALSE(id->by_arrival);
+  EXPECT_TRUE(id->is_leader());
 }
 
 }  // namespace

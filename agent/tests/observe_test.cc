@@ -1,5 +1,6 @@
-// metrics.h, log_format.h, stragglers.h: the pure parts (the e2e side is
-// tests/e2e/test_observe.py).
+// metrics.h, log_format.h, stragglers.h, heartbeat_watch.h, roster.h: the
+// pure parts, and the heartbeat watch on a real loop with real files (the e2e
+// side is tests/e2e/test_observe.py).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -13,6 +14,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../src/roster.h"
+#include "trainlet/agent/heartbeat_watch.h"
 #include "trainlet/agent/log_format.h"
 #include "trainlet/agent/metrics.h"
 #include "trainlet/agent/stragglers.h"
@@ -196,6 +199,126 @@ TEST(StragglerTest, StepMeterCountsTouchesOfHeartbeatFiles) {
   EXPECT_GT(only0->first, slowest->first * 1.5);
   meter.reset();
   std::filesystem::remove_all(dir);
+}
+
+TEST(StragglerTest, TheBoardNamesAPodBehindAndForgetsItOnceCaughtUp) {
+  StragglerBoard board(2);
+  board.Look({{0, 10}, {1, 9}, {2, 11}, {3, 4}}, {{3, 12}});
+  EXPECT_EQ(board.stragglers(), (std::set<std::uint32_t>{3}));
+  EXPECT_EQ(board.rates().size(), 4u);
+  board.Look({{0, 10}, {1, 9}, {2, 11}, {3, 5.5}}, {});
+  EXPECT_EQ(board.stragglers(), (std::set<std::uint32_t>{3})) << "hysteresis";
+  board.Look({{0, 10}, {1, 9}, {2, 11}}, {});
+  EXPECT_TRUE(board.stragglers().empty()) << "no longer reports a rate";
+  StragglerBoard off(0);
+  off.Look({{0, 10}, {1, 1}}, {});
+  EXPECT_TRUE(off.stragglers().empty()) << "factor 0: rates only";
+  EXPECT_EQ(off.rates().size(), 2u);
+}
+
+TEST(MetricsTest, WorkerExitsAreCountedByClass) {
+  struct Case {
+    std::optional<std::string> first;
+    int collateral;
+    bool stop_signal;
+    std::map<std::string, std::uint64_t> want;
+  };
+  const Case cases[] = {
+      {std::nullopt, 0, false, {{"ok", 4}}},
+      {"bug", 3, false, {{"bug", 1}, {"peer_failed", 3}}},
+      {"oom", 1, false, {{"oom", 1}, {"peer_failed", 1}, {"ok", 2}}},
+      {std::nullopt, 4, true, {{"terminated", 4}}},
+  };
+  for (const Case& c : cases) {
+    PodMeters m;
+    m.CountWorkerExits(4, c.first, c.collateral, c.stop_signal);
+    EXPECT_EQ(m.worker_exits, c.want) << c.first.value_or("-") << " " << c.collateral;
+  }
+  PodMeters m;
+  m.restarts = 2;
+  m.last_failure_class = "infra";
+  m.CountWorkerExits(2, std::nullopt, 0, false);
+  m.CountWorkerExits(2, "worker", 1, false);
+  MetricsSnapshot s;
+  m.Fill(&s);
+  EXPECT_EQ(s.restarts, 2u);
+  EXPECT_EQ(s.last_failure_class, "infra");
+  EXPECT_EQ(s.worker_exits, (std::map<std::string, std::uint64_t>{
+                                {"ok", 2}, {"worker", 1}, {"peer_failed", 1}}));
+}
+
+TEST(HeartbeatWatchTest, AWorkerThatStopsTouchingItsFileIsHungAndTheWatchStops) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("heartbeat_watch_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> files;
+  for (std::uint32_t lr = 0; lr < 2; ++lr) {
+    files.push_back(HeartbeatWatch::CreateFile(dir.string(), lr));
+    ASSERT_FALSE(files.back().empty());
+  }
+  EXPECT_TRUE(HeartbeatWatch::CreateFile((dir / "missing").string(), 0).empty());
+  boost::asio::io_context io;
+  int looks = 0;
+  std::string hung;
+  HeartbeatWatch::Callbacks cb;
+  cb.watching = [] { return true; };
+  cb.running = [](int) { return true; };
+  cb.on_look = [&looks] { ++looks; };
+  cb.on_hang = [&hung, &io](const std::string& h) {
+    hung = h;
+    io.stop();
+  };
+  HeartbeatWatch watch(io.get_executor(), {.timeout = 200ms}, files, cb);
+  watch.Start();
+  // Local rank 1 keeps touching its file; local rank 0 touches it once.
+  std::filesystem::last_write_time(files[0], std::filesystem::file_time_type::clock::now());
+  for (int i = 0; i < 200 && hung.empty(); ++i) {
+    std::filesystem::last_write_time(files[1], std::filesystem::file_time_type::clock::now());
+    io.restart();
+    io.run_for(50ms);
+  }
+  ASSERT_FALSE(hung.empty()) << "no hang found in 10 s";
+  EXPECT_NE(hung.find("local rank 0"), std::string::npos) << hung;
+  EXPECT_EQ(hung.find("local rank 1"), std::string::npos) << hung;
+  EXPECT_EQ(watch.hang(), hung);
+  EXPECT_GT(looks, 0);
+  EXPECT_EQ(watch.Ages().size(), 2u);
+  // After the hang (or Stop) no look comes any more.
+  const int before = looks;
+  watch.Stop();
+  io.restart();
+  io.run_for(300ms);
+  EXPECT_EQ(looks, before);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
+  Roster roster;
+  EXPECT_TRUE(roster.Expected().empty()) << "before the first generation: all indices";
+  boost::asio::io_context io;
+  const FormationConfig two{.min_nodes = 2, .max_nodes = 2, .spares = 1};
+  roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
+  EXPECT_FALSE(roster.Plan({0}).has_value()) << "one pod of two: wait";
+  auto ranks = roster.Plan({0, 1, 2});
+  ASSERT_TRUE(ranks.has_value());
+  EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}}));
+  roster.Adopt(0);
+  EXPECT_EQ(roster.spares_waiting(), (std::set<std::uint32_t>{2}));
+  EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
+  roster.MarkLeaving(1);
+  EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 2}));
+  roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
+  ranks = roster.Plan({0, 2});  // pod 1 left (its Job recreates it)
+  ASSERT_TRUE(ranks.has_value());
+  EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {2, 1}}));
+  roster.Adopt(1);
+  EXPECT_EQ(roster.replacements(),
+            (std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 2}}));
+  EXPECT_TRUE(roster.spares_waiting().empty());
+  EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 2}));
+  roster.MarkLost(7);  // unknown: ignored
+  roster.MarkLost(2);
+  EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0}));
 }
 
 TEST(CompactIndicesTest, RunsAndALimit) {

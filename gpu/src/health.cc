@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 
 #include "child.h"
@@ -43,20 +45,11 @@ const char* ActionName(int a) {
   }
 }
 
-}  // namespace
-
-HealthReport CheckHealth(const std::string& libnvml, std::chrono::milliseconds xid_window) {
-  HealthReport r;
-  void* lib = ::dlopen(libnvml.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* e = ::dlerror();
-    r.detail = "NVML unavailable: " + std::string(e != nullptr ? e : libnvml);
-    return r;
-  }
-  auto sym = [lib](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
-    return fn != nullptr;
-  };
+// The NVML entry points CheckHealth uses, loaded with dlopen/dlsym into one
+// table (as NCCL's src/misc/nvmlwrap.cc does). The first three are required;
+// any other may be missing (older drivers): its check is skipped.
+struct Nvml {
+  void* lib = nullptr;
   int (*init)() = nullptr;
   int (*shutdown)() = nullptr;
   int (*count)(unsigned*) = nullptr;
@@ -70,78 +63,113 @@ HealthReport CheckHealth(const std::string& libnvml, std::chrono::milliseconds x
   int (*register_events)(Device, unsigned long long, void*) = nullptr;
   int (*set_wait)(void*, EventData*, unsigned) = nullptr;
   int (*set_free)(void*) = nullptr;
-  if (!(sym(init, "nvmlInit_v2") && sym(count, "nvmlDeviceGetCount_v2") &&
-        sym(handle, "nvmlDeviceGetHandleByIndex_v2"))) {
-    r.detail = libnvml + " lacks nvmlInit_v2/nvmlDeviceGetCount_v2";
-    ::dlclose(lib);
-    return r;
+};
+
+// Opens `libnvml` and initializes NVML; on failure nullopt, with why in *detail.
+std::optional<Nvml> LoadNvml(const std::string& libnvml, std::string* detail) {
+  Nvml n;
+  n.lib = ::dlopen(libnvml.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (n.lib == nullptr) {
+    const char* e = ::dlerror();
+    *detail = "NVML unavailable: " + std::string(e != nullptr ? e : libnvml);
+    return std::nullopt;
   }
-  sym(shutdown, "nvmlShutdown");
-  sym(uuid, "nvmlDeviceGetUUID");
-  sym(ecc, "nvmlDeviceGetTotalEccErrors");
-  sym(retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus");
-  sym(remapped, "nvmlDeviceGetRemappedRows");
-  sym(fields, "nvmlDeviceGetFieldValues");
-  sym(set_create, "nvmlEventSetCreate");
-  sym(register_events, "nvmlDeviceRegisterEvents");
-  sym(set_wait, "nvmlEventSetWait_v2");
-  sym(set_free, "nvmlEventSetFree");
-  if (int rc = init(); rc != 0) {
-    r.detail = "nvmlInit failed with nvmlReturn " + std::to_string(rc);
-    ::dlclose(lib);
-    return r;
+  auto sym = [lib = n.lib](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
+    return fn != nullptr;
+  };
+  if (!(sym(n.init, "nvmlInit_v2") && sym(n.count, "nvmlDeviceGetCount_v2") &&
+        sym(n.handle, "nvmlDeviceGetHandleByIndex_v2"))) {
+    *detail = libnvml + " lacks nvmlInit_v2/nvmlDeviceGetCount_v2";
+    ::dlclose(n.lib);
+    return std::nullopt;
   }
+  sym(n.shutdown, "nvmlShutdown");
+  sym(n.uuid, "nvmlDeviceGetUUID");
+  sym(n.ecc, "nvmlDeviceGetTotalEccErrors");
+  sym(n.retired_pending, "nvmlDeviceGetRetiredPagesPendingStatus");
+  sym(n.remapped, "nvmlDeviceGetRemappedRows");
+  sym(n.fields, "nvmlDeviceGetFieldValues");
+  sym(n.set_create, "nvmlEventSetCreate");
+  sym(n.register_events, "nvmlDeviceRegisterEvents");
+  sym(n.set_wait, "nvmlEventSetWait_v2");
+  sym(n.set_free, "nvmlEventSetFree");
+  if (int rc = n.init(); rc != 0) {
+    *detail = "nvmlInit failed with nvmlReturn " + std::to_string(rc);
+    ::dlclose(n.lib);
+    return std::nullopt;
+  }
+  return n;
+}
+
+// One GPU's counters and flags, as far as the driver offers them.
+GpuHealth ReadGpu(const Nvml& nv, unsigned index, Device d) {
+  GpuHealth g;
+  g.index = static_cast<int>(index);
+  char buf[96] = {};
+  if (nv.uuid != nullptr && nv.uuid(d, buf, sizeof(buf) - 1) == 0) g.uuid = buf;
+  unsigned long long e = 0;
+  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0.
+  if (nv.ecc != nullptr && nv.ecc(d, 1, 0, &e) == 0) g.ecc_uncorrected = e;
+  int pending = 0;
+  if (nv.retired_pending != nullptr && nv.retired_pending(d, &pending) == 0) {
+    g.retired_pages_pending = pending != 0;
+  }
+  unsigned corr = 0, unc = 0, is_pending = 0, failed = 0;
+  if (nv.remapped != nullptr && nv.remapped(d, &corr, &unc, &is_pending, &failed) == 0) {
+    g.row_remap_pending = is_pending != 0;
+    g.row_remap_failed = failed != 0;
+  }
+  FieldValue fv{};
+  fv.field_id = kFieldRecoveryAction;
+  if (nv.fields != nullptr && nv.fields(d, 1, &fv) == 0 && fv.nvml_return == 0) {
+    g.recovery_action = static_cast<int>(fv.value & 0xffffffffu);
+  }
+  return g;
+}
+
+// Critical Xids of `handles` (index = r->gpus' index) within `window`, into r.
+void CollectXids(const Nvml& nv, const std::vector<Device>& handles,
+                 std::chrono::milliseconds window, HealthReport* r) {
+  if (window.count() <= 0 || nv.set_create == nullptr || nv.register_events == nullptr ||
+      nv.set_wait == nullptr) {
+    return;
+  }
+  void* set = nullptr;
+  if (nv.set_create(&set) != 0) return;
+  for (Device d : handles) nv.register_events(d, kEventXidCritical, set);
+  auto deadline = std::chrono::steady_clock::now() + window;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    EventData ev{};
+    if (nv.set_wait(set, &ev, static_cast<unsigned>(left.count())) != 0) break;  // timeout
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      if (handles[i] == ev.device) r->gpus[i].xids.push_back(ev.event_data);
+    }
+  }
+  if (nv.set_free != nullptr) nv.set_free(set);
+}
+
+}  // namespace
+
+HealthReport CheckHealth(const std::string& libnvml, std::chrono::milliseconds xid_window) {
+  HealthReport r;
+  std::optional<Nvml> nv = LoadNvml(libnvml, &r.detail);
+  if (!nv) return r;
   unsigned n = 0;
-  count(&n);
+  nv->count(&n);
   std::vector<Device> handles;
   for (unsigned i = 0; i < n; ++i) {
     Device d = nullptr;
-    if (handle(i, &d) != 0) continue;
-    GpuHealth g;
-    g.index = static_cast<int>(i);
-    char buf[96] = {};
-    if (uuid != nullptr && uuid(d, buf, sizeof(buf) - 1) == 0) g.uuid = buf;
-    unsigned long long e = 0;
-    // NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0.
-    if (ecc != nullptr && ecc(d, 1, 0, &e) == 0) g.ecc_uncorrected = e;
-    int pending = 0;
-    if (retired_pending != nullptr && retired_pending(d, &pending) == 0) {
-      g.retired_pages_pending = pending != 0;
-    }
-    unsigned corr = 0, unc = 0, is_pending = 0, failed = 0;
-    if (remapped != nullptr && remapped(d, &corr, &unc, &is_pending, &failed) == 0) {
-      g.row_remap_pending = is_pending != 0;
-      g.row_remap_failed = failed != 0;
-    }
-    FieldValue fv{};
-    fv.field_id = kFieldRecoveryAction;
-    if (fields != nullptr && fields(d, 1, &fv) == 0 && fv.nvml_return == 0) {
-      g.recovery_action = static_cast<int>(fv.value & 0xffffffffu);
-    }
-    r.gpus.push_back(g);
+    if (nv->handle(i, &d) != 0) continue;
+    r.gpus.push_back(ReadGpu(*nv, i, d));
     handles.push_back(d);
   }
-  if (xid_window.count() > 0 && set_create != nullptr && register_events != nullptr &&
-      set_wait != nullptr) {
-    void* set = nullptr;
-    if (set_create(&set) == 0) {
-      for (Device d : handles) register_events(d, kEventXidCritical, set);
-      auto deadline = std::chrono::steady_clock::now() + xid_window;
-      for (;;) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) break;
-        EventData ev{};
-        if (set_wait(set, &ev, static_cast<unsigned>(left.count())) != 0) break;  // timeout
-        for (std::size_t i = 0; i < handles.size(); ++i) {
-          if (handles[i] == ev.device) r.gpus[i].xids.push_back(ev.event_data);
-        }
-      }
-      if (set_free != nullptr) set_free(set);
-    }
-  }
-  if (shutdown != nullptr) shutdown();
-  ::dlclose(lib);
+  CollectXids(*nv, handles, xid_window, &r);
+  if (nv->shutdown != nullptr) nv->shutdown();
+  ::dlclose(nv->lib);
   r.available = true;
   r.detail = std::to_string(r.gpus.size()) + " GPU(s)";
   return r;

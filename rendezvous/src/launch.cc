@@ -10,7 +10,15 @@ wire::LaunchConfig MakeLaunchConfig(const LaunchSettings& s) {
                           {"gang", s.gang}};
   if (s.preflight) c.emplace_back("preflight", "1");
   if (s.spares > 0) c.emplace_back("spares", std::to_string(s.spares));
+  if (s.ranks_by_arrival) c.emplace_back("ranks", "arrival");
   return c;
+}
+
+bool RanksByArrival(const wire::LaunchConfig& config) {
+  for (const auto& [key, value] : config) {
+    if (key == "ranks") return value == "arrival";
+  }
+  return false;
 }
 
 wire::Hello MakeHello(const LaunchSettings& s) {

@@ -1,6 +1,11 @@
 #include "trainlet/rendezvous/leader.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <utility>
 #include <map>
 #include <optional>
 #include <vector>
@@ -12,9 +17,12 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include "channel_core.h"
 #include "frame_queue.h"
+#include "trainlet/rendezvous/admission.h"
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/backoff.h"
+#include "trainlet/rendezvous/launch.h"
 #include "logging.h"
 #include "net_util.h"
 #include "trainlet/rendezvous/peer_log_limiter.h"
@@ -41,14 +49,8 @@ struct Leader::Conn {
   bool fresh = true;  // not read yet: the first read is tried at accept (see ReadFrom)
   // Control channel.
   FrameQueue outq;
-  std::chrono::steady_clock::time_point last_rx = std::chrono::steady_clock::now();
   bool settled = false;  // reported success, or reported as lost/failed
-  // Heartbeats (wire::Heartbeat): the member's last one, to echo; what it says.
-  std::uint64_t peer_sent_us = 0;
-  std::chrono::steady_clock::time_point peer_rx;
-  std::optional<double> rtt_seconds;
-  std::uint32_t step_rate_milli = 0;
-  std::uint32_t slowest_rank = 0;
+  ChannelPeer peer_state;  // when it was last heard, its heartbeats (channel_core.h)
   // Authentication in progress: the hello waits for the member's proof.
   std::optional<wire::Hello> pending_hello;
   std::string leader_nonce;
@@ -85,11 +87,10 @@ struct Leader::Impl {
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
-  std::chrono::milliseconds heartbeat{1000};
-  int misses = 3;
+  std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval;  // set by StartChannel
+  int misses = tunables::kHeartbeatMisses;
   std::unique_ptr<asio::steady_timer> heartbeat_timer;
-  std::chrono::steady_clock::time_point last_heartbeat_tx;
-  std::chrono::steady_clock::duration longest_tx_gap{};  // heartbeat_silence()
+  ChannelPacer pacer;  // this side's heartbeats; heartbeat_silence()
   // Channel events that arrived before StartChannel (the leader's own pod learns
   // of the assignment a moment after the members do).
   std::vector<std::function<void()>> early_events;
@@ -100,80 +101,6 @@ struct Leader::Impl {
 };
 
 namespace {
-
-std::uint64_t NowUs() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
-
-// Names the first field that differs between two launch configurations, or "".
-std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,
-                            std::string* leader_value, std::string* member_value) {
-  std::map<std::string, std::string> a(leader.begin(), leader.end());
-  std::map<std::string, std::string> b(member.begin(), member.end());
-  for (const auto& [k, v] : a) {
-    auto it = b.find(k);
-    std::string mv = it == b.end() ? "(absent)" : it->second;
-    if (mv != v) {
-      *leader_value = v;
-      *member_value = mv;
-      return k;
-    }
-  }
-  for (const auto& [k, v] : b) {
-    if (!a.contains(k)) {
-      *leader_value = "(absent)";
-      *member_value = v;
-      return k;
-    }
-  }
-  return "";
-}
-
-}  // namespace
-
-namespace {
-
-// Opens `acceptor` dual stack (one socket serves IPv4 as v4-mapped and IPv6
-// peers; IPv4 alone where IPv6 is off), with SO_REUSEADDR as a trainer's
-// listener (PyTorch's TCPStore) has it, and binds it to `port` on every
-// interface.
-boost::system::error_code OpenAndBind(tcp::acceptor& acceptor, std::uint16_t port) {
-  boost::system::error_code ec;
-  tcp::endpoint ep(asio::ip::address_v6::any(), port);
-  acceptor.open(tcp::v6(), ec);
-  if (!ec) acceptor.set_option(asio::ip::v6_only(false), ec);
-  if (ec) {
-    boost::system::error_code ignored;
-    acceptor.close(ignored);
-    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
-    acceptor.open(tcp::v4(), ec);
-  }
-  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor.bind(ep, ec);
-  return ec;
-}
-
-// Opens, binds and listens `acceptor` on `port` (see Leader::Listen); on any
-// error the acceptor is left closed.
-boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t port,
-                                        int backlog) {
-  boost::system::error_code ec = OpenAndBind(acceptor, port);
-  if (!ec) acceptor.listen(backlog, ec);
-  if (ec) {
-    boost::system::error_code ignored;
-    acceptor.close(ignored);
-  }
-  return ec;
-}
-
-// The backlog covers the whole gang arriving at once (PyTorch's TCPStore does
-// the same; a small backlog turns a burst of joins into SYN retransmits).
-int BacklogFor(std::uint32_t nnodes) {
-  return static_cast<int>(std::min<std::size_t>(
-      std::max<std::size_t>(nnodes + 64, tunables::kMinListenBacklog), 65535));
-}
 
 // Whether `port` can be bound on every interface now (bound, then closed at
 // once), as a trainer's listener would; port 0: the kernel's choice, in *bound.
@@ -193,6 +120,7 @@ Result<std::shared_ptr<Leader>> Leader::Listen(asio::any_io_executor executor, s
   leader->impl_ = std::make_unique<Impl>(executor);
   Impl& im = *leader->impl_;
   im.options = std::move(options);
+  if (im.options.listening_fd >= 0) return Adopt(std::move(leader));
   boost::system::error_code ec = BindAndListen(im.acceptor, port, BacklogFor(im.options.nnodes));
   if (ec == asio::error::address_in_use && port != 0 &&
       std::chrono::steady_clock::now() < im.options.bind_deadline) {
@@ -208,6 +136,27 @@ Result<std::shared_ptr<Leader>> Leader::Listen(asio::any_io_executor executor, s
   }
   im.bound = true;
   leader->port_ = im.acceptor.local_endpoint().port();
+  return leader;
+}
+
+// Listen with options.listening_fd: the acceptor takes that socket over.
+Result<std::shared_ptr<Leader>> Leader::Adopt(std::shared_ptr<Leader> leader) {
+  Impl& im = *leader->impl_;
+  const int fd = std::exchange(im.options.listening_fd, -1);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  boost::system::error_code ec;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ec.assign(errno, boost::system::system_category());
+  } else {
+    im.acceptor.assign(addr.ss_family == AF_INET6 ? tcp::v6() : tcp::v4(), fd, ec);
+  }
+  if (ec) {
+    ::close(fd);
+    return Status::Infra("cannot take over the rendezvous listener: " + ec.message());
+  }
+  im.bound = true;
+  leader->port_ = im.acceptor.local_endpoint(ec).port();
   return leader;
 }
 
@@ -393,76 +342,8 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
 
 void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
   auto on_ready = [self = shared_from_this(), conn](boost::system::error_code ec) {
-        Impl& im = *self->impl_;
-        if (conn->closed) return;
-        std::size_t n = 0;
-        if (!ec) n = conn->socket.read_some(asio::buffer(im.rx), ec);
-        if (ec == asio::error::would_block || ec == asio::error::try_again) {
-          self->ReadFrom(conn);
-          return;
-        }
-        if (ec) {
-          if (conn->index && im.finished && !conn->settled) {
-            conn->settled = true;
-            std::uint32_t index = *conn->index;
-            self->Drop(conn);
-            self->Deliver([self = self.get(), index, why = "its connection closed (" + ec.message() + ")"] {
-              if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
-            });
-            return;
-          }
-          if (conn->pending_hello) {
-            im.log->warn("leader: pod {} ({}) hung up during authentication (its token differs?)",
-                         conn->pending_hello->index, conn->peer);
-          }
-          if (conn->index) {
-            // Before the assignment this frees the index for a restarted pod;
-            // after it, the pod's agent has exited.
-            im.log->log(im.finished ? spdlog::level::debug : spdlog::level::warn,
-                        "leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer,
-                        ec.message());
-          }
-          self->Drop(conn);
-          return;
-        }
-        Status fed = conn->decoder.Feed(std::span(im.rx.data(), n));
-        for (;;) {
-          auto next = conn->decoder.Next();
-          if (!fed.ok() || !next.ok()) {
-            const Status& s = fed.ok() ? next.status() : fed;
-            self->Warn(conn, "leader: closing " + conn->peer + ": " + s.message());
-            if (conn->decoder.peer_version() != 0 &&
-                conn->decoder.peer_version() != wire::kVersion) {
-              self->Refuse(conn, {"protocol_version", s.message()});
-            } else {
-              self->Drop(conn);
-            }
-            return;
-          }
-          if (!next->has_value()) break;
-          conn->last_rx = std::chrono::steady_clock::now();
-          if (conn->index) {  // admitted: from now on only channel messages
-            self->OnChannelMessage(conn, **next);
-            if (conn->closed) return;
-            continue;
-          }
-          if (const auto* proof = std::get_if<wire::Proof>(&**next);
-              proof != nullptr && conn->pending_hello) {
-            self->OnProof(conn, *proof);
-            if (conn->closed) return;
-            continue;
-          }
-          auto* hello = std::get_if<wire::Hello>(&**next);
-          if (hello == nullptr || conn->index || conn->pending_hello) {
-            self->Warn(conn, "leader: closing " + conn->peer + ": unexpected message");
-            self->Drop(conn);
-            return;
-          }
-          self->OnHello(conn, std::move(*hello));
-          if (conn->closed) return;
-        }
-        self->ReadFrom(conn);
-      };
+    self->OnReadable(conn, ec);
+  };
   // A member's hello follows its connect at once, so it is usually there by the
   // time the connection is accepted: read it then, and the member is admitted
   // before any idle connection can push it out of the pending slots.
@@ -472,6 +353,87 @@ void Leader::ReadFrom(std::shared_ptr<Conn> conn) {
     return;
   }
   conn->socket.async_wait(tcp::socket::wait_read, std::move(on_ready));
+}
+
+// Reads what `conn` has into the shared buffer and handles every whole
+// message, then waits for more.
+void Leader::OnReadable(const std::shared_ptr<Conn>& conn, boost::system::error_code ec) {
+  Impl& im = *impl_;
+  if (conn->closed) return;
+  std::size_t n = 0;
+  if (!ec) n = conn->socket.read_some(asio::buffer(im.rx), ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ReadFrom(conn);
+    return;
+  }
+  if (ec) {
+    OnReadError(conn, ec);
+    return;
+  }
+  Status fed = conn->decoder.Feed(std::span(im.rx.data(), n));
+  for (;;) {
+    auto next = conn->decoder.Next();
+    if (!fed.ok() || !next.ok()) {
+      const Status& s = fed.ok() ? next.status() : fed;
+      Warn(conn, "leader: closing " + conn->peer + ": " + s.message());
+      if (conn->decoder.peer_version() != 0 && conn->decoder.peer_version() != wire::kVersion) {
+        Refuse(conn, {"protocol_version", s.message()});
+      } else {
+        Drop(conn);
+      }
+      return;
+    }
+    if (!next->has_value()) break;
+    conn->peer_state.Heard(std::chrono::steady_clock::now());
+    Dispatch(conn, std::move(**next));
+    if (conn->closed) return;
+  }
+  ReadFrom(conn);
+}
+
+// One message from `conn`, by where its handshake stands.
+void Leader::Dispatch(const std::shared_ptr<Conn>& conn, wire::Message message) {
+  if (conn->index) {  // admitted: from now on only channel messages
+    OnChannelMessage(conn, message);
+    return;
+  }
+  if (const auto* proof = std::get_if<wire::Proof>(&message); proof && conn->pending_hello) {
+    OnProof(conn, *proof);
+    return;
+  }
+  auto* hello = std::get_if<wire::Hello>(&message);
+  if (hello == nullptr || conn->pending_hello) {
+    Warn(conn, "leader: closing " + conn->peer + ": unexpected message");
+    Drop(conn);
+    return;
+  }
+  OnHello(conn, std::move(*hello));
+}
+
+// The connection closed or failed: an admitted member is lost (after the
+// assignment) or frees its index (before it).
+void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error_code ec) {
+  Impl& im = *impl_;
+  if (conn->index && im.finished && !conn->settled) {
+    conn->settled = true;
+    std::uint32_t index = *conn->index;
+    Drop(conn);
+    Deliver([self = this, index, why = "its connection closed (" + ec.message() + ")"] {
+      if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
+    });
+    return;
+  }
+  if (conn->pending_hello) {
+    im.log->warn("leader: pod {} ({}) hung up during authentication (its token differs?)",
+                 conn->pending_hello->index, conn->peer);
+  }
+  if (conn->index) {
+    // Before the assignment this frees the index for a restarted pod; after
+    // it, the pod's agent has exited.
+    im.log->log(im.finished ? spdlog::level::debug : spdlog::level::warn,
+                "leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer, ec.message());
+  }
+  Drop(conn);
 }
 
 void Leader::OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
@@ -516,99 +478,84 @@ void Leader::OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof
   Admit(conn, std::move(hello));
 }
 
+// The decision is Admit (admission.h); this applies it.
 void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   Impl& im = *impl_;
-  const wire::Hello& own = *im.own;
-  std::string who = "pod " + std::to_string(hello.index) + " (" + conn->peer + ")";
-  if (hello.job_id != own.job_id) {
-    // Retriable like a stale attempt: a Job deleted and created again under the
-    // same name has a new UID while the old pods still hold the names.
-    Refuse(conn, {"job_id",
-                  who + " belongs to job '" + hello.job_id + "', this leader to '" + own.job_id +
-                      "'",
-                  /*retriable=*/true});
-    return;
+  std::optional<IndexHolder> holder;
+  if (auto it = im.members.find(hello.index); it != im.members.end()) {
+    const Conn& h = *it->second;
+    holder = IndexHolder{
+        .peer = h.peer,
+        .live = std::chrono::steady_clock::now() - h.peer_state.last_rx() <=
+                im.options.holder_liveness,
+        .job_name = h.job_name,
+        .job_restart_attempt = h.job_restart_attempt};
   }
-  if (hello.attempt != own.attempt) {
-    // JobSet restarts overlap old and new pods under the same names: whichever
-    // side is stale is about to be replaced, so the member keeps trying (until
-    // its deadline) rather than exiting with a code that could fail the Job.
-    Refuse(conn, {"attempt",
-                  who + " is from attempt " + std::to_string(hello.attempt) +
-                      ", this leader runs attempt " + std::to_string(own.attempt),
-                  /*retriable=*/true});
-    return;
+  std::string local = "?";
+  boost::system::error_code ec;
+  if (auto ep = conn->socket.local_endpoint(ec); !ec) {
+    local = AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
   }
-  if (hello.index == 0) {
-    RivalLeader(conn, hello);
-    return;
+  std::optional<std::uint32_t> free_index;
+  for (std::uint32_t i = 1; i < im.options.nnodes && !free_index; ++i) {
+    if (!im.members.contains(i)) free_index = i;
   }
-  if (FencedByJobRestart(conn, hello)) return;
-  std::string lv, mv;
-  std::string field = hello.fingerprint == own.fingerprint && hello.config == own.config
-                          ? ""
-                          : FirstDifference(own.config, hello.config, &lv, &mv);
-  if (!field.empty()) {
-    // That member's own launch is wrong (or it is no member of this gang at
-    // all: a hello is unauthenticated without a token). It exits config; the
-    // leader and the pods already admitted wait on for a pod that agrees.
-    std::string reason = "launch configuration differs: " + field + "=" + mv + " on " + who +
-                         ", " + field + "=" + lv + " on pod 0 (the leader)";
-    Refuse(conn, {field, reason});
-    return;
+  const Admission decided = rendezvous::Admit(
+      AdmissionState{.own = *im.own,
+                     .nnodes = im.options.nnodes,
+                     .max_generation = im.options.max_generation,
+                     .leader_id = im.options.leader_id,
+                     .job_attempts = im.job_attempts,
+                     .holder = std::move(holder),
+                     .free_index = free_index,
+                     .peer = conn->peer,
+                     .address = conn->address,
+                     .local = local},
+      hello);
+  if (decided.record_job_attempt) im.job_attempts[hello.job_name] = *decided.record_job_attempt;
+  if (decided.drop_older_of_job) DropOlderOfJob(hello);
+  switch (decided.verdict) {
+    case Admission::Verdict::kRefuse:
+      Refuse(conn, decided.reject);
+      return;
+    case Admission::Verdict::kRivalLeader:
+      // Both must stop: it gets a final refusal, this leader fails config once
+      // that refusal is written.
+      Refuse(conn, decided.reject, [self = shared_from_this(), reason = decided.reject.reason] {
+        self->Finish(Status::Config(reason));
+      });
+      return;
+    case Admission::Verdict::kAdmit:
+      break;
   }
-  if (hello.generation > im.options.max_generation) {
-    // No pod of this gang runs past --max-restarts: a stranger's number, or a
-    // pod launched with another --max-restarts history. Never adopted.
-    Refuse(conn, {"generation", who + " asks for generation " +
-                                    std::to_string(hello.generation) + ", beyond --max-restarts " +
-                                    std::to_string(im.options.max_generation)});
-    return;
+  const std::uint32_t index = decided.index;
+  if (decided.replace_holder) {
+    const auto holder_conn = im.members.at(index);
+    im.log->warn("leader: index {} claimed again from {}; its holder {} has been silent for {} ms: "
+                 "replacing it",
+                 index, conn->peer, holder_conn->peer,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx())
+                     .count());
+    Drop(holder_conn);
   }
-  if (hello.index == 0 || hello.index >= im.options.nnodes) {
-    Refuse(conn, {"index", who + " has an index outside 1.." +
-                               std::to_string(im.options.nnodes - 1) +
-                               " (index 0 is this leader)"});
-    return;
-  }
-  if (!TakeHeldIndex(conn, hello)) return;
-  conn->index = hello.index;
+  conn->index = index;
   conn->generation = hello.generation;
   conn->job_name = hello.job_name;
   conn->job_restart_attempt = hello.job_restart_attempt;
   conn->timer.cancel();
   NotPending(conn);
-  im.members[hello.index] = conn;
-  im.log->debug("leader: pod {} joined from {} ({}/{})", hello.index, conn->peer, admitted(),
-                im.options.nnodes);
+  im.members[index] = conn;
+  im.log->debug("leader: pod {} joined from {} ({}/{}){}", index, conn->peer, admitted(),
+                im.options.nnodes, hello.index == wire::kNoIndex ? " by arrival" : "");
   MaybeAssign();
 }
 
-// JobSet recreates one failed Job (failurePolicy action RestartJob) with its
-// label jobset.sigs.k8s.io/job-restart-attempt raised, the JobSet-wide
-// restart-attempt unchanged (kubernetes-sigs/jobset pkg/constants/constants.go
-// JobRestartAttemptKey; pkg/controllers/jobset_controller.go: a Job whose
-// job-restart-attempt is below jobset.status...jobRestarts[jobIndex] is
-// deleted as a previous one). A pod of a higher job-restart-attempt than seen
-// for its Job is a replacement: the old Job's pods still admitted are stale
-// and dropped. A lower one is a stale pod of the old Job: refused, retriable
-// (it is being deleted; at its deadline it exits infra, not config).
-bool Leader::FencedByJobRestart(const std::shared_ptr<Conn>& conn, const wire::Hello& hello) {
+// A pod of a recreated Job (admission.h, rule 4): the old Job's pods still
+// admitted are stale.
+void Leader::DropOlderOfJob(const wire::Hello& hello) {
   Impl& im = *impl_;
-  if (!hello.job_restart_attempt) return false;
   const std::uint32_t jra = *hello.job_restart_attempt;
-  auto [seen, fresh] = im.job_attempts.try_emplace(hello.job_name, jra);
-  if (!fresh && jra < seen->second) {
-    Refuse(conn, {"job_restart_attempt",
-                  "pod " + std::to_string(hello.index) + " (" + conn->peer + ") of Job '" +
-                      hello.job_name + "' is from job-restart-attempt " + std::to_string(jra) +
-                      ", but that Job was recreated: attempt " + std::to_string(seen->second) +
-                      " already joined (a stale pod of the old Job)",
-                  /*retriable=*/true});
-    return true;
-  }
-  if (fresh || jra == seen->second) return false;
-  seen->second = jra;
   auto members = im.members;
   for (auto& [index, old] : members) {
     if (old->job_name != hello.job_name || old->job_restart_attempt.value_or(0) >= jra) continue;
@@ -617,69 +564,6 @@ bool Leader::FencedByJobRestart(const std::shared_ptr<Conn>& conn, const wire::H
                  hello.job_name, jra, index, old->peer, old->job_restart_attempt.value_or(0));
     Drop(old);
   }
-  return false;
-}
-
-// A second claim of an admitted index: a recreated pod whose predecessor's
-// connection has not closed yet (no FIN: keepalive or silence tells later),
-// or two live pods given one index. The holder answers the waiting heartbeats
-// (MemberOptions), so a holder heard from within options.holder_liveness is
-// live: then the claim is a clash, refused for good (it exits config, naming
-// both pods). A silent holder is dropped and the newcomer takes its place.
-bool Leader::TakeHeldIndex(const std::shared_ptr<Conn>& conn, const wire::Hello& hello) {
-  Impl& im = *impl_;
-  auto it = im.members.find(hello.index);
-  if (it == im.members.end()) return true;
-  std::shared_ptr<Conn> holder = it->second;
-  const auto quiet = std::chrono::steady_clock::now() - holder->last_rx;
-  const std::string index = "index " + std::to_string(hello.index);
-  if (quiet > im.options.holder_liveness) {
-    im.log->warn("leader: {} claimed again from {}; its holder {} has been silent for {} ms: "
-                 "replacing it",
-                 index, conn->peer, holder->peer,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(quiet).count());
-    Drop(holder);
-    return true;
-  }
-  if (hello.job_restart_attempt != holder->job_restart_attempt) {
-    // Another Job attempt (FencedByJobRestart dropped an older holder): the
-    // holder is on its way out; the claimant may retry.
-    Refuse(conn, {"index", index + " is held by " + holder->peer + " of another Job attempt",
-                  /*retriable=*/true});
-    return false;
-  }
-  Refuse(conn, {"index",
-                "two live pods claim " + index + " of job '" + hello.job_id + "' attempt " +
-                    std::to_string(hello.attempt) + ": " + holder->peer +
-                    " joined first and answers heartbeats; refusing " + conn->peer +
-                    ". Each pod needs its own index (--node-rank, JOB_COMPLETION_INDEX)"});
-  return false;
-}
-
-// Another pod says hello with index 0: it acts as leader of this job and
-// attempt too (two pods launched with --node-rank=0, a leader name resolving
-// to both). Both must stop: it gets a final refusal, this leader fails config
-// once that refusal is written. Its own probe reaching itself (through a
-// Service) carries this leader's id and is refused quietly.
-void Leader::RivalLeader(const std::shared_ptr<Conn>& conn, const wire::Hello& hello) {
-  Impl& im = *impl_;
-  if (!im.options.leader_id.empty() && hello.leader_id == im.options.leader_id) {
-    Refuse(conn, {"leader", "this is the probing leader itself", /*retriable=*/true});
-    return;
-  }
-  std::string local = "?";
-  boost::system::error_code ec;
-  if (auto ep = conn->socket.local_endpoint(ec); !ec) {
-    local = AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
-  }
-  const std::string reason = "two pods act as leader (index 0) of job '" + hello.job_id +
-                             "' attempt " + std::to_string(hello.attempt) + ": " + local +
-                             " and " + conn->address +
-                             ". Exactly one pod may have index 0 (--node-rank, "
-                             "JOB_COMPLETION_INDEX) and the leader's name must lead to it alone";
-  Refuse(conn, {"leader", reason}, [self = shared_from_this(), reason] {
-    self->Finish(Status::Config(reason));
-  });
 }
 
 void Leader::Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
@@ -763,7 +647,9 @@ void Leader::MaybeAssign() {
   im.assigning = true;
   const std::uint32_t nproc = im.own->nproc_per_node;
   const auto active = static_cast<std::uint32_t>(ranks->size());
-  const bool membership = static_cast<bool>(im.options.plan);
+  // The node rank goes in the assignment where it is not the member's own
+  // index: a membership plan, or pods numbered by arrival (launch.h).
+  const bool membership = im.options.plan || RanksByArrival(im.own->config);
   // The gang's generation is the leader's own. Only a fresh leader (a replaced
   // leader pod, at 0) cannot know the count: it continues the survivors' (they
   // ask for their last generation + 1; Admit bounds it by --max-restarts).
@@ -861,7 +747,7 @@ void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
   im.heartbeat = heartbeat;
   im.misses = misses;
   auto now = std::chrono::steady_clock::now();
-  for (auto& [index, conn] : im.members) conn->last_rx = now;
+  for (auto& [index, conn] : im.members) conn->peer_state.Heard(now);
   im.heartbeat_timer = std::make_unique<asio::steady_timer>(im.executor);
   Heartbeat();
   auto early = std::move(im.early_events);
@@ -885,16 +771,10 @@ void Leader::Heartbeat() {
   if (!im.channel || !im.heartbeat_timer) return;
   auto now = std::chrono::steady_clock::now();
   auto members = im.members;  // on_lost may drop entries
-  const bool send = now - im.last_heartbeat_tx >= im.heartbeat;
-  if (send) {
-    if (im.last_heartbeat_tx != std::chrono::steady_clock::time_point{}) {
-      im.longest_tx_gap = std::max(im.longest_tx_gap, now - im.last_heartbeat_tx);
-    }
-    im.last_heartbeat_tx = now;
-  }
+  const bool send = im.pacer.Due(now, im.heartbeat);
   for (auto& [index, conn] : members) {
     if (conn->closed) continue;
-    if (!conn->settled && now - conn->last_rx > im.heartbeat * im.misses) {
+    if (!conn->settled && conn->peer_state.Silent(now, im.heartbeat, im.misses)) {
       conn->settled = true;
       Drop(conn);
       Deliver([self = this, index,
@@ -904,25 +784,15 @@ void Leader::Heartbeat() {
       });
       continue;
     }
-    if (send) {
-      wire::Heartbeat hb;
-      hb.sent_us = NowUs();
-      hb.echo_us = conn->peer_sent_us;
-      if (conn->peer_sent_us != 0) {
-        hb.echo_held_us = static_cast<std::uint32_t>(std::min<std::int64_t>(
-            std::chrono::duration_cast<std::chrono::microseconds>(now - conn->peer_rx).count(),
-            UINT32_MAX));
-      }
-      Send(conn, wire::Encode(hb));
-    }
+    if (send) Send(conn, wire::Encode(conn->peer_state.Make(now)));
   }
   // Wake for the next send, and at the moment the first member's silence
   // reaches the bound: a silent peer is declared lost on time, not up to a
-  // quarter heartbeat late (a hot spare's start waits on it: bench/spares.py).
-  auto wake = std::chrono::steady_clock::duration(im.heartbeat / 4);
+  // check interval late (a hot spare's start waits on it: bench/spares.py).
+  auto wake = std::chrono::steady_clock::duration(im.heartbeat / kChecksPerInterval);
   for (const auto& [index, conn] : im.members) {
     if (conn->closed || conn->settled) continue;
-    const auto bound = conn->last_rx + im.heartbeat * im.misses - now;
+    const auto bound = conn->peer_state.last_rx() + im.heartbeat * im.misses - now;
     wake = std::min(wake, bound + std::chrono::milliseconds(1));
   }
   im.heartbeat_timer->expires_after(std::max(wake, decltype(wake)(std::chrono::milliseconds(1))));
@@ -934,32 +804,13 @@ void Leader::Heartbeat() {
 void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m) {
   Impl& im = *impl_;
   if (const auto* hb = std::get_if<wire::Heartbeat>(&m)) {
-    const std::uint64_t now = NowUs();
-    conn->peer_sent_us = hb->sent_us;
-    conn->peer_rx = std::chrono::steady_clock::now();
-    conn->step_rate_milli = hb->step_rate_milli;
-    conn->slowest_rank = hb->slowest_rank;
-    // Our own sent_us, echoed: a value from the future or an absurd hold is
-    // not ours (an older or confused peer), and is ignored.
-    if (hb->echo_us != 0 && hb->echo_us <= now && now - hb->echo_us >= hb->echo_held_us) {
-      conn->rtt_seconds = static_cast<double>(now - hb->echo_us - hb->echo_held_us) / 1e6;
-    }
+    conn->peer_state.OnHeartbeat(*hb, std::chrono::steady_clock::now());
     return;
   }
   if (const auto* r = std::get_if<wire::Report>(&m)) {
     if (r->index != *conn->index) {
       im.log->warn("leader: pod {} sent a report for index {}; closing", *conn->index, r->index);
-      std::uint32_t index = *conn->index;
-      bool was_settled = conn->settled;
-      conn->settled = true;
-      Drop(conn);
-      if (!was_settled) {
-        Deliver([self = this, index] {
-          if (self->impl_->callbacks.on_lost) {
-            self->impl_->callbacks.on_lost(index, "protocol error (a report for another index)");
-          }
-        });
-      }
+      ProtocolError(conn, "protocol error (a report for another index)");
       return;
     }
     if (conn->settled) return;  // one report per pod: the first one stands
@@ -970,17 +821,22 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
     return;
   }
   im.log->warn("leader: pod {} sent an unexpected message; closing", *conn->index);
-  std::uint32_t index = *conn->index;
-  bool was_settled = conn->settled;
+  ProtocolError(conn, "protocol error");
+}
+
+// An admitted member broke the protocol: dropped, and lost unless it had
+// settled already. Through Deliver: this may run before StartChannel (the
+// member spoke in the moment between its assignment and the leader's own),
+// when no callback is set yet.
+void Leader::ProtocolError(const std::shared_ptr<Conn>& conn, std::string why) {
+  const std::uint32_t index = *conn->index;
+  const bool was_settled = conn->settled;
   conn->settled = true;
   Drop(conn);
-  // Through Deliver: this may run before StartChannel (the member spoke in the
-  // moment between its assignment and the leader's own), when no callback is set yet.
-  if (!was_settled) {
-    Deliver([self = this, index] {
-      if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, "protocol error");
-    });
-  }
+  if (was_settled) return;
+  Deliver([self = this, index, why = std::move(why)] {
+    if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
+  });
 }
 
 void Leader::WaitingHeartbeat() {
@@ -1019,7 +875,8 @@ void Leader::BroadcastStop(const wire::Stop& stop) {
 std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
   std::map<std::uint32_t, PeerStats> out;
   for (const auto& [index, conn] : impl_->members) {
-    if (!conn->closed) out[index] = {conn->rtt_seconds, conn->step_rate_milli, conn->slowest_rank};
+    const ChannelPeer& p = conn->peer_state;
+    if (!conn->closed) out[index] = {p.rtt_seconds(), p.step_rate_milli(), p.slowest_rank()};
   }
   return out;
 }
@@ -1027,7 +884,7 @@ std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
 std::chrono::steady_clock::duration Leader::heartbeat_silence() const {
   const Impl& im = *impl_;
   if (!im.channel || !im.heartbeat_timer) return {};
-  return std::max(im.longest_tx_gap, std::chrono::steady_clock::now() - im.last_heartbeat_tx);
+  return im.pacer.Silence(std::chrono::steady_clock::now());
 }
 
 bool Leader::AllMembersSettled() const {

@@ -12,6 +12,7 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
+#include "channel_core.h"
 #include "frame_queue.h"
 #include "trainlet/rendezvous/auth.h"
 #include "logging.h"
@@ -25,6 +26,17 @@ using Clock = std::chrono::steady_clock;
 using exitcodes::Result;
 using exitcodes::Status;
 
+// Where the join stands. Completions of an earlier attempt are dropped in one
+// place (Member::Bound); the phase says which completions are expected.
+enum class Phase {
+  kResolving,      // the leader's name is being resolved
+  kConnecting,     // a connect to addresses[next_address - 1] is under way
+  kAwaitingReply,  // connected, hello sent or being sent; the leader's frames are read
+  kBackingOff,     // waiting before the next attempt (Retry)
+  kJoined,         // the assignment came: the socket is the control channel now
+  kClosed,         // failed, or Close(): nothing runs any more
+};
+
 struct Member::Impl {
   Impl(asio::any_io_executor ex, MemberOptions opts)
       : executor(ex),
@@ -34,22 +46,26 @@ struct Member::Impl {
         deadline_timer(ex),
         progress_timer(ex),
         backoff(options.backoff, options.seed) {}
+  bool over() const { return phase == Phase::kJoined || phase == Phase::kClosed; }
   asio::any_io_executor executor;
   MemberOptions options;
   std::unique_ptr<Resolver> resolver;
   tcp::socket socket;
-  asio::steady_timer op_timer;        // connect timeout, backoff sleep
+  asio::steady_timer op_timer;        // connect and reply timeouts, backoff sleep, channel checks
   asio::steady_timer deadline_timer;  // the whole join
   asio::steady_timer progress_timer;  // LogProgress, until the assignment
   Backoff backoff;
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   Done done;
-  bool finished = false;
+  Phase phase = Phase::kResolving;
+  // Raised whenever an attempt ends (a new connect, a retry, a silent leader):
+  // completions bound to an earlier one are stale (Bound).
+  std::uint64_t attempt = 0;
   Clock::time_point started;
   std::vector<asio::ip::address> addresses;  // from the last resolution
   std::size_t next_address = 0;
   std::vector<std::string> tried;  // "10.0.0.10" of every address ever tried
-  std::string state;               // last logged state, to log changes only
+  std::string logged;              // the last state logged, to log changes only
   std::string last_error;
   std::string activity;  // what is under way ("connecting to 10.0.0.10"), for the timeout message
   std::string address;   // the address of the current connection
@@ -58,8 +74,6 @@ struct Member::Impl {
   std::string refusal;  // the leader's last retriable refusal, kept for the timeout message
   bool authenticated = false;  // the leader proved the token on this connection
   int attempts = 0;
-  std::uint64_t connect_attempt = 0;  // which connect the timeout timer belongs to
-  bool connecting = false;
   wire::Decoder decoder;
   std::array<std::uint8_t, 4096> buf{};
   std::vector<std::uint8_t> hello_frame;
@@ -67,17 +81,26 @@ struct Member::Impl {
   bool channel = false;
   bool reported_ok = false;
   ChannelCallbacks callbacks;
-  std::chrono::milliseconds heartbeat{1000};
-  int misses = 3;
-  Clock::time_point last_rx;
-  Clock::time_point last_tx;
-  Clock::duration longest_tx_gap{};  // heartbeat_silence()
-  std::uint64_t peer_sent_us = 0;  // the leader's last heartbeat, to echo
-  Clock::time_point peer_rx;
+  std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval;  // set by StartChannel
+  int misses = tunables::kHeartbeatMisses;
+  ChannelPeer leader;   // when the leader was last heard, its heartbeats (channel_core.h)
+  ChannelPacer pacer;   // this side's heartbeats; heartbeat_silence()
   std::uint32_t step_rate_milli = 0;
   std::uint32_t slowest_rank = 0;
   FrameQueue outq;
 };
+
+// The one place stale completions are dropped: `handler` runs only while the
+// join goes on in the attempt it was started in.
+template <class Handler>
+auto Member::Bound(Handler handler) {
+  return [self = shared_from_this(), attempt = impl_->attempt,
+          handler = std::move(handler)](auto&&... args) mutable {
+    const Impl& im = *self->impl_;
+    if (im.over() || im.attempt != attempt) return;
+    handler(std::forward<decltype(args)>(args)...);
+  };
+}
 
 Result<std::shared_ptr<Member>> Member::Create(asio::any_io_executor executor,
                                                MemberOptions options) {
@@ -99,7 +122,7 @@ Member::~Member() { Close(); }
 
 void Member::Close() {
   if (!impl_) return;
-  impl_->finished = true;
+  impl_->phase = Phase::kClosed;
   impl_->channel = false;
   impl_->done = nullptr;
   boost::system::error_code ec;
@@ -117,35 +140,39 @@ void Member::Start(Done done) {
   im.hello_frame = wire::Encode(im.options.hello);
   im.deadline_timer.expires_at(im.options.deadline);
   im.deadline_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    if (ec) return;
-    Impl& im = *self->impl_;
-    auto secs = std::chrono::duration<double>(Clock::now() - im.started).count();
-    std::string tried;
-    for (const auto& a : im.tried) tried += (tried.empty() ? "" : ", ") + a;
-    std::string last = !im.last_error.empty() ? im.last_error
-                       : !im.activity.empty() ? "none yet (" + im.activity + ")"
-                                              : "none yet";
-    std::string hint;
-    if (!im.ever_resolved && im.resolver) {
-      // The name members dial is the leader pod's DNS name in the headless
-      // Service; when it never resolved, the Service is where to look.
-      hint = "; the leader's name " + im.options.leader_host + " never resolved (" +
-             std::string(ResolveErrorName(im.last_dns)) +
-             "): check that the headless Service selects the leader pod, that the pod's "
-             "subdomain names that Service, and that the Service sets "
-             "publishNotReadyAddresses: true";
-    }
-    self->Finish(Status::Infra(
-        "could not join the leader " + im.options.leader_host + " port " +
-        std::to_string(im.options.port) + " within " + fmt::format("{:.1f}", secs) + " s (" +
-        std::to_string(im.attempts) + " attempts; addresses tried: " +
-        (tried.empty() ? "none" : tried) + "; last error: " + last +
-        (im.refusal.empty() || im.refusal == im.last_error ? ""
-                                                           : "; the leader refused: " + im.refusal) +
-        hint + ")"));
+    if (!ec) self->Finish(Status::Infra(self->TimeoutMessage()));
   });
   LogProgress();
   Resolve();
+}
+
+// Why the join did not finish by the deadline: the leader, the addresses
+// tried, the last error (or what was under way), the leader's last refusal.
+std::string Member::TimeoutMessage() const {
+  const Impl& im = *impl_;
+  auto secs = std::chrono::duration<double>(Clock::now() - im.started).count();
+  std::string tried;
+  for (const auto& a : im.tried) tried += (tried.empty() ? "" : ", ") + a;
+  std::string last = !im.last_error.empty() ? im.last_error
+                     : !im.activity.empty() ? "none yet (" + im.activity + ")"
+                                            : "none yet";
+  std::string hint;
+  if (!im.ever_resolved && im.resolver) {
+    // The name members dial is the leader pod's DNS name in the headless
+    // Service; when it never resolved, the Service is where to look.
+    hint = "; the leader's name " + im.options.leader_host + " never resolved (" +
+           std::string(ResolveErrorName(im.last_dns)) +
+           "): check that the headless Service selects the leader pod, that the pod's "
+           "subdomain names that Service, and that the Service sets "
+           "publishNotReadyAddresses: true";
+  }
+  return "could not join the leader " + im.options.leader_host + " port " +
+         std::to_string(im.options.port) + " within " + fmt::format("{:.1f}", secs) + " s (" +
+         std::to_string(im.attempts) + " attempts; addresses tried: " +
+         (tried.empty() ? "none" : tried) + "; last error: " + last +
+         (im.refusal.empty() || im.refusal == im.last_error ? ""
+                                                            : "; the leader refused: " + im.refusal) +
+         hint + ")";
 }
 
 void Member::LogProgress() {
@@ -153,11 +180,11 @@ void Member::LogProgress() {
   im.progress_timer.expires_after(im.options.progress_interval);
   im.progress_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     Impl& im = *self->impl_;
-    if (ec || im.finished) return;
+    if (ec || im.over()) return;
     auto left = std::chrono::duration<double>(im.options.deadline - Clock::now()).count();
     std::string tried;
     for (const auto& a : im.tried) tried += (tried.empty() ? "" : ", ") + a;
-    if (im.state == "joined") {
+    if (im.logged == "joined") {
       im.log->info("rendezvous: connected to leader {} port {}, waiting for the gang to "
                    "form; {:.0f} s left",
                    im.options.leader_host, im.options.port, std::max(0.0, left));
@@ -165,7 +192,7 @@ void Member::LogProgress() {
       im.log->info("rendezvous: still trying leader {} port {} ({}; addresses tried: {}; "
                    "last error: {}); {:.0f} s left",
                    im.options.leader_host, im.options.port,
-                   im.state.empty() ? "resolving" : im.state, tried.empty() ? "none" : tried,
+                   im.logged.empty() ? "resolving" : im.logged, tried.empty() ? "none" : tried,
                    im.last_error.empty() ? "none" : im.last_error, std::max(0.0, left));
     }
     self->LogProgress();
@@ -175,27 +202,26 @@ void Member::LogProgress() {
 void Member::Resolve() {
   Impl& im = *impl_;
   ++im.attempts;
+  im.phase = Phase::kResolving;
   im.activity = "resolving " + im.options.leader_host;
-  auto on_resolved = [self = shared_from_this()](ResolveOutcome out) {
-    Impl& im = *self->impl_;
-    if (im.finished) return;
+  auto on_resolved = Bound([this](ResolveOutcome out) {
+    Impl& im = *impl_;
     im.last_dns = out.error;
-    if (out.ok()) im.ever_resolved = true;
     if (!out.ok()) {
-      self->Retry("dns: " + im.options.leader_host + ": " +
-                      std::string(ResolveErrorName(out.error)),
-                  out.detail);
+      Retry("dns: " + im.options.leader_host + ": " + std::string(ResolveErrorName(out.error)),
+            out.detail);
       return;
     }
+    im.ever_resolved = true;
     im.addresses = std::move(out.addresses);
     im.next_address = 0;
-    self->ConnectNext();
-  };
+    ConnectNext();
+  });
   if (!im.resolver) {  // leader_host is an IP address (see Create)
     boost::system::error_code ec;
     ResolveOutcome literal{{asio::ip::make_address(im.options.leader_host, ec)}, ResolveError::kNone,
                            {}};
-    asio::post(im.executor, [on_resolved, literal] { on_resolved(literal); });
+    asio::post(im.executor, [on_resolved, literal]() mutable { on_resolved(literal); });
     return;
   }
   im.resolver->Resolve(im.options.leader_host, on_resolved);
@@ -216,43 +242,41 @@ void Member::ConnectNext() {
   }
   boost::system::error_code ec;
   im.socket.close(ec);
-  const std::uint64_t attempt = ++im.connect_attempt;
-  im.connecting = true;
+  ++im.attempt;
+  im.phase = Phase::kConnecting;
   im.address = text;
   im.activity = "connecting to " + text + " port " + std::to_string(im.options.port);
   im.op_timer.expires_after(im.options.connect_timeout);
-  im.op_timer.async_wait([self = shared_from_this(), attempt](boost::system::error_code ec) {
-    Impl& im = *self->impl_;
-    // Only the connect this timer was armed for: if it completed meanwhile, the
-    // socket now carries the hello and must not be cancelled.
-    if (!ec && im.connecting && im.connect_attempt == attempt) {
-      boost::system::error_code ignored;
-      im.socket.cancel(ignored);  // the connect completes with operation_aborted
-    }
-  });
-  im.socket.async_connect(
-      tcp::endpoint(addr, im.options.port),
-      [self = shared_from_this(), text, attempt](boost::system::error_code ec) {
-        Impl& im = *self->impl_;
-        if (im.finished || im.connect_attempt != attempt) return;
-        im.connecting = false;
-        im.op_timer.cancel();
-        if (ec) {
-          im.last_error = text + ": " +
-                          (ec == asio::error::operation_aborted ? std::string("connect timed out")
-                                                                : ec.message());
-          self->ConnectNext();
-          return;
-        }
-        boost::system::error_code ignored;
-        im.socket.set_option(tcp::no_delay(true), ignored);
-        EnableDeadPeerDetection(im.socket);
-        self->SendHello();
-      });
+  im.op_timer.async_wait(Bound([this](boost::system::error_code ec) {
+    // Only while still connecting: once connected, the socket carries the
+    // hello and must not be cancelled.
+    if (ec || impl_->phase != Phase::kConnecting) return;
+    boost::system::error_code ignored;
+    impl_->socket.cancel(ignored);  // the connect completes with operation_aborted
+  }));
+  im.socket.async_connect(tcp::endpoint(addr, im.options.port),
+                          Bound([this, text](boost::system::error_code ec) {
+                            Impl& im = *impl_;
+                            im.op_timer.cancel();
+                            if (ec) {
+                              im.last_error =
+                                  text + ": " +
+                                  (ec == asio::error::operation_aborted
+                                       ? std::string("connect timed out")
+                                       : ec.message());
+                              ConnectNext();
+                              return;
+                            }
+                            boost::system::error_code ignored;
+                            im.socket.set_option(tcp::no_delay(true), ignored);
+                            EnableDeadPeerDetection(im.socket);
+                            SendHello();
+                          }));
 }
 
 void Member::SendHello() {
   Impl& im = *impl_;
+  im.phase = Phase::kAwaitingReply;
   im.decoder = wire::Decoder();
   im.authenticated = false;
   if (!im.options.token.empty()) {
@@ -263,193 +287,208 @@ void Member::SendHello() {
   im.activity = "waiting for the leader's reply from " + im.address;
   ArmReplyTimer();
   asio::async_write(im.socket, asio::buffer(im.hello_frame),
-                    [self = shared_from_this(), attempt = im.connect_attempt](
-                        boost::system::error_code ec, std::size_t) {
-                      Impl& im = *self->impl_;
-                      if (im.finished || im.connect_attempt != attempt) return;
+                    Bound([this](boost::system::error_code ec, std::size_t) {
+                      Impl& im = *impl_;
                       if (ec) {
                         im.last_error = "sending hello: " + ec.message();
-                        self->Retry("connect: leader closed the connection", im.last_error);
+                        Retry("connect: leader closed the connection", im.last_error);
                         return;
                       }
-                      if (im.state != "joined") {
+                      if (im.logged != "joined") {
                         im.log->info("rendezvous: connected to leader {} port {}, waiting for "
                                      "the gang",
                                      im.options.leader_host, im.options.port);
-                        im.state = "joined";
+                        im.logged = "joined";
                       }
-                      self->ReadReply();
-                    });
+                      ReadReply();
+                    }));
 }
 
 void Member::ArmReplyTimer() {
   Impl& im = *impl_;
   im.op_timer.expires_after(im.options.reply_timeout);
-  im.op_timer.async_wait([self = shared_from_this(), attempt = im.connect_attempt](
-                             boost::system::error_code ec) {
-    Impl& im = *self->impl_;
-    if (ec || im.finished || im.channel || im.connect_attempt != attempt) return;
+  im.op_timer.async_wait(Bound([this](boost::system::error_code ec) {
+    Impl& im = *impl_;
+    if (ec) return;
     // Connected, but not a frame since: a frozen process whose kernel still
     // completes handshakes, or an old leader being terminated. Another address
     // of the name may be the live leader.
     im.last_error = im.address + ": accepted the connection but sent nothing for " +
                     std::to_string(im.options.reply_timeout.count()) + " ms";
-    if (im.state != "silent:" + im.address) {
+    if (im.logged != "silent:" + im.address) {
       im.log->info("rendezvous: leader {} ({}); trying the next address", im.last_error,
                    im.options.leader_host);
-      im.state = "silent:" + im.address;
+      im.logged = "silent:" + im.address;
     }
-    boost::system::error_code ignored;
-    im.socket.close(ignored);
-    ++im.connect_attempt;  // the read on the closed socket is stale now
-    self->ConnectNext();
-  });
+    ConnectNext();  // closes the socket; the read on it is stale now
+  }));
 }
 
 void Member::ReadReply() {
   Impl& im = *impl_;
-  im.socket.async_read_some(asio::buffer(im.buf), [self = shared_from_this(),
-                                                   attempt = im.connect_attempt](
-                                                      boost::system::error_code ec, std::size_t n) {
-    Impl& im = *self->impl_;
-    if (im.finished || im.connect_attempt != attempt) return;
-    if (ec) {
-      // The leader went away before assigning (restarted, or closed on us).
-      im.last_error = "leader closed the connection before assigning: " + ec.message();
-      self->Retry("rendezvous: leader connection lost", im.last_error);
-      return;
-    }
-    Status fed = im.decoder.Feed(std::span(im.buf.data(), n));
-    if (!fed.ok()) {
-      im.last_error = fed.message();
-      self->Retry("rendezvous: leader sent an invalid reply", im.last_error);
-      return;
-    }
-    self->ProcessReply();
-  });
+  im.socket.async_read_some(
+      asio::buffer(im.buf), Bound([this](boost::system::error_code ec, std::size_t n) {
+        Impl& im = *impl_;
+        if (ec) {
+          // The leader went away before assigning (restarted, or closed on us).
+          im.last_error = "leader closed the connection before assigning: " + ec.message();
+          Retry("rendezvous: leader connection lost", im.last_error);
+          return;
+        }
+        Status fed = im.decoder.Feed(std::span(im.buf.data(), n));
+        if (!fed.ok()) {
+          im.last_error = fed.message();
+          Retry("rendezvous: leader sent an invalid reply", im.last_error);
+          return;
+        }
+        ProcessReply();
+      }));
 }
 
 // Handles every message already decoded (one read may carry several: a
-// heartbeat and then the assignment), then reads on unless finished.
+// heartbeat and then the assignment), then reads on while still waiting.
 void Member::ProcessReply() {
   Impl& im = *impl_;
-  const std::uint64_t attempt = im.connect_attempt;
-  for (;;) {
-    if (im.finished || im.connect_attempt != attempt) return;
+  while (im.phase == Phase::kAwaitingReply) {
     auto next = im.decoder.Next();
     if (!next.ok()) {
       im.last_error = next.status().message();
       Retry("rendezvous: leader sent an invalid reply", im.last_error);
       return;
     }
-    if (!next->has_value()) break;
+    if (!next->has_value()) {
+      ReadReply();
+      return;
+    }
     ArmReplyTimer();  // the leader is alive
-    const wire::Message& msg = **next;
-    if (std::holds_alternative<wire::Heartbeat>(msg)) {
-      // Admitted, the gang incomplete: answer, so the leader knows this pod
-      // is live and refuses a second pod claiming its index (leader.h).
-      Send(wire::Encode(wire::Heartbeat{}));
-      continue;
-    }
-    if (const auto* challenge = std::get_if<wire::Challenge>(&msg)) {
-      const wire::Hello& h = im.options.hello;
-      if (im.options.token.empty()) {
-        Finish(Status::Config("the leader requires authentication: give this pod the "
-                                    "shared token (--token-file)"));
-        return;
-      }
-      if (!ProofsEqual(challenge->proof,
-                       LeaderProof(im.options.token, h.job_id, h.nonce, challenge->nonce))) {
-        Finish(Status::Config("the leader failed authentication: its token differs "
-                                    "from this pod's (--token-file)"));
-        return;
-      }
-      im.authenticated = true;
-      Send(wire::Encode(
-          wire::Proof{.proof = MemberProof(im.options.token, h.job_id, challenge->nonce,
-                                           h.nonce)}));
-      continue;
-    }
-    if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
-      if (reject->retriable) {
-        im.refusal = reject->reason;
-        Retry("rendezvous: leader refused this pod for now", reject->reason);
-      } else {
-        Finish(Status::Config("the leader refused this pod: " + reject->reason));
-      }
-      return;
-    }
-    const auto* a = std::get_if<wire::Assignment>(&msg);
-    if (a == nullptr) {
-      im.last_error = "leader sent an unexpected message";
-      Retry("rendezvous: leader sent an invalid reply", im.last_error);
-      return;
-    }
-    const wire::Hello& h = im.options.hello;
-    if (!im.options.token.empty() && !im.authenticated) {
-      Finish(Status::Config("the leader did not authenticate (it has no --token-file?); "
-                                  "refusing its assignment"));
-      return;
-    }
-    if (a->job_id != h.job_id || a->attempt != h.attempt) {
-      // A leader of another job or attempt (a stale pod still holding the
-      // name): never follow it; the right one may come up under the same name.
-      im.last_error = "leader belongs to job '" + a->job_id + "' attempt " +
-                      std::to_string(a->attempt) + ", this pod to '" + h.job_id + "' attempt " +
-                      std::to_string(h.attempt);
-      Retry("rendezvous: refused a leader of another job or attempt", im.last_error);
-      return;
-    }
-    if (a->generation < h.generation) {
-      // A leader behind this pod's own count: a pod of an earlier generation
-      // still holding the name. The current leader comes back under it.
-      im.last_error = "leader runs generation " + std::to_string(a->generation) +
-                      ", this pod joins generation " + std::to_string(h.generation);
-      Retry("rendezvous: refused a leader of an earlier generation", im.last_error);
-      return;
-    }
-    // The node rank is the index unless the leader's membership policy placed
-    // this pod elsewhere (hot spares, elastic sizes); a spare has none.
-    const std::uint32_t node_rank = a->node_rank.value_or(h.index);
-    if ((!a->spare && a->rank_base != node_rank * h.nproc_per_node) || a->nnodes == 0 ||
-        a->world_size != a->nnodes * h.nproc_per_node || a->master_addr.empty() ||
-        a->master_port == 0) {
-      Finish(Status::Config(fmt::format(
-          "the leader's assignment contradicts this pod's launch (rank_base {} for index {} "
-          "with {} workers per pod; world size {} for {} pods)",
-          a->rank_base, h.index, h.nproc_per_node, a->world_size, a->nnodes)));
-      return;
-    }
-    Finish(*a);
+    OnReply(**next);
+  }
+}
+
+// One frame of the leader's before the assignment.
+void Member::OnReply(const wire::Message& msg) {
+  Impl& im = *impl_;
+  if (std::holds_alternative<wire::Heartbeat>(msg)) {
+    // Admitted, the gang incomplete: answer, so the leader knows this pod
+    // is live and refuses a second pod claiming its index (leader.h).
+    Send(wire::Encode(wire::Heartbeat{}));
     return;
   }
-  ReadReply();
+  if (const auto* challenge = std::get_if<wire::Challenge>(&msg)) {
+    AnswerChallenge(*challenge);
+    return;
+  }
+  if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
+    if (reject->retriable) {
+      im.refusal = reject->reason;
+      Retry("rendezvous: leader refused this pod for now", reject->reason);
+    } else {
+      Finish(Status::Config("the leader refused this pod: " + reject->reason));
+    }
+    return;
+  }
+  const auto* a = std::get_if<wire::Assignment>(&msg);
+  if (a == nullptr) {
+    im.last_error = "leader sent an unexpected message";
+    Retry("rendezvous: leader sent an invalid reply", im.last_error);
+    return;
+  }
+  const JoinCheck check = CheckAssignment(im.options.hello, !im.options.token.empty(),
+                                          im.authenticated, *a);
+  switch (check.verdict) {
+    case JoinCheck::Verdict::kAccept:
+      Finish(*a);
+      return;
+    case JoinCheck::Verdict::kRetry:
+      im.last_error = check.detail;
+      Retry(check.state, im.last_error);
+      return;
+    case JoinCheck::Verdict::kFail:
+      Finish(Status::Config(check.detail));
+      return;
+  }
+}
+
+// The leader's challenge (auth.h): check its proof of the token, prove ours.
+void Member::AnswerChallenge(const wire::Challenge& challenge) {
+  Impl& im = *impl_;
+  const wire::Hello& h = im.options.hello;
+  if (im.options.token.empty()) {
+    Finish(Status::Config("the leader requires authentication: give this pod the "
+                          "shared token (--token-file)"));
+    return;
+  }
+  if (!ProofsEqual(challenge.proof,
+                   LeaderProof(im.options.token, h.job_id, h.nonce, challenge.nonce))) {
+    Finish(Status::Config("the leader failed authentication: its token differs "
+                          "from this pod's (--token-file)"));
+    return;
+  }
+  im.authenticated = true;
+  Send(wire::Encode(
+      wire::Proof{.proof = MemberProof(im.options.token, h.job_id, challenge.nonce, h.nonce)}));
+}
+
+JoinCheck CheckAssignment(const wire::Hello& h, bool token, bool authenticated,
+                          const wire::Assignment& a) {
+  using V = JoinCheck::Verdict;
+  if (token && !authenticated) {
+    return {V::kFail, "", "the leader did not authenticate (it has no --token-file?); "
+                          "refusing its assignment"};
+  }
+  if (a.job_id != h.job_id || a.attempt != h.attempt) {
+    // A leader of another job or attempt (a stale pod still holding the
+    // name): never follow it; the right one may come up under the same name.
+    return {V::kRetry, "rendezvous: refused a leader of another job or attempt",
+            "leader belongs to job '" + a.job_id + "' attempt " + std::to_string(a.attempt) +
+                ", this pod to '" + h.job_id + "' attempt " + std::to_string(h.attempt)};
+  }
+  if (a.generation < h.generation) {
+    // A leader behind this pod's own count: a pod of an earlier generation
+    // still holding the name. The current leader comes back under it.
+    return {V::kRetry, "rendezvous: refused a leader of an earlier generation",
+            "leader runs generation " + std::to_string(a.generation) +
+                ", this pod joins generation " + std::to_string(h.generation)};
+  }
+  // The node rank is the index unless the leader's membership policy placed
+  // this pod elsewhere (hot spares, elastic sizes); a spare has none.
+  const std::uint32_t node_rank = a.node_rank.value_or(h.index);
+  if ((!a.spare && a.rank_base != node_rank * h.nproc_per_node) || a.nnodes == 0 ||
+      a.world_size != a.nnodes * h.nproc_per_node || a.master_addr.empty() ||
+      a.master_port == 0) {
+    return {V::kFail, "",
+            fmt::format("the leader's assignment contradicts this pod's launch (rank_base {} for "
+                        "index {} with {} workers per pod; world size {} for {} pods)",
+                        a.rank_base, h.index, h.nproc_per_node, a.world_size, a.nnodes)};
+  }
+  return {V::kAccept, "", ""};
 }
 
 void Member::Retry(const std::string& state, const std::string& detail) {
   Impl& im = *impl_;
-  if (im.finished) return;
+  if (im.over()) return;
+  ++im.attempt;  // whatever was under way is stale now
+  im.phase = Phase::kBackingOff;
   boost::system::error_code ec;
   im.socket.close(ec);
   if (!detail.empty()) im.last_error = detail;
   auto delay = im.backoff.Next();
-  if (state != im.state) {
+  if (state != im.logged) {
     im.log->info("{} ({}); retrying with backoff", state, im.last_error);
-    im.state = state;
+    im.logged = state;
   } else {
     im.log->debug("{}; attempt {}, next in {} ms", state, im.attempts, delay.count());
   }
   im.op_timer.expires_after(delay);
-  im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
-    if (ec || self->impl_->finished) return;
-    self->Resolve();
-  });
+  im.op_timer.async_wait(Bound([this](boost::system::error_code ec) {
+    if (!ec) Resolve();
+  }));
 }
 
 void Member::Finish(Result<wire::Assignment> result) {
   Impl& im = *impl_;
-  if (im.finished) return;
-  im.finished = true;
+  if (im.over()) return;
+  im.phase = result.ok() ? Phase::kJoined : Phase::kClosed;
   im.op_timer.cancel();
   im.deadline_timer.cancel();
   im.progress_timer.cancel();
@@ -472,7 +511,7 @@ void Member::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
   im.callbacks = std::move(callbacks);
   im.heartbeat = heartbeat;
   im.misses = misses;
-  im.last_rx = Clock::now();
+  im.leader.Heard(Clock::now());
   // What came in the same read as the assignment (a Stop, when a pod failed at
   // once) is handled first, posted so no callback runs inside StartChannel.
   asio::post(im.executor, [self = shared_from_this()] {
@@ -518,11 +557,9 @@ void Member::ChannelProcess() {
       return;
     }
     if (!next->has_value()) break;
-    im.last_rx = Clock::now();
-    if (const auto* hb = std::get_if<wire::Heartbeat>(&**next)) {
-      im.peer_sent_us = hb->sent_us;
-      im.peer_rx = im.last_rx;
-    }
+    const auto now = Clock::now();
+    im.leader.Heard(now);
+    if (const auto* hb = std::get_if<wire::Heartbeat>(&**next)) im.leader.OnHeartbeat(*hb, now);
     if (const auto* stop = std::get_if<wire::Stop>(&**next)) {
       if (im.callbacks.on_stop) im.callbacks.on_stop(*stop);
       if (!im.channel) return;
@@ -534,36 +571,19 @@ void Member::ChannelProcess() {
 void Member::ChannelHeartbeat() {
   Impl& im = *impl_;
   if (!im.channel) return;
-  if (Clock::now() - im.last_rx > im.heartbeat * im.misses) {
-    im.channel = false;
-    boost::system::error_code ignored;
-    im.socket.close(ignored);
-    if (!im.reported_ok && im.callbacks.on_lost) {
-      im.callbacks.on_lost("no heartbeat from the leader for " +
-                           std::to_string(im.heartbeat.count() * im.misses) + " ms");
-    }
+  const auto now = Clock::now();
+  if (im.leader.Silent(now, im.heartbeat, im.misses)) {
+    ChannelLost("no heartbeat from the leader for " +
+                std::to_string(im.heartbeat.count() * im.misses) + " ms");
     return;
   }
-  if (Clock::now() - im.last_tx >= im.heartbeat) {
-    if (im.last_tx != Clock::time_point{}) {
-      im.longest_tx_gap = std::max(im.longest_tx_gap, Clock::now() - im.last_tx);
-    }
-    im.last_tx = Clock::now();
-    wire::Heartbeat hb;
-    hb.sent_us = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(im.last_tx.time_since_epoch())
-            .count());
-    hb.echo_us = im.peer_sent_us;
-    if (im.peer_sent_us != 0) {
-      hb.echo_held_us = static_cast<std::uint32_t>(std::min<std::int64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(im.last_tx - im.peer_rx).count(),
-          UINT32_MAX));
-    }
+  if (im.pacer.Due(now, im.heartbeat)) {
+    wire::Heartbeat hb = im.leader.Make(now);
     hb.step_rate_milli = im.step_rate_milli;
     hb.slowest_rank = im.slowest_rank;
     Send(wire::Encode(hb));
   }
-  im.op_timer.expires_after(im.heartbeat / 4);  // check 4x per heartbeat (see leader.cc)
+  im.op_timer.expires_after(im.heartbeat / kChecksPerInterval);
   im.op_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec) self->ChannelHeartbeat();
   });
@@ -571,8 +591,8 @@ void Member::ChannelHeartbeat() {
 
 std::chrono::steady_clock::duration Member::heartbeat_silence() const {
   const Impl& im = *impl_;
-  if (!im.channel || im.last_tx == Clock::time_point{}) return {};
-  return std::max(im.longest_tx_gap, Clock::now() - im.last_tx);
+  if (!im.channel) return {};
+  return im.pacer.Silence(Clock::now());
 }
 
 void Member::SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank) {

@@ -1,6 +1,7 @@
 // Private: small address helpers shared by the leader and member sides.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <boost/asio/ip/address.hpp>
@@ -17,5 +18,19 @@ std::string AddressForPeers(const boost::asio::ip::address& address);
 // without a FIN is noticed in seconds, not the kernel's default two hours
 // (tcp(7)). Best effort: failures are ignored.
 void EnableDeadPeerDetection(boost::asio::ip::tcp::socket& socket);
+
+// Opens `acceptor` dual stack (one socket serves IPv4 as v4-mapped and IPv6
+// peers; IPv4 alone where IPv6 is off), with SO_REUSEADDR, and binds it to
+// `port` on every interface. Another listener on the port: address_in_use.
+boost::system::error_code OpenAndBind(boost::asio::ip::tcp::acceptor& acceptor,
+                                      std::uint16_t port);
+
+// Opens, binds and listens `acceptor` on `port` (Leader::Listen); on any error
+// the acceptor is left closed.
+boost::system::error_code BindAndListen(boost::asio::ip::tcp::acceptor& acceptor,
+                                        std::uint16_t port, int backlog);
+
+// The listen backlog for a gang of `nnodes` pods: all of them arriving at once.
+int BacklogFor(std::uint32_t nnodes);
 
 }  // namespace trainlet::rendezvous

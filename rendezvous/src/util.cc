@@ -2,7 +2,12 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+
+#include <boost/asio/ip/v6_only.hpp>
 #include <spdlog/spdlog.h>
+
+#include "trainlet/rendezvous/tunables.h"
 
 #include "logging.h"
 #include "net_util.h"
@@ -35,6 +40,49 @@ void EnableDeadPeerDetection(boost::asio::ip::tcp::socket& socket) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof(user_timeout_ms));
+}
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+// Opens `acceptor` dual stack (one socket serves IPv4 as v4-mapped and IPv6
+// peers; IPv4 alone where IPv6 is off), with SO_REUSEADDR as a trainer's
+// listener (PyTorch's TCPStore) has it, and binds it to `port` on every
+// interface.
+boost::system::error_code OpenAndBind(tcp::acceptor& acceptor, std::uint16_t port) {
+  boost::system::error_code ec;
+  tcp::endpoint ep(asio::ip::address_v6::any(), port);
+  acceptor.open(tcp::v6(), ec);
+  if (!ec) acceptor.set_option(asio::ip::v6_only(false), ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
+    acceptor.open(tcp::v4(), ec);
+  }
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  return ec;
+}
+
+// Opens, binds and listens `acceptor` on `port` (see Leader::Listen); on any
+// error the acceptor is left closed.
+boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t port,
+                                        int backlog) {
+  boost::system::error_code ec = OpenAndBind(acceptor, port);
+  if (!ec) acceptor.listen(backlog, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor.close(ignored);
+  }
+  return ec;
+}
+
+// The backlog covers the whole gang arriving at once (PyTorch's TCPStore does
+// the same; a small backlog turns a burst of joins into SYN retransmits).
+int BacklogFor(std::uint32_t nnodes) {
+  return static_cast<int>(std::min<std::size_t>(
+      std::max<std::size_t>(nnodes + 64, tunables::kMinListenBacklog), 65535));
 }
 
 }  // namespace trainlet::rendezvous

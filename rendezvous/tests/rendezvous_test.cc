@@ -19,6 +19,7 @@
 
 #include "../src/frame_queue.h"
 #include "trainlet/rendezvous/peer_log_limiter.h"
+#include "trainlet/rendezvous/arrival.h"
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
@@ -931,6 +932,104 @@ TEST(FrameQueueTest, QueueIsBoundedForAPeerThatDoesNotRead) {
   io.restart();
   io.run_for(100ms);
   EXPECT_EQ(q.queued_bytes(), 0u) << "the shut-down socket's queue was dropped";
+}
+
+}  // namespace
+}  // namespace trainlet::rendezvous
+
+namespace trainlet::rendezvous {
+namespace {
+
+// Ranks by arrival (arrival.h, admission.h): pods without an index get node
+// ranks 1, 2, ... in the order the leader admits them; the leader is 0.
+TEST_F(RendezvousTest, PodsWithoutAnIndexGetNodeRanksInJoinOrder) {
+  auto by_arrival = [](std::uint32_t index) {
+    wire::Hello h = HelloFor(index, 3);
+    h.config.emplace_back("ranks", "arrival");
+    h.fingerprint = wire::Fingerprint(h.config);
+    return h;
+  };
+  auto leader = MakeLeader(3);
+  Outcome own, first, second;
+  leader->Start(by_arrival(0), [&](auto r) { own = r; });
+  auto a = MakeMember(by_arrival(wire::kNoIndex), leader->port());
+  a->Start([&](auto r) { first = r; });
+  RunUntil([&] { return leader->admitted() == 2; });
+  ASSERT_EQ(leader->admitted(), 2u);
+  EXPECT_EQ(leader->missing(), std::vector<std::uint32_t>{2}) << "the first took index 1";
+  auto b = MakeMember(by_arrival(wire::kNoIndex), leader->port());
+  b->Start([&](auto r) { second = r; });
+  RunUntil([&] { return own && first && second; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  ASSERT_TRUE(first && first->ok()) << (first ? first->status().ToString() : "no result");
+  ASSERT_TRUE(second && second->ok());
+  EXPECT_EQ((*own)->rank_base, 0u);
+  EXPECT_EQ((*first)->node_rank, 1u);
+  EXPECT_EQ((*first)->rank_base, 2u);
+  EXPECT_EQ((*second)->node_rank, 2u);
+  EXPECT_EQ((*second)->rank_base, 4u);
+  EXPECT_EQ((*second)->world_size, 6u);
+}
+
+// A pod with an index and a leader numbering by arrival: refused for good.
+TEST_F(RendezvousTest, APodWithAnIndexCannotJoinAGangNumberedByArrival) {
+  wire::Hello own_hello = HelloFor(0, 2);
+  own_hello.config.emplace_back("ranks", "arrival");
+  own_hello.fingerprint = wire::Fingerprint(own_hello.config);
+  auto leader = MakeLeader(2);
+  Outcome own, got;
+  leader->Start(own_hello, [&](auto r) { own = r; });
+  auto m = MakeMember(HelloFor(1, 2), leader->port());
+  m->Start([&](auto r) { got = r; });
+  RunUntil([&] { return got.has_value(); });
+  ASSERT_TRUE(got && !got->ok());
+  EXPECT_EQ(got->status().failure_class(), FailureClass::kConfig);
+  EXPECT_NE(got->status().message().find("cannot share a gang"), std::string::npos)
+      << got->status().message();
+  EXPECT_FALSE(own.has_value()) << "the leader waits on";
+}
+
+// The agent that binds the endpoint's port first leads and hands the socket
+// to its Leader; a second agent of the same host joins (torchrun's c10d
+// falls back to a client when its bind fails).
+TEST_F(RendezvousTest, TheFirstToBindTheEndpointLeadsAndTheSecondJoins) {
+  const std::uint16_t port = FreePort();
+  EndpointClaim first = ClaimEndpoint("127.0.0.1", port, 2);
+  EndpointClaim second = ClaimEndpoint("localhost", port, 2);
+  ASSERT_TRUE(first.lead) << first.how;
+  EXPECT_GE(first.fd, 0);
+  EXPECT_FALSE(second.lead);
+  EXPECT_EQ(second.fd, -1);
+  EXPECT_NE(second.how.find("taken"), std::string::npos) << second.how;
+  EXPECT_FALSE(ClaimEndpoint("192.0.2.1", port, 2).lead) << "TEST-NET-1 is nobody's own";
+  LeaderOptions o;
+  o.listening_fd = first.fd;
+  auto leader = MakeLeader(2, 0, "", o);
+  EXPECT_EQ(leader->port(), port);
+  Outcome own, got;
+  leader->Start(HelloFor(0, 2), [&](auto r) { own = r; });
+  auto m = MakeMember(HelloFor(1, 2), port);
+  m->Start([&](auto r) { got = r; });
+  RunUntil([&] { return own && got; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  ASSERT_TRUE(got && got->ok());
+}
+
+TEST(IsOwnHostTest, AsTorchrunsMatchesMachineHostname) {
+  namespace ip = boost::asio::ip;
+  const std::vector<ip::address> ours{ip::make_address("10.0.0.5")};
+  auto dns = [](const std::string& name) {
+    return name == "node5.cluster" ? std::vector<ip::address>{ip::make_address("10.0.0.5")}
+                                   : std::vector<ip::address>{ip::make_address("10.0.0.9")};
+  };
+  EXPECT_TRUE(IsOwnHost("localhost", "node5", ours, dns));
+  EXPECT_TRUE(IsOwnHost("127.0.0.1", "node5", ours, dns));
+  EXPECT_TRUE(IsOwnHost("::1", "node5", ours, dns));
+  EXPECT_TRUE(IsOwnHost("node5", "node5", ours, dns)) << "its hostname";
+  EXPECT_TRUE(IsOwnHost("10.0.0.5", "node5", ours, dns));
+  EXPECT_TRUE(IsOwnHost("node5.cluster", "node5", ours, dns)) << "a name resolving here";
+  EXPECT_FALSE(IsOwnHost("10.0.0.9", "node5", ours, dns));
+  EXPECT_FALSE(IsOwnHost("node9", "node5", ours, dns));
 }
 
 }  // namespace

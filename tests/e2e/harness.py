@@ -82,6 +82,14 @@ class PodsimTestCase(unittest.TestCase):
         if cls.standin_skip and BIN and os.path.basename(BIN) == "standin_trainlet.py":
             raise unittest.SkipTest(cls.standin_skip)
 
+
+    @classmethod
+    def skip_without_torch_trainer(cls):
+        """Skips the class unless /usr/bin/python3 has torch and TRAIN_PY exists."""
+        reason = torch_missing() or (None if os.path.isfile(TRAIN_PY) else f"no {TRAIN_PY}")
+        if reason:
+            raise unittest.SkipTest(reason)
+
     @contextlib.contextmanager
     def cluster(self, pods, svc="trainer", **kwargs):
         """A started podsim.Cluster that is always torn down. On failure the pods' log

@@ -580,7 +580,8 @@ class Cluster:
     def start_pod(self, i, argv, env=None):
         """Starts pod i's container: `argv` exec'd as PID 1 with the pod's hostname,
         /etc/hosts, /etc/resolv.conf and network. The environment is a container's:
-        PATH, HOME, HOSTNAME, JOB_COMPLETION_INDEX=i, plus `env`. Output goes to
+        PATH, HOME, HOSTNAME, JOB_COMPLETION_INDEX=i, plus `env` (a name mapped to
+        None is left out: a pod of no Indexed Job has no JOB_COMPLETION_INDEX). Output goes to
         <workdir>/pod-<i>.out/.err. Returns the Pod once its PID 1 exists.
         """
         if i in self.pods and self.pods[i].running():
@@ -588,6 +589,7 @@ class Cluster:
         full_env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8",
                     "HOSTNAME": self.hostname(i), "JOB_COMPLETION_INDEX": str(i)}
         full_env.update(env or {})
+        full_env = {k: v for k, v in full_env.items() if v is not None}
         attempt = sum(1 for n in os.listdir(self.workdir) if n.startswith(f"pod-{i}.out"))
         suffix = f".{attempt}" if attempt else ""
         out_path = self._pod_file(i, "out" + suffix)

@@ -26,9 +26,10 @@
 //  - A spare has no workers: it restarts at once with the gang, exits 0 when
 //    the leader says the gang finished, 76 when it stopped for good. The loss
 //    of a spare changes no generation.
-//  - Each generation's state is one value (Generation); a restart replaces it
-//    whole. Events the wiring delivers for an old generation must be dropped by
-//    the wiring (it knows which objects belong to which generation).
+//  - Each generation's state is one value (Generation: a phase and a decision);
+//    a restart replaces it whole. Events the wiring delivers for an old
+//    generation must be dropped by the wiring (it knows which objects belong to
+//    which generation: pod.cc's PodGeneration, its callbacks behind Pod::Guard).
 #pragma once
 
 #include <cstdint>
@@ -136,10 +137,21 @@ bool RestartableClass(exitcodes::FailureClass c);
 
 // One generation's state: a restart replaces it whole (`gen_ = {}`).
 struct Generation {
-  bool running = false;                  // workers started
-  bool done = false;                     // every worker exited
-  bool success = false;                  // ... all with success
-  bool restarting = false;               // this generation ends in a restart
+  // Where this pod's workers are in the generation.
+  enum class Phase {
+    kJoining,  // the rendezvous (first, or after a restart): no worker runs yet
+    kRunning,  // the gang formed and this pod's workers run
+    kDone,     // every worker exited and was reaped (a spare: it has none to wait for)
+  };
+  // What the gang decided about this generation's end.
+  enum class Decision {
+    kOpen,     // nothing yet
+    kRestart,  // it ends in an in-place restart (the next generation)
+    kFinal,    // member: the leader's final Stop arrived (no restart)
+  };
+  Phase phase = Phase::kJoining;
+  Decision decision = Decision::kOpen;
+  bool success = false;                  // every worker exited with success (when kDone)
   std::optional<gang::LocalFailure> own; // this pod's own failure (first, not collateral)
   bool own_stall = false;
   std::optional<std::string> peer;       // another pod failed first / the leader is lost
@@ -150,11 +162,15 @@ struct Generation {
   std::set<std::uint32_t> settled;       // members that reported or were lost
   bool member_succeeded = false;
   // Member.
-  bool verdict = false;                  // the leader's final Stop arrived
   bool leader_lost = false;
   bool report_pending = false;           // success report being written
   bool spare = false;                    // a hot spare in this generation: no workers
   std::set<std::uint32_t> spares;        // leader: the pods waiting as spares
+
+  bool running() const { return phase != Phase::kJoining; }  // workers started (or a spare)
+  bool done() const { return phase == Phase::kDone; }
+  bool restarting() const { return decision == Decision::kRestart; }
+  bool verdict() const { return decision == Decision::kFinal; }
 };
 
 // What both roles share: the state that survives restarts, and the helpers.
@@ -165,13 +181,20 @@ class GangPolicyBase {
   std::uint32_t generation() const { return generation_; }
   std::optional<int> stop_signal() const { return stop_signal_; }
   const Generation& gen() const { return gen_; }
+  // Ranks by arrival: a member learns its index from its first assignment.
+  void AdoptIndex(std::uint32_t index) { config_.index = index; }
 
  protected:
   bool CanRestart(exitcodes::FailureClass c) const;
   GangActions Conclude(GangActions a, Conclusion c);
   GangActions ConcludeNow(GangActions a = {});  // from the generation's state
   GangActions Restart(GangActions a = {});
-  GangActions OnCommon(const GangEvent& e, bool* handled);
+  // What both roles do alike: nothing once concluded, the assignment, an
+  // agent failure, a stop signal while joining. nullopt: the role decides.
+  std::optional<GangActions> OnCommon(const GangEvent& e);
+  // Every worker exited: the generation is done; decides alone for a
+  // duplicate or a restart under way, else nullopt (the role decides).
+  std::optional<GangActions> OnWorkersDoneCommon(const gang::WorkersDone& d);
 
   GangConfig config_;
   std::uint32_t generation_ = 0;
@@ -187,6 +210,12 @@ class LeaderPolicy : public GangPolicyBase {
   GangActions On(const GangEvent& e);
 
  private:
+  GangActions OnReport(const gang::Report& r);
+  GangActions OnLost(const gang::Lost& l);
+  GangActions OnLocalFailure(const gang::LocalFailure& f);
+  GangActions OnOwnStall(const gang::OwnStall& s);
+  GangActions OnStopSignal(int signo);
+  GangActions OnWorkersDone(const gang::WorkersDone& d);
   GangActions PodFailed(std::uint32_t index, exitcodes::FailureClass c, const std::string& reason,
                         bool hang);
   GangActions MaybeConclude(GangActions a = {});
@@ -214,6 +243,9 @@ class GangPolicy {
   explicit GangPolicy(GangConfig config);
   GangActions On(const GangEvent& e);
   const GangPolicyBase& role() const;
+  // A member numbered by arrival (rendezvous/arrival.h) takes the index the
+  // leader gave it; the role stays (index 0 leads from the start).
+  void AdoptIndex(std::uint32_t index);
   bool is_leader() const { return std::holds_alternative<LeaderPolicy>(role_); }
 
  private:

@@ -19,12 +19,15 @@
 #include <utility>
 #include <vector>
 
-#include "trainlet/agent/pod.h"
+#include "trainlet/agent/gpu_options.h"
 #include "trainlet/exitcodes/status.h"
 #include "trainlet/gpu/preflight.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::agent {
+
+// The environment of the agent (`env`) is the one PodOptions::env holds: what
+// the user set (NCCL_SOCKET_IFNAME, HOSTNAME, NODE_NAME) is read from it.
 
 // The leader's maker of NCCL unique ids: loads `gpu.libnccl` on first use and
 // then, every round, makes gpu::RootsFor(world) fresh ids (twice as many with
@@ -37,11 +40,14 @@ namespace trainlet::agent {
 // workers get none).
 std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t,
                                                                  const std::string&)>
-MakeNcclIdMaker(const PodOptions& options);
+MakeNcclIdMaker(const GpuOptions& gpu, const std::map<std::string, std::string>& env);
 
 // The options of this pod's GPU preflight (gpu::RunPreflight) for an
-// assignment: its half of the NCCL ids, GPUs, timeout, the pod's name. Pure.
-gpu::PreflightOptions PreflightOptionsFor(const PodOptions& options,
+// assignment: its half of the NCCL ids, GPUs, timeout, the pod's name (pod
+// `index`, with `nproc_per_node` workers). Pure.
+gpu::PreflightOptions PreflightOptionsFor(const GpuOptions& gpu,
+                                          const std::map<std::string, std::string>& env,
+                                          std::uint32_t index, std::uint32_t nproc_per_node,
                                           const rendezvous::wire::Assignment& assignment);
 
 // What the workers get beyond torchrun's environment, after the optional
@@ -51,7 +57,8 @@ gpu::PreflightOptions PreflightOptionsFor(const PodOptions& options,
 // routes to the leader (gpu::SocketIfnameEnv). Errors: the preflight's
 // (hardware, infra, terminated), naming pod, rank and GPU. Does not block.
 [[nodiscard]] exitcodes::Result<std::map<std::string, std::string>> PrepareGpuWorkers(
-    const PodOptions& options, const rendezvous::wire::Assignment& assignment,
+    const GpuOptions& gpu, const std::map<std::string, std::string>& env,
+    const rendezvous::wire::Assignment& assignment,
     const gpu::PreflightReport* preflight, double preflight_ms = 0);
 
 // NVML's hardware evidence (gpu::HardwareEvidence), or nullopt when the GPUs

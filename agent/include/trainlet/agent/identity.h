@@ -72,6 +72,9 @@ struct IdentityInputs {
   std::string nproc_per_node_source = "--nproc-per-node/TRAINLET_NPROC_PER_NODE";
   std::string master_addr_source = "--master-addr/TRAINLET_MASTER_ADDR";
   std::string job_id_source = "--job-id";
+  // master_addr is --rdzv-endpoint's host (torchrun's c10d rendezvous): a gang
+  // with no index anywhere is then numbered by arrival (PodIdentity::by_arrival).
+  bool leader_from_endpoint = false;
   // Downward-API volume folder with the files `labels` and `annotations`
   // (--podinfo-dir, default /etc/podinfo). --podinfo-file names the annotations
   // file alone (older flag); its folder then also holds `labels` unless
@@ -119,6 +122,11 @@ struct PodIdentity {
   // The index came from the Job controller (JOB_COMPLETION_INDEX or the
   // completion-index annotation), not a flag: the gang spans pods.
   bool index_from_job = false;
+  // No index from the Job, JobSet or flags, but a rendezvous endpoint
+  // (torchrun's c10d without --node-rank): the agent on the endpoint's host
+  // leads (rendezvous/arrival.h) and the leader numbers the others as they
+  // join. `index` is then wire::kNoIndex (0xFFFFFFFF) until that is decided.
+  bool by_arrival = false;
 
   bool is_leader() const { return index == 0; }
 };

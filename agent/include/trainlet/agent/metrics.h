@@ -55,6 +55,22 @@ struct MetricsSnapshot {
   double cpu_seconds = 0;
 };
 
+// The pod's own counters, kept across its generations (restarts), on its loop.
+struct PodMeters {
+  std::uint64_t restarts = 0;                         // in-place restarts so far
+  double rendezvous_seconds = 0;                      // the last completed rendezvous
+  std::map<std::string, std::uint64_t> worker_exits;  // by class name
+  std::optional<std::string> last_failure_class;      // class name of the gang's last failure
+  // Counts one generation's `workers` exits: the first failure's under
+  // `first_failure_class` (nullopt: none failed first), the `collateral`
+  // workers stopped after it as terminated (after a stop signal) or
+  // peer_failed, the rest ok.
+  void CountWorkerExits(std::uint32_t workers, const std::optional<std::string>& first_failure_class,
+                        int collateral, bool stop_signal);
+  // Fills restarts, worker_exits and last_failure_class of `s`.
+  void Fill(MetricsSnapshot* s) const;
+};
+
 // Resident set (/proc/self/statm) and user + system CPU time (getrusage(2)).
 void FillProcessStats(MetricsSnapshot* s);
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "trainlet/agent/gpu_options.h"
 #include "trainlet/agent/identity.h"
 #include "trainlet/agent/launch_check.h"
 #include "trainlet/agent/supervision_policy.h"
@@ -29,33 +30,18 @@
 
 namespace trainlet::agent {
 
-// GPU settings of a pod (gpu/ module; README "GPUs and NCCL").
-struct GpuOptions {
-  // The leader makes fresh NCCL unique ids for every generation and the workers
-  // get them (TRAINLET_NCCL_UNIQUE_ID[S], TRAINLET_NCCL_VERSION). Off: none
-  // for the workers (the preflight still gets its own).
-  bool nccl_ids = true;
-  // --preflight: one NCCL communicator over all GPUs of the gang before the
-  // trainer starts (gpu/preflight.h). Needs the same setting on every pod (it
-  // is part of the launch configuration the rendezvous compares).
-  bool preflight = false;
-  std::chrono::milliseconds preflight_timeout{60'000};
-  double preflight_min_busbw_gbps = 0;  // GB/s; 0 = no bandwidth floor
-  bool require_gpus = false;            // no GPU: HARDWARE instead of "skipped"
-  // NVML checks (gpu/health.h) at start and after a worker failure.
-  bool health = true;
-  std::string self_exe;  // this binary, for `trainlet preflight` children
-  std::string libcuda = "libcuda.so.1", libnccl = "libnccl.so.2", libnvml = "libnvml.so.1";
-};
-
 struct PodOptions {
   PodIdentity identity;
   std::vector<std::string> command;  // the trainer: argv of every worker
   LaunchCheck launch_check;          // checked with `command` before the rendezvous
-  std::uint16_t rdzv_port = 29400;   // leader's rendezvous port
+  std::uint16_t rdzv_port = kDefaultRdzvPort;  // leader's rendezvous port
+  // A socket bound to rdzv_port and listening, which the first leader takes
+  // over (ranks by arrival: RunPod's ClaimEndpoint, rendezvous/arrival.h); -1: none.
+  int rdzv_listen_fd = -1;
   std::uint16_t master_port = 0;  // MASTER_PORT for the trainers' store; 0: the leader picks a free one
-  std::chrono::milliseconds rdzv_timeout{600'000};  // resolve + connect + whole gang in
-  std::chrono::milliseconds grace{25'000};          // SIGTERM -> SIGKILL for workers
+  // Resolve + connect + the whole gang in (--rdzv-timeout).
+  std::chrono::milliseconds rdzv_timeout{kDefaultRdzvTimeout};
+  std::chrono::milliseconds grace{kDefaultGrace};  // SIGTERM -> SIGKILL for workers
   SignalScope signal_scope = SignalScope::kMain;     // --signal-scope (supervision_policy.h)
   // In-place restarts (torchrun's --max-restarts): after a failure of class
   // worker, infra, oom or peer-lost, while fewer than this many restarts were
@@ -105,7 +91,7 @@ struct PodOptions {
   // long a round waits for more (hot spares: N of N + K).
   std::chrono::milliseconds rdzv_last_call{kDefaultLastCall};
   // On the leader: the port handed out for JAX_COORDINATOR_ADDRESS (0 = no JAX_* variables).
-  std::uint16_t jax_port = 29600;
+  std::uint16_t jax_port = kDefaultJaxPort;
   std::uint32_t gpu_count = 0;  // GPUs found at start (JAX_LOCAL_DEVICE_IDS); 0 = unknown
   // Said at the end of the start line: the workers' interpreter and where it
   // came from (torchrun.h ChooseInterpreter), when they run one; "" = nothing.

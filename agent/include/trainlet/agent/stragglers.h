@@ -45,6 +45,26 @@ std::set<std::uint32_t> FindStragglers(const std::map<std::uint32_t, double>& ra
 // count); 0 when empty.
 double MedianRate(const std::map<std::uint32_t, double>& rates);
 
+// The leader's view of the gang's step rates in one generation: the rates of
+// the last look and the pods named stragglers (FindStragglers with
+// `factor`; 0 or less: rates only, none named). Logs a warning when a pod is
+// named and a line when it catches up or stops reporting. One event-loop thread.
+class StragglerBoard {
+ public:
+  explicit StragglerBoard(double factor) : factor_(factor) {}
+  // One look: each pod's rate in steps/s (only pods with a rate) and the
+  // global rank of its slowest worker (for the log line).
+  void Look(const std::map<std::uint32_t, double>& rates,
+            const std::map<std::uint32_t, std::uint32_t>& slowest_ranks);
+  const std::map<std::uint32_t, double>& rates() const { return rates_; }
+  const std::set<std::uint32_t>& stragglers() const { return stragglers_; }
+
+ private:
+  double factor_;
+  std::map<std::uint32_t, double> rates_;  // by pod, steps/s
+  std::set<std::uint32_t> stragglers_;     // pods named behind
+};
+
 // Counts touches of a pod's heartbeat files (inotify on the agent's loop).
 // One event-loop thread; destroy before the loop.
 class StepMeter {

@@ -22,6 +22,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "trainlet/agent/supervision_policy.h"
+#include "trainlet/agent/tunables.h"
 #include "trainlet/exitcodes/classify.h"
 #include "trainlet/exitcodes/status.h"
 
@@ -62,7 +63,7 @@ int WorkerOomScoreAdj(int agent_adj);
 
 struct SupervisorOptions {
   // TERM -> KILL delay, for stops and for leftovers after the workers finished.
-  std::chrono::milliseconds grace{25'000};
+  std::chrono::milliseconds grace{kDefaultGrace};
   // Whom the workers' signals reach (SupervisionPolicy): each worker's main
   // process, the rest of the pod once they exited or StopReserve(grace)
   // before the end of the grace period; or each worker's whole group.

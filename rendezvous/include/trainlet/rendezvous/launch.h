@@ -28,7 +28,14 @@ struct LaunchSettings {
   std::string job_name{};           // JobSet: this pod's Job (wire.h Hello)
   std::optional<std::uint32_t> job_restart_attempt{};  // JobSet's per-Job count (wire.h Hello)
   std::uint32_t spares = 0;         // --spares: every pod must agree (config "spares" when > 0)
+  // No pod has an index: the leader numbers the pods as they join (index
+  // wire::kNoIndex until then). Config "ranks" = "arrival": every pod of the
+  // gang must agree, so a pod with an index and one without never share one.
+  bool ranks_by_arrival = false;
 };
+
+// Whether a launch configuration numbers its pods by arrival (ranks_by_arrival).
+bool RanksByArrival(const wire::LaunchConfig& config);
 
 // The launch settings every pod must agree on, as the leader compares them:
 // {"nnodes", "nproc_per_node", "master_port", "max_restarts", "gang"}, in that

@@ -4,6 +4,8 @@
 // admits exactly one member per index whose hello matches its own job, attempt
 // and launch configuration, and once every pod is in, sends each member its
 // Assignment (global ranks, world size, where the trainers' store listens).
+// Pods without an index (ranks by arrival, launch.h) take the lowest free one
+// as they are admitted: node ranks in the order they join (admission.h).
 // The leader's own pod joins in-process through Start(); members join over TCP.
 // Admitted connections stay open for the life of the Leader.
 //
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/system/error_code.hpp>
 
 #include "trainlet/exitcodes/status.h"
 #include "trainlet/rendezvous/tunables.h"
@@ -101,6 +104,10 @@ struct LeaderOptions {
   std::function<std::pair<std::uint32_t, std::vector<std::string>>(std::uint32_t world_size,
                                                                    const std::string& leader_addr)>
       make_nccl_ids;
+  // A socket already bound to the rendezvous port and listening (ClaimEndpoint,
+  // arrival.h: its bind decided that this pod leads); Listen takes it over and
+  // owns it (closes it on failure too), and its `port` is then ignored. -1: none.
+  int listening_fd = -1;
 };
 
 // "1-3,7,9-12": ascending indices as runs, at most `max_runs` of them, then
@@ -165,7 +172,8 @@ class Leader : public std::enable_shared_from_this<Leader> {
     std::function<void(std::uint32_t index, const std::string& why)> on_lost;
   };
   void StartChannel(ChannelCallbacks callbacks,
-                    std::chrono::milliseconds heartbeat = std::chrono::seconds(1), int misses = 3);
+                    std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval,
+                    int misses = tunables::kHeartbeatMisses);
   // Sends `stop` to every member still connected.
   void BroadcastStop(const wire::Stop& stop);
   // True once every member has reported success or is gone.
@@ -200,20 +208,22 @@ class Leader : public std::enable_shared_from_this<Leader> {
   struct Conn;
   struct Impl;
   Leader() = default;
+  static exitcodes::Result<std::shared_ptr<Leader>> Adopt(std::shared_ptr<Leader> leader);
   void AcceptNext();
   void BindAndAccept();
   void WaitingHeartbeat();
   void Warn(const std::shared_ptr<Conn>& conn, const std::string& line);
   void OnAccept(std::shared_ptr<Conn> conn);
   void ReadFrom(std::shared_ptr<Conn> conn);
+  void OnReadable(const std::shared_ptr<Conn>& conn, boost::system::error_code ec);
+  void OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error_code ec);
+  void Dispatch(const std::shared_ptr<Conn>& conn, wire::Message message);
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof);
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
               std::function<void()> then = {});
-  bool FencedByJobRestart(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
-  bool TakeHeldIndex(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
-  void RivalLeader(const std::shared_ptr<Conn>& conn, const wire::Hello& hello);
+  void DropOlderOfJob(const wire::Hello& hello);
   void Drop(const std::shared_ptr<Conn>& conn);
   void NotPending(const std::shared_ptr<Conn>& conn);  // it left the handshake (admitted or closed)
   void EvictPending();  // all pending slots taken: make room (see leader.cc)
@@ -222,6 +232,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
             std::function<void()> then = {});
   void OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m);
+  void ProtocolError(const std::shared_ptr<Conn>& conn, std::string why);
   void Heartbeat();
   void Deliver(std::function<void()> event);
   void Finish(exitcodes::Result<wire::Assignment> result);

@@ -34,7 +34,7 @@ namespace trainlet::rendezvous {
 
 struct LeaderProbeOptions {
   std::string name;      // the leader's name (or IP literal) as the members dial it
-  std::uint16_t port = 29400;  // the rendezvous port
+  std::uint16_t port = tunables::kRendezvousPort;  // the rendezvous port
   wire::Hello hello;     // this leader's own hello (index 0), leader_id set
   std::string token;     // shared token (auth.h); empty: none
   std::chrono::milliseconds interval = tunables::kHeartbeatInterval;  // between rounds (IP literal)

@@ -31,7 +31,7 @@ namespace trainlet::rendezvous {
 
 struct MemberOptions {
   std::string leader_host;  // DNS name or IP literal of the leader (index 0)
-  std::uint16_t port = 29400;  // the leader's rendezvous port
+  std::uint16_t port = tunables::kRendezvousPort;  // the leader's rendezvous port
   wire::Hello hello;           // this pod's hello
   // The whole join (resolve + connect + assignment) must finish by then.
   std::chrono::steady_clock::time_point deadline;
@@ -50,6 +50,23 @@ struct MemberOptions {
   // time left until `deadline`.
   std::chrono::milliseconds progress_interval = tunables::kProgressInterval;
 };
+
+// What a member does with the leader's assignment (a pure decision, tested
+// row by row in tests/join_check_test.cc): take it, retry (the leader is a
+// stale pod of another job, attempt or an earlier generation; `state` is the
+// log line's state, `detail` the error), or fail config (`detail`: the leader
+// did not authenticate while this pod has a token, or the assignment
+// contradicts this pod's launch).
+struct JoinCheck {
+  enum class Verdict { kAccept, kRetry, kFail };
+  Verdict verdict = Verdict::kAccept;
+  std::string state;
+  std::string detail;
+};
+// `hello`: this pod's; `token`: this pod has one; `authenticated`: the leader
+// proved it on this connection.
+JoinCheck CheckAssignment(const wire::Hello& hello, bool token, bool authenticated,
+                          const wire::Assignment& assignment);
 
 class Member : public std::enable_shared_from_this<Member> {
  public:
@@ -80,7 +97,8 @@ class Member : public std::enable_shared_from_this<Member> {
     std::function<void(const std::string& why)> on_lost;
   };
   void StartChannel(ChannelCallbacks callbacks,
-                    std::chrono::milliseconds heartbeat = std::chrono::seconds(1), int misses = 3);
+                    std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval,
+                    int misses = tunables::kHeartbeatMisses);
   // Sends a report to the leader; `sent` runs once it is written (or failed).
   void SendReport(const wire::Report& report, std::function<void()> sent = {});
 
@@ -105,6 +123,11 @@ class Member : public std::enable_shared_from_this<Member> {
   void SendHello();
   void ReadReply();
   void ProcessReply();
+  void OnReply(const wire::Message& message);
+  void AnswerChallenge(const wire::Challenge& challenge);
+  std::string TimeoutMessage() const;
+  template <class Handler>
+  auto Bound(Handler handler);  // see member.cc: drops stale completions
   void ArmReplyTimer();
   void ChannelProcess();
   void ChannelLost(const std::string& why);

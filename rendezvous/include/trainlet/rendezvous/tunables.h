@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 
 namespace trainlet::rendezvous::tunables {
 
@@ -31,6 +32,7 @@ inline constexpr milliseconds kReplyTimeout{kHeartbeatInterval * kHeartbeatMisse
 inline constexpr milliseconds kLeaderNameCheckPatience{15'000};  // ms; a pod's record appears seconds after its IP and NXDOMAIN is cached briefly: warn only once it stays wrong this long
 
 // ---- the leader's listening socket ----
+inline constexpr std::uint16_t kRendezvousPort = 29400;  // port; torchrun's c10d default for an endpoint without a port (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py DEFAULT_PORT)
 inline constexpr milliseconds kBindRetryInitial{100};    // ms; first wait after EADDRINUSE (a leftover process or TIME_WAIT usually lets go within seconds)
 inline constexpr milliseconds kBindRetryCap{1000};       // ms; longest wait between bind attempts, until the rendezvous deadline
 

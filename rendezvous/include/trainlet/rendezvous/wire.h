@@ -53,10 +53,14 @@ using LaunchConfig = std::vector<std::pair<std::string, std::string>>;
 // FNV-1a 64 over the keys and values: equal configs give equal fingerprints.
 std::uint64_t Fingerprint(const LaunchConfig& config);
 
+// Hello::index of a pod that has no index (ranks by arrival, launch.h): the
+// leader gives it one, the lowest free, and says which in Assignment::node_rank.
+inline constexpr std::uint32_t kNoIndex = 0xFFFFFFFF;
+
 struct Hello {
   std::string job_id;              // the Job (or JobSet) this pod belongs to
   std::uint32_t attempt = 0;       // restart attempt of the Job/JobSet
-  std::uint32_t index = 0;         // completion index of the sending pod
+  std::uint32_t index = 0;         // completion index of the sending pod; kNoIndex: none yet
   std::uint32_t nproc_per_node = 0;
   std::uint64_t fingerprint = 0;   // Fingerprint(config)
   LaunchConfig config;

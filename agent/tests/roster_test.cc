@@ -1,6 +1,6 @@
-// LeaderRoster (agent/src/leader_roster.h): the leader's state between rounds
-// over the pure policies, with its last-call timer on a real event loop.
-#include "../src/leader_roster.h"
+// Roster (agent/src/roster.h): the leader's state between rounds over the
+// pure policies, with its last-call timer on a real event loop.
+#include "../src/roster.h"
 
 #include <gtest/gtest.h>
 
@@ -12,31 +12,34 @@ namespace {
 using namespace std::chrono_literals;
 using Ranks = std::map<std::uint32_t, std::uint32_t>;
 
-class LeaderRosterTest : public ::testing::Test {
+class RosterTest : public ::testing::Test {
  protected:
   boost::asio::io_context io_;  // first: the roster's timer runs on it
-  // --nnodes 2 --spares 1, a 50 ms last call.
-  LeaderRoster roster_{io_.get_executor(), FormationConfig{.min_nodes = 2, .max_nodes = 2,
-                                                           .spares = 1, .last_call = 50ms,
-                                                           .timeout = 10s}};
+  Roster roster_;
   int reconsidered_ = 0;
-  void Round() { roster_.StartRound(LeaderRoster::Clock::now(), [this] { ++reconsidered_; }); }
+  // A round of --nnodes 2 --spares 1 with a 50 ms last call.
+  void Round() {
+    roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
+                       {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
+                        .timeout = 10s},
+                       [this] { ++reconsidered_; });
+  }
   void RunFor(std::chrono::milliseconds d) {
     io_.restart();
     io_.run_for(d);
   }
 };
 
-TEST_F(LeaderRosterTest, WholeGangFormsAtOnceAndTheSpareWaits) {
+TEST_F(RosterTest, WholeGangFormsAtOnceAndTheSpareWaits) {
   Round();
   EXPECT_EQ(roster_.Expected(), std::set<std::uint32_t>{});  // every index, first round
   EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}}));
   roster_.Adopt(0);
-  EXPECT_EQ(roster_.waiting(), std::set<std::uint32_t>{2});
+  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{2});
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
 }
 
-TEST_F(LeaderRosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
+TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
   Round();
   EXPECT_FALSE(roster_.Plan({0, 1}));
   RunFor(200ms);
@@ -46,7 +49,7 @@ TEST_F(LeaderRosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
 
 // A pod gone while the gang restarted (never declared lost: every connection
 // closes to rejoin) is not waited for past the last call: the spare takes its rank.
-TEST_F(LeaderRosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {
+TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {
   Round();
   ASSERT_TRUE(roster_.Plan({0, 1, 2}));
   roster_.Adopt(0);
@@ -58,10 +61,10 @@ TEST_F(LeaderRosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {
   roster_.Adopt(1);
   EXPECT_EQ(roster_.replacements(),
             (std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 2}}));
-  EXPECT_TRUE(roster_.waiting().empty());
+  EXPECT_TRUE(roster_.spares_waiting().empty());
 }
 
-TEST_F(LeaderRosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
+TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
   Round();
   ASSERT_TRUE(roster_.Plan({0, 1, 2}));
   roster_.Adopt(0);
@@ -72,7 +75,7 @@ TEST_F(LeaderRosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
   EXPECT_EQ(reconsidered_, 0);
 }
 
-TEST_F(LeaderRosterTest, CancelStopsTheTimer) {
+TEST_F(RosterTest, CancelStopsTheTimer) {
   Round();
   EXPECT_FALSE(roster_.Plan({0, 1}));
   roster_.Cancel();

@@ -1,0 +1,100 @@
+// trainlet/rendezvous/admission.h — whether the leader admits a member's hello: a pure decision.
+//
+// The leader (leader.h) turns a hello (after the token's proof, auth.h) and
+// what it knows of the gang into one call of Admit; the answer says what to
+// do, and the leader does it: admit the member to its index, refuse it (for
+// good: it exits config; or for now: it retries until its deadline), stop as
+// a rival leader's twin, and what to drop or record on the way. No sockets, no
+// clocks, no logging: every rule has a row in tests/admission_test.cc.
+// Thread-safe (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "trainlet/rendezvous/wire.h"
+
+namespace trainlet::rendezvous {
+
+// The member that holds an index already (admitted before), as the leader sees it now.
+struct IndexHolder {
+  std::string peer;  // "10.0.0.12:41234", for messages
+  // It sent a frame within LeaderOptions::holder_liveness (members answer the
+  // waiting heartbeats): a live holder is never replaced by a claim.
+  bool live = true;
+  std::string job_name;  // its hello's (JobSet's Job)
+  std::optional<std::uint32_t> job_restart_attempt;
+};
+
+// What the leader knows when a hello arrives. References: valid for the call.
+struct AdmissionState {
+  const wire::Hello& own;  // the leader's own hello (index 0)
+  std::uint32_t nnodes = 1;
+  std::uint32_t max_generation = 0;  // LeaderOptions::max_generation
+  const std::string& leader_id;      // LeaderOptions::leader_id; empty: none
+  // JobSet's job-restart-attempt, the highest seen per Job (the leader's own included).
+  const std::map<std::string, std::uint32_t>& job_attempts;
+  std::optional<IndexHolder> holder;  // the admitted member holding hello.index, if any
+  // The lowest index of 1..nnodes-1 nobody holds (ranks by arrival: the one a
+  // pod without an index gets); nullopt when every one is held.
+  std::optional<std::uint32_t> free_index;
+  std::string peer;     // the claimant's "address:port", for messages
+  std::string address;  // the claimant's address alone
+  std::string local;  // the leader's end of the claimant's connection, "address:port"
+};
+
+struct Admission {
+  enum class Verdict {
+    kAdmit,   // the member takes hello.index
+    kRefuse,  // send `reject` (retriable or not) and close
+    // Another pod acts as leader of this job and attempt: send `reject` (for
+    // good), then this leader fails config with reject.reason.
+    kRivalLeader,
+  };
+  Verdict verdict = Verdict::kAdmit;
+  wire::Reject reject;  // kRefuse, kRivalLeader
+  // Record job_attempts[hello.job_name] = *record_job_attempt (its first pod, or
+  // a recreated Job's), whatever the verdict: the fence has been passed.
+  std::optional<std::uint32_t> record_job_attempt;
+  // The hello's Job was recreated (a higher job-restart-attempt): drop every
+  // admitted member of that Job with a lower one (kubernetes-sigs/jobset
+  // pkg/controllers/jobset_controller.go deletes them too).
+  bool drop_older_of_job = false;
+  // kAdmit: the holder of the index went silent; drop it first.
+  bool replace_holder = false;
+  // kAdmit: the index the member takes: its hello's, or, for a pod without
+  // one (wire::kNoIndex), free_index.
+  std::uint32_t index = 0;
+};
+
+// The rules, in order (the first that applies decides):
+//  1. another job id: refuse, retriable (a Job deleted and created again under
+//     the same name has a new UID while its old pods still hold the names);
+//  2. another attempt (JobSet's restart-attempt): refuse, retriable (whichever
+//     side is stale is about to be replaced);
+//  3. index 0: this leader's own probe (leader_id) is refused, retriable;
+//     another pod is a rival leader (kRivalLeader);
+//  4. JobSet's job-restart-attempt lower than seen for its Job: refuse,
+//     retriable (a stale pod of the old Job); higher: a recreated Job
+//     (drop_older_of_job);
+//  5. another launch configuration: refuse for good, naming the first field
+//     that differs and both values (a pod with an index and one without:
+//     config "ranks", launch.h, said as such);
+//  6. a generation beyond max_generation (--max-restarts): refuse for good;
+//  7. no index (wire::kNoIndex, ranks by arrival): admit to free_index; with
+//     none free, refuse, retriable (the gang is full; a pod of it may leave);
+//     an index outside 1..nnodes-1: refuse for good;
+//  8. the index held: by a silent holder: admit, replacing it; by a holder of
+//     another job-restart-attempt: refuse, retriable; by a live one: a clash,
+//     refuse for good naming both pods;
+//  9. admit.
+Admission Admit(const AdmissionState& state, const wire::Hello& hello);
+
+// The first field that differs between two launch configurations ("" when they
+// agree), with the leader's and the member's value ("(absent)" when missing).
+std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,
+                            std::string* leader_value, std::string* member_value);
+
+}  // namespace trainlet::rendezvous

@@ -1,0 +1,203 @@
+#include "trainlet/rendezvous/admission.h"
+
+#include <map>
+
+namespace trainlet::rendezvous {
+
+namespace {
+
+using Verdict = Admission::Verdict;
+
+Admission Refusal(std::string field, std::string reason, bool retriable,
+                  Verdict verdict = Verdict::kRefuse) {
+  Admission a;
+  a.verdict = verdict;
+  a.reject = {std::move(field), std::move(reason), retriable};
+  return a;
+}
+
+std::string Who(const AdmissionState& state, const wire::Hello& hello) {
+  if (hello.index == wire::kNoIndex) return "a pod without an index (" + state.peer + ")";
+  return "pod " + std::to_string(hello.index) + " (" + state.peer + ")";
+}
+
+// Rule 3: a hello with index 0 (leader.h, LeaderProbe).
+Admission IndexZero(const AdmissionState& state, const wire::Hello& hello) {
+  if (!state.leader_id.empty() && hello.leader_id == state.leader_id) {
+    return Refusal("leader", "this is the probing leader itself", /*retriable=*/true);
+  }
+  return Refusal("leader",
+                 "two pods act as leader (index 0) of job '" + hello.job_id + "' attempt " +
+                     std::to_string(hello.attempt) + ": " + state.local + " and " + state.address +
+                     ". Exactly one pod may have index 0 (--node-rank, JOB_COMPLETION_INDEX) "
+                     "and the leader's name must lead to it alone",
+                 /*retriable=*/false, Verdict::kRivalLeader);
+}
+
+// Rule 4: JobSet recreates one failed Job (failurePolicy action RestartJob)
+// with its label jobset.sigs.k8s.io/job-restart-attempt raised, the
+// JobSet-wide restart-attempt unchanged (kubernetes-sigs/jobset
+// pkg/constants/constants.go JobRestartAttemptKey; pkg/controllers/
+// jobset_controller.go: a Job whose job-restart-attempt is below
+// jobset.status...jobRestarts[jobIndex] is deleted as a previous one). A pod
+// of a lower one is a stale pod of the old Job: refused, retriable (it is
+// being deleted; at its deadline it exits infra, not config). Returns the
+// refusal, or nullopt with the fence's effects in *out.
+std::optional<Admission> JobRestartFence(const AdmissionState& state, const wire::Hello& hello,
+                                         Admission* out) {
+  if (!hello.job_restart_attempt) return std::nullopt;
+  const std::uint32_t jra = *hello.job_restart_attempt;
+  auto seen = state.job_attempts.find(hello.job_name);
+  if (seen == state.job_attempts.end()) {
+    out->record_job_attempt = jra;
+    return std::nullopt;
+  }
+  if (jra < seen->second) {
+    return Refusal("job_restart_attempt",
+                   Who(state, hello) + " of Job '" + hello.job_name +
+                       "' is from job-restart-attempt " + std::to_string(jra) +
+                       ", but that Job was recreated: attempt " + std::to_string(seen->second) +
+                       " already joined (a stale pod of the old Job)",
+                   /*retriable=*/true);
+  }
+  if (jra > seen->second) {
+    out->record_job_attempt = jra;
+    out->drop_older_of_job = true;
+  }
+  return std::nullopt;
+}
+
+// Rules 5 to 7: what no retry changes.
+std::optional<Admission> LaunchFence(const AdmissionState& state, const wire::Hello& hello) {
+  const wire::Hello& own = state.own;
+  const std::string who = Who(state, hello);
+  std::string lv, mv;
+  std::string field = hello.fingerprint == own.fingerprint && hello.config == own.config
+                          ? ""
+                          : FirstDifference(own.config, hello.config, &lv, &mv);
+  if (field == "ranks") {
+    return Refusal(field,
+                   (hello.index == wire::kNoIndex ? who + " and pod 0 (the leader) with one"
+                                                  : who + " and pod 0 (the leader) without one") +
+                       " cannot share a gang: either every pod has an index (--node-rank, "
+                       "JOB_COMPLETION_INDEX) or none has, and the leader numbers them as they "
+                       "join",
+                   /*retriable=*/false);
+  }
+  if (!field.empty()) {
+    // That member's own launch is wrong (or it is no member of this gang at
+    // all: a hello is unauthenticated without a token). It exits config; the
+    // leader and the pods already admitted wait on for a pod that agrees.
+    return Refusal(field,
+                   "launch configuration differs: " + field + "=" + mv + " on " + who + ", " +
+                       field + "=" + lv + " on pod 0 (the leader)",
+                   /*retriable=*/false);
+  }
+  if (hello.generation > state.max_generation) {
+    // No pod of this gang runs past --max-restarts: a stranger's number, or a
+    // pod launched with another --max-restarts history. Never adopted.
+    return Refusal("generation",
+                   who + " asks for generation " + std::to_string(hello.generation) +
+                       ", beyond --max-restarts " + std::to_string(state.max_generation),
+                   /*retriable=*/false);
+  }
+  if (hello.index == wire::kNoIndex) {
+    if (state.free_index) return std::nullopt;
+    return Refusal("index",
+                   who + " finds every node rank 1.." + std::to_string(state.nnodes - 1) +
+                       " taken (--nnodes " + std::to_string(state.nnodes) + ")",
+                   /*retriable=*/true);
+  }
+  if (hello.index == 0 || hello.index >= state.nnodes) {
+    return Refusal("index",
+                   who + " has an index outside 1.." + std::to_string(state.nnodes - 1) +
+                       " (index 0 is this leader)",
+                   /*retriable=*/false);
+  }
+  return std::nullopt;
+}
+
+// Rule 8: a second claim of an admitted index: a recreated pod whose
+// predecessor's connection has not closed yet (no FIN: keepalive or silence
+// tells later), or two live pods given one index.
+Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admission out) {
+  const IndexHolder& holder = *state.holder;
+  const bool dropped_by_fence = out.drop_older_of_job && holder.job_name == hello.job_name &&
+                                holder.job_restart_attempt.value_or(0) < *out.record_job_attempt;
+  if (dropped_by_fence) return out;
+  if (!holder.live) {
+    out.replace_holder = true;
+    return out;
+  }
+  const std::string index = "index " + std::to_string(hello.index);
+  if (hello.job_restart_attempt != holder.job_restart_attempt) {
+    // Another Job attempt: the holder is on its way out; the claimant may retry.
+    return Refusal("index", index + " is held by " + holder.peer + " of another Job attempt",
+                   /*retriable=*/true);
+  }
+  return Refusal(
+      "index",
+      "two live pods claim " + index + " of job '" + hello.job_id + "' attempt " +
+          std::to_string(hello.attempt) + ": " + holder.peer +
+          " joined first and answers heartbeats; refusing " + state.peer +
+          ". Each pod needs its own index (--node-rank, JOB_COMPLETION_INDEX)",
+      /*retriable=*/false);
+}
+
+}  // namespace
+
+Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
+  const wire::Hello& own = state.own;
+  const std::string who = Who(state, hello);
+  if (hello.job_id != own.job_id) {
+    return Refusal("job_id",
+                   who + " belongs to job '" + hello.job_id + "', this leader to '" + own.job_id +
+                       "'",
+                   /*retriable=*/true);
+  }
+  if (hello.attempt != own.attempt) {
+    return Refusal("attempt",
+                   who + " is from attempt " + std::to_string(hello.attempt) +
+                       ", this leader runs attempt " + std::to_string(own.attempt),
+                   /*retriable=*/true);
+  }
+  if (hello.index == 0) return IndexZero(state, hello);
+  Admission out;
+  out.index = hello.index == wire::kNoIndex ? state.free_index.value_or(0) : hello.index;
+  if (auto fenced = JobRestartFence(state, hello, &out)) return *fenced;
+  Admission decided = out;
+  if (auto refused = LaunchFence(state, hello)) {
+    decided = *refused;
+  } else if (state.holder && hello.index != wire::kNoIndex) {
+    decided = HeldIndex(state, hello, out);
+  }
+  // The fence's effects stand whatever the verdict: it has been passed.
+  decided.record_job_attempt = out.record_job_attempt;
+  decided.drop_older_of_job = out.drop_older_of_job;
+  return decided;
+}
+
+std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,
+                            std::string* leader_value, std::string* member_value) {
+  std::map<std::string, std::string> a(leader.begin(), leader.end());
+  std::map<std::string, std::string> b(member.begin(), member.end());
+  for (const auto& [k, v] : a) {
+    auto it = b.find(k);
+    std::string mv = it == b.end() ? "(absent)" : it->second;
+    if (mv != v) {
+      *leader_value = v;
+      *member_value = mv;
+      return k;
+    }
+  }
+  for (const auto& [k, v] : b) {
+    if (!a.contains(k)) {
+      *leader_value = "(absent)";
+      *member_value = v;
+      return k;
+    }
+  }
+  return "";
+}
+
+}  // namespace trainlet::rendezvous

@@ -1,0 +1,269 @@
+// Admit (admission.h): every rule, one row each, in the order they apply.
+#include "trainlet/rendezvous/admission.h"
+
+#include <gtest/gtest.h>
+
+namespace trainlet::rendezvous {
+namespace {
+
+using Verdict = Admission::Verdict;
+
+wire::Hello HelloFor(std::uint32_t index, std::string job = "job-uid") {
+  wire::Hello h;
+  h.job_id = std::move(job);
+  h.attempt = 1;
+  h.index = index;
+  h.nproc_per_node = 2;
+  h.config = {{"nnodes", "4"}, {"nproc_per_node", "2"}};
+  h.fingerprint = wire::Fingerprint(h.config);
+  return h;
+}
+
+class AdmissionTest : public ::testing::Test {
+ protected:
+  Admission Decide(const wire::Hello& hello, std::optional<IndexHolder> holder = std::nullopt,
+                   std::optional<std::uint32_t> free_index = 1) {
+    return Admit(AdmissionState{.own = own_,
+                                .nnodes = 4,
+                                .max_generation = 2,
+                                .leader_id = leader_id_,
+                                .job_attempts = job_attempts_,
+                                .holder = std::move(holder),
+                                .free_index = free_index,
+                                .peer = "10.0.0.12:41234",
+                                .address = "10.0.0.12",
+                                .local = "10.0.0.10:29400"},
+                 hello);
+  }
+  wire::Hello own_ = HelloFor(0);
+  std::string leader_id_ = "leader-id";
+  std::map<std::string, std::uint32_t> job_attempts_;
+};
+
+TEST_F(AdmissionTest, AMatchingMemberIsAdmitted) {
+  Admission a = Decide(HelloFor(2));
+  EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_EQ(a.index, 2u) << "its own index, not the free one";
+  EXPECT_FALSE(a.replace_holder);
+  EXPECT_FALSE(a.record_job_attempt);
+  EXPECT_FALSE(a.drop_older_of_job);
+}
+
+TEST_F(AdmissionTest, AnotherJobIsRefusedForNow) {
+  Admission a = Decide(HelloFor(2, "other-uid"));
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "job_id");
+  EXPECT_TRUE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason,
+            "pod 2 (10.0.0.12:41234) belongs to job 'other-uid', this leader to 'job-uid'");
+}
+
+TEST_F(AdmissionTest, AnotherAttemptIsRefusedForNow) {
+  wire::Hello h = HelloFor(2);
+  h.attempt = 0;
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "attempt");
+  EXPECT_TRUE(a.reject.retriable);
+  EXPECT_NE(a.reject.reason.find("attempt 0, this leader runs attempt 1"), std::string::npos);
+}
+
+TEST_F(AdmissionTest, AnotherJobIsCheckedBeforeTheIndex) {
+  wire::Hello h = HelloFor(0, "other-uid");
+  EXPECT_EQ(Decide(h).reject.field, "job_id") << "a stranger at index 0 is no rival";
+}
+
+TEST_F(AdmissionTest, IndexZeroFromAnotherPodIsARivalLeader) {
+  wire::Hello h = HelloFor(0);
+  h.leader_id = "another-leader";
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kRivalLeader);
+  EXPECT_EQ(a.reject.field, "leader");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_NE(a.reject.reason.find("two pods act as leader (index 0) of job 'job-uid' attempt 1: "
+                                 "10.0.0.10:29400 and 10.0.0.12."),
+            std::string::npos)
+      << a.reject.reason;
+}
+
+TEST_F(AdmissionTest, TheLeadersOwnProbeIsRefusedQuietly) {
+  wire::Hello h = HelloFor(0);
+  h.leader_id = "leader-id";
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_TRUE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason, "this is the probing leader itself");
+  leader_id_.clear();  // a leader without an id cannot recognise itself
+  h.leader_id.clear();
+  EXPECT_EQ(Decide(h).verdict, Verdict::kRivalLeader);
+}
+
+TEST_F(AdmissionTest, TheFirstPodOfAJobRecordsItsJobRestartAttempt) {
+  wire::Hello h = HelloFor(2);
+  h.job_name = "workers";
+  h.job_restart_attempt = 3;
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_EQ(a.record_job_attempt, 3u);
+  EXPECT_FALSE(a.drop_older_of_job);
+}
+
+TEST_F(AdmissionTest, AStalePodOfARecreatedJobIsRefusedForNow) {
+  job_attempts_["workers"] = 3;
+  wire::Hello h = HelloFor(2);
+  h.job_name = "workers";
+  h.job_restart_attempt = 2;
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "job_restart_attempt");
+  EXPECT_TRUE(a.reject.retriable);
+  EXPECT_FALSE(a.record_job_attempt);
+}
+
+TEST_F(AdmissionTest, APodOfARecreatedJobDropsTheOldJobsPodsAndTakesTheirIndex) {
+  job_attempts_["workers"] = 1;
+  wire::Hello h = HelloFor(2);
+  h.job_name = "workers";
+  h.job_restart_attempt = 2;
+  Admission a = Decide(h, IndexHolder{"10.0.0.13:1", true, "workers", 1});
+  EXPECT_EQ(a.verdict, Verdict::kAdmit) << a.reject.reason;
+  EXPECT_EQ(a.record_job_attempt, 2u);
+  EXPECT_TRUE(a.drop_older_of_job);
+  EXPECT_FALSE(a.replace_holder) << "the fence drops the holder already";
+}
+
+TEST_F(AdmissionTest, TheFenceStandsWhenALaterRuleRefuses) {
+  job_attempts_["workers"] = 1;
+  wire::Hello h = HelloFor(2);
+  h.job_name = "workers";
+  h.job_restart_attempt = 2;
+  h.config.back().second = "8";
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.record_job_attempt, 2u);
+  EXPECT_TRUE(a.drop_older_of_job);
+}
+
+TEST_F(AdmissionTest, ADifferentLaunchIsRefusedForGoodNamingTheFieldAndBothValues) {
+  wire::Hello h = HelloFor(2);
+  h.config.back().second = "8";
+  h.fingerprint = wire::Fingerprint(h.config);
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "nproc_per_node");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason,
+            "launch configuration differs: nproc_per_node=8 on pod 2 (10.0.0.12:41234), "
+            "nproc_per_node=2 on pod 0 (the leader)");
+}
+
+TEST_F(AdmissionTest, AFieldOnlyOneSideHasIsNamedAsAbsent) {
+  wire::Hello h = HelloFor(2);
+  h.config.emplace_back("rdzv_conf", "x=1");
+  Admission a = Decide(h);
+  EXPECT_EQ(a.reject.field, "rdzv_conf");
+  EXPECT_NE(a.reject.reason.find("rdzv_conf=(absent) on pod 0"), std::string::npos);
+  std::string lv, mv;
+  EXPECT_EQ(FirstDifference(h.config, HelloFor(2).config, &lv, &mv), "rdzv_conf");
+  EXPECT_EQ(lv, "x=1");
+  EXPECT_EQ(mv, "(absent)");
+  EXPECT_EQ(FirstDifference(h.config, h.config, &lv, &mv), "");
+}
+
+TEST_F(AdmissionTest, AGenerationBeyondMaxRestartsIsRefusedForGood) {
+  wire::Hello h = HelloFor(2);
+  h.generation = 2;
+  EXPECT_EQ(Decide(h).verdict, Verdict::kAdmit);
+  h.generation = 3;
+  Admission a = Decide(h);
+  EXPECT_EQ(a.reject.field, "generation");
+  EXPECT_FALSE(a.reject.retriable);
+}
+
+TEST_F(AdmissionTest, AnIndexOutsideTheGangIsRefusedForGood) {
+  Admission a = Decide(HelloFor(4));
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "index");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_NE(a.reject.reason.find("outside 1..3"), std::string::npos);
+}
+
+TEST_F(AdmissionTest, ASilentHoldersIndexIsTakenOver) {
+  Admission a = Decide(HelloFor(2), IndexHolder{"10.0.0.13:1", false, "", std::nullopt});
+  EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_TRUE(a.replace_holder);
+}
+
+TEST_F(AdmissionTest, ALiveHolderOfAnotherJobAttemptMakesTheClaimWait) {
+  wire::Hello h = HelloFor(2);
+  Admission a = Decide(h, IndexHolder{"10.0.0.13:1", true, "workers", 5});
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_TRUE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason, "index 2 is held by 10.0.0.13:1 of another Job attempt");
+}
+
+TEST_F(AdmissionTest, TwoLivePodsWithOneIndexClash) {
+  Admission a = Decide(HelloFor(2), IndexHolder{"10.0.0.13:1", true, "", std::nullopt});
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "index");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_NE(a.reject.reason.find("two live pods claim index 2 of job 'job-uid' attempt 1: "
+                                 "10.0.0.13:1 joined first and answers heartbeats; refusing "
+                                 "10.0.0.12:41234"),
+            std::string::npos)
+      << a.reject.reason;
+}
+
+// Ranks by arrival (launch.h): every pod's config says "ranks=arrival".
+wire::Hello ByArrival(wire::Hello h) {
+  h.config.emplace_back("ranks", "arrival");
+  h.fingerprint = wire::Fingerprint(h.config);
+  return h;
+}
+
+TEST_F(AdmissionTest, APodWithoutAnIndexTakesTheLowestFreeOne) {
+  own_ = ByArrival(HelloFor(0));
+  Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)), std::nullopt, 3);
+  EXPECT_EQ(a.verdict, Verdict::kAdmit) << a.reject.reason;
+  EXPECT_EQ(a.index, 3u);
+  EXPECT_FALSE(a.replace_holder);
+}
+
+TEST_F(AdmissionTest, APodWithoutAnIndexWaitsWhenEveryNodeRankIsTaken) {
+  own_ = ByArrival(HelloFor(0));
+  Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)), std::nullopt, std::nullopt);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "index");
+  EXPECT_TRUE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason,
+            "a pod without an index (10.0.0.12:41234) finds every node rank 1..3 taken "
+            "(--nnodes 4)");
+}
+
+TEST_F(AdmissionTest, APodNumberedByArrivalRejoinsWithItsIndex) {
+  own_ = ByArrival(HelloFor(0));
+  Admission a = Decide(ByArrival(HelloFor(2)), IndexHolder{"10.0.0.13:1", false, "", std::nullopt});
+  EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_EQ(a.index, 2u);
+  EXPECT_TRUE(a.replace_holder);
+}
+
+TEST_F(AdmissionTest, PodsWithAndWithoutAnIndexNeverShareAGang) {
+  Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)));  // the leader has indices
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "ranks");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason,
+            "a pod without an index (10.0.0.12:41234) and pod 0 (the leader) with one cannot "
+            "share a gang: either every pod has an index (--node-rank, JOB_COMPLETION_INDEX) or "
+            "none has, and the leader numbers them as they join");
+  own_ = ByArrival(HelloFor(0));  // the leader numbers by arrival; the member has index 2
+  a = Decide(HelloFor(2));
+  EXPECT_EQ(a.reject.field, "ranks");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_NE(a.reject.reason.find("pod 2 (10.0.0.12:41234) and pod 0 (the leader) without one"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainlet::rendezvous
