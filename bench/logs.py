@@ -9,7 +9,8 @@ Each of --workers workers (trainlet-linegen write) writes bytes/workers of numbe
 writing to one file. Through trainlet: one pod with --workers workers; the agent
 reads each worker's pipe, prefixes every line with "[rankN]: " and writes the
 lines to its own stdout, the same kind of file. Throughput = the workers' bytes /
-wall time. Every output is then checked (trainlet-linegen check): each worker's
+wall time. Also reported: the agent's own CPU seconds (its threads, not the
+workers'), the figure a change to the agent moves. Every output is then checked (trainlet-linegen check): each worker's
 sequence complete and in order, no line torn. Runs interleaved, a direct run
 then a trainlet run, so each pair's ratio compares runs made seconds apart;
 the reported ratio is the median of those paired ratios. Also reported: the CPU
@@ -29,17 +30,29 @@ import common  # noqa: E402
 LINE = 100
 
 
+def own_cpu_s(pid):
+    """User + system seconds of process `pid`'s own threads, its children not
+    counted (proc(5), /proc/PID/stat utime and stime); read while it is a zombie."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(argv, path, env=None):
-    """Wall seconds and CPU seconds (user + system of the whole process tree)."""
+    """Wall seconds, CPU seconds (user + system of the whole process tree) and
+    the CPU seconds of the first process alone (for trainlet: the agent, its
+    pump threads included, without the workers)."""
     with open(path, "wb") as out:
         r0 = os.times()
         t0 = time.monotonic_ns()
-        p = subprocess.run(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
         dt = (time.monotonic_ns() - t0) / 1e9
+        own = own_cpu_s(p.pid)
+        p.wait()
         r1 = os.times()
     if p.returncode != 0:
         raise RuntimeError(f"{argv[:3]} exited {p.returncode}")
-    return dt, (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system)
+    return dt, (r1.children_user - r0.children_user) + (r1.children_system - r0.children_system), own
 
 
 def check(linegen, path, workers):
@@ -65,14 +78,16 @@ def run(binary, linegen, total, workers, runs, directory, log=print, files_flag=
              "--log-dir", log_dir, "--", linegen, "write", str(per), str(LINE)]
     res = {"direct": [], "trainlet": [], "files": []}
     cpu = {"direct": [], "trainlet": [], "files": []}
+    own = {"direct": [], "trainlet": [], "files": []}  # the first process's own CPU s
     checks = {"direct": [], "trainlet": [], "files": []}
     file_bytes = []
     try:
         for _ in range(runs):
             for name, argv in (("direct", direct), ("trainlet", through), ("files", files)):
-                dt, cpu_s = timed(argv, path, common.ENV)
+                dt, cpu_s, own_s = timed(argv, path, common.ENV)
                 res[name].append(per * workers / dt / 2**20)  # MiB/s
                 cpu[name].append(cpu_s)
+                own[name].append(own_s)
                 if name == "files" and files_flag == "--redirects":  # nothing on the console
                     checks[name].append({"ok": os.path.getsize(path) == 0, "lost": 0})
                     os.unlink(path)
@@ -97,6 +112,7 @@ def run(binary, linegen, total, workers, runs, directory, log=print, files_flag=
            "trainlet_mib_s": common.stats(res["trainlet"]),
            "direct_cpu_s": common.stats(cpu["direct"]),
            "trainlet_cpu_s": common.stats(cpu["trainlet"]),
+           "agent_cpu_s": common.stats(own["trainlet"]),
            "paired_ratios": [t / d for d, t in zip(res["direct"], res["trainlet"])],
            "lines_expected_per_worker": expected,
            "all_complete": all(c["ok"] and c["lost"] == 0 for c in checks["trainlet"] + checks["direct"]),
@@ -105,6 +121,7 @@ def run(binary, linegen, total, workers, runs, directory, log=print, files_flag=
     out["ratio"] = common.stats(out["paired_ratios"])["median"]
     out["files_mib_s"] = common.stats(res["files"])
     out["files_cpu_s"] = common.stats(cpu["files"])
+    out["files_agent_cpu_s"] = common.stats(own["files"])
     # The cost of the files: --tee 3 --log-dir against plain forwarding, paired.
     out["files_ratio"] = common.stats([f / t for t, f in zip(res["trainlet"], res["files"])])["median"]
     out["files_complete"] = all(b == per * workers for b in file_bytes) and all(

@@ -7,7 +7,8 @@
 Each round runs bench/logs.py's measurement once per binary (a direct run, a trainlet run and
 a --tee run each), the two binaries in alternating order, so each pair is measured seconds
 apart; reported: the median over rounds of after/before for forwarding throughput (MiB/s),
-for the ratio to direct, and for the CPU seconds of the trainlet run.
+for the ratio to direct, for the CPU seconds of the trainlet run (workers
+included), and for the agent's own CPU seconds, forwarding and --tee.
 """
 import argparse
 import json
@@ -48,6 +49,17 @@ def main():
         "after_over_before_ratio_to_direct": paired(lambda x: x["ratio"]),
         "after_over_before_cpu_s": paired(lambda x: x["trainlet_cpu_s"]["median"]),
         "after_over_before_tee_mib_s": paired(lambda x: x["files_mib_s"]["median"]),
+        # The agent's own CPU seconds (logs.timed), forwarding and --tee: what
+        # a change to the agent moves, much less than the wall clock by the
+        # machine's other load.
+        "before_agent_cpu_s": common.stats([g["before"]["agent_cpu_s"]["median"] for g in rows]),
+        "after_agent_cpu_s": common.stats([g["after"]["agent_cpu_s"]["median"] for g in rows]),
+        "after_over_before_agent_cpu_s": paired(lambda x: x["agent_cpu_s"]["median"]),
+        "before_tee_agent_cpu_s": common.stats(
+            [g["before"]["files_agent_cpu_s"]["median"] for g in rows]),
+        "after_tee_agent_cpu_s": common.stats(
+            [g["after"]["files_agent_cpu_s"]["median"] for g in rows]),
+        "after_over_before_tee_agent_cpu_s": paired(lambda x: x["files_agent_cpu_s"]["median"]),
         "all_complete": all(g[n]["all_complete"] and g[n]["files_complete"]
                             for g in rows for n in g),
     }

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "trainlet/agent/evidence.h"
+#include "trainlet/agent/pod/evidence.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string content(reinterpret_cast<const char*>(data), size);

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "trainlet/agent/identity.h"
+#include "trainlet/agent/spec/identity.h"
 
 using trainlet::agent::ParseGang;
 

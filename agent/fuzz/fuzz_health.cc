@@ -16,7 +16,7 @@
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
-#include "trainlet/agent/health.h"
+#include "trainlet/agent/observe/health.h"
 
 namespace asio = boost::asio;
 using asio::ip::tcp;

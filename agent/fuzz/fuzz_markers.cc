@@ -1,7 +1,7 @@
 // libFuzzer: exitcodes::MarkerScanner on arbitrary worker output, fed in
-// pieces whose sizes come from the input's first bytes, must find what the
-// same scanner finds in the whole text at once (the strongest marker, with
-// the same line), and never read out of bounds.
+// pieces whose sizes (and the anchor search) come from the input's first
+// bytes, must find what the same scanner finds in the whole text at once (the
+// strongest marker, with the same line), and never read out of bounds.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -13,9 +13,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const ec::MarkerTable table = ec::MarkerTable::Defaults();
   if (size < 2) return 0;
   const std::size_t step_a = data[0] % 97 + 1, step_b = data[1] % 13 + 1;
+  // Each anchor search this CPU runs (kPortable, kSsse3, kAvx2), by the first byte.
+  const auto search = static_cast<ec::MarkerScanner::Search>(1 + data[0] / 97 % 3);
   const std::string_view text(reinterpret_cast<const char*>(data) + 2, size - 2);
   const auto whole = table.Match(text);
-  ec::MarkerScanner s(table);
+  ec::MarkerScanner s(table, search);
   bool flip = false;
   for (std::size_t i = 0; i < text.size();) {
     const std::size_t n = std::min((flip = !flip) ? step_a : step_b, text.size() - i);

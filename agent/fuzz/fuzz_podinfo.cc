@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "trainlet/agent/identity.h"
+#include "trainlet/agent/spec/identity.h"
 
 using namespace trainlet::agent;
 

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainlet/agent/torchrun.h"
+#include "trainlet/agent/spec/torchrun.h"
 
 using namespace trainlet::agent;
 

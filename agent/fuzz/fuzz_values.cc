@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "trainlet/agent/values.h"
+#include "trainlet/agent/base/values.h"
 
 using namespace trainlet::agent;
 

@@ -28,8 +28,8 @@
 
 #include <gtest/gtest.h>
 
-#include "trainlet/agent/local.h"
-#include "trainlet/agent/supervisor.h"
+#include "trainlet/agent/front/local.h"
+#include "trainlet/agent/run/supervisor.h"
 
 namespace {
 

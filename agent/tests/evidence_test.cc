@@ -1,11 +1,11 @@
-#include "trainlet/agent/evidence.h"
+#include "trainlet/agent/pod/evidence.h"
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <string>
 
-#include "../src/resident.h"
+#include "../src/run/resident.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 // the header), then a property over random rounds: the decision never forms
 // below MIN, always forms a whole gang, never waits past the deadline, and a
 // wait's recheck never overshoots the last call or the deadline.
-#include "trainlet/agent/formation_policy.h"
+#include "trainlet/agent/pod/formation_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -1,15 +1,15 @@
 // The front end in process: the flag table, the precedence flag >
 // TRAINLET_* > PET_*, Validate and the plans, as table tests (no binary:
 // cli_test keeps the exit codes and --help of the real one).
-#include "trainlet/agent/front_end.h"
+#include "trainlet/agent/front/front_end.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <set>
 
-#include "trainlet/agent/flags.h"
-#include "trainlet/agent/tunables.h"
+#include "trainlet/agent/front/flags.h"
+#include "trainlet/agent/base/tunables.h"
 
 namespace trainlet::agent {
 namespace {

@@ -1,6 +1,6 @@
 // One test per rule of GangPolicy (gang_policy.h), for the leader's and the
 // member's roles.
-#include "trainlet/agent/gang_policy.h"
+#include "trainlet/agent/pod/gang_policy.h"
 
 #include <gtest/gtest.h>
 

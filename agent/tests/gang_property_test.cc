@@ -12,7 +12,7 @@
 //     while its gang restarted;
 //   - no restart after a stop signal, nor for bug, config, hardware, terminated;
 //   - the generation never exceeds --max-restarts.
-#include "trainlet/agent/gang_policy.h"
+#include "trainlet/agent/pod/gang_policy.h"
 
 #include <gtest/gtest.h>
 

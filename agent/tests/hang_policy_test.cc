@@ -1,4 +1,4 @@
-#include "trainlet/agent/hang_policy.h"
+#include "trainlet/agent/observe/hang_policy.h"
 
 #include <csignal>
 

@@ -26,8 +26,8 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
-#include "trainlet/agent/health.h"
-#include "trainlet/agent/health_policy.h"
+#include "trainlet/agent/observe/health.h"
+#include "trainlet/agent/observe/health_policy.h"
 
 namespace trainlet::agent {
 namespace {

@@ -1,4 +1,4 @@
-#include "trainlet/agent/identity.h"
+#include "trainlet/agent/spec/identity.h"
 
 #include <gtest/gtest.h>
 
@@ -352,7 +352,7 @@ TEST(GangTest, SeedJobSetPodsGetGangIndicesAndRoles) {
                                        {"workers", 0, 1, 2, 8},
                                        {"workers", 3, 4, 2, 8}}) {
     JobSetPod pod(r.role, 0, r.completion);
-    pod.in.nproc_per_node = "2";
+    pod.in.nproc_per_node = std::string("2");  // = "2": GCC 12 -O3 -Wrestrict, GCC bug 105329
     auto id = ResolveIdentity(pod.in);
     ASSERT_TRUE(id.ok()) << id.status().ToString();
     EXPECT_EQ(id->index, r.index) << r.role << r.completion;

@@ -1,6 +1,6 @@
 // What a pod checks of its trainer before the rendezvous (launch_check.h):
 // real files in a scratch folder, execvp's search rules.
-#include "trainlet/agent/launch_check.h"
+#include "trainlet/agent/run/launch_check.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <gtest/gtest.h>
 
-#include "trainlet/agent/supervisor.h"
+#include "trainlet/agent/run/supervisor.h"
 
 namespace trainlet::agent {
 namespace {
@@ -37,7 +37,10 @@ class LaunchCheckTest : public ::testing::Test {
   }
   std::string Dirs(std::initializer_list<const char*> rels) {
     std::string path;
-    for (const char* r : rels) path += (path.empty() ? "" : ":") + (root_ / r).string();
+    for (const char* r : rels) {
+      if (!path.empty()) path += ':';
+      path += (root_ / r).string();
+    }
     return path;
   }
   fs::path root_;

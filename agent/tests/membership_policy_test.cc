@@ -8,7 +8,7 @@
 //   - rank order is key (index) order, except where a spare took the rank of
 //     a pod that left (then the pods that stayed kept theirs);
 //   - a pod that stays keeps its node rank while the size is unchanged.
-#include "trainlet/agent/membership_policy.h"
+#include "trainlet/agent/pod/membership_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -14,11 +14,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "../src/roster.h"
-#include "trainlet/agent/heartbeat_watch.h"
-#include "trainlet/agent/log_format.h"
-#include "trainlet/agent/metrics.h"
-#include "trainlet/agent/stragglers.h"
+#include "../src/pod/roster.h"
+#include "trainlet/agent/observe/heartbeat_watch.h"
+#include "trainlet/agent/base/log_format.h"
+#include "trainlet/agent/base/metrics.h"
+#include "trainlet/agent/observe/stragglers.h"
 #include "trainlet/rendezvous/leader.h"
 
 namespace trainlet::agent {

@@ -1,6 +1,6 @@
 // pump.h (private): line prefixing, and the pump thread against real pipes,
 // files and a reader that never reads.
-#include "../src/pump.h"
+#include "../src/run/pump.h"
 
 #include <fcntl.h>
 #include <limits.h>

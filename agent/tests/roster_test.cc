@@ -1,6 +1,6 @@
-// Roster (agent/src/roster.h): the leader's state between rounds over the
+// Roster (agent/src/pod/roster.h): the leader's state between rounds over the
 // pure policies, with its last-call timer on a real event loop.
-#include "../src/roster.h"
+#include "../src/pod/roster.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // run_dir.h: where error and heartbeat files go on read-only images, and what
 // its absence means. Real directories (a read-only one made with chmod; as
 // root, which ignores modes, that case is skipped).
-#include "trainlet/agent/run_dir.h"
+#include "trainlet/agent/spec/run_dir.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "trainlet/agent/supervision_policy.h"
+#include "trainlet/agent/run/supervision_policy.h"
 
 #include <gtest/gtest.h>
 

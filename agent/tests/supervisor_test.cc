@@ -1,7 +1,7 @@
 // Real processes, real signals: the supervisor runs `sh` workers and the test
 // process plays the agent (signals blocked and read from a signalfd, child
 // subreaper so orphans come back to it).
-#include "trainlet/agent/supervisor.h"
+#include "trainlet/agent/run/supervisor.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -25,7 +25,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/spdlog.h>
 
-#include "trainlet/agent/signals.h"
+#include "trainlet/agent/run/signals.h"
 
 namespace trainlet::agent {
 namespace {

@@ -1,6 +1,6 @@
 // torchrun's command line with torchrun's meaning (torch 2.x run.py): the
 // split at the trainer, the trainer's argv, and the flag values' parsers.
-#include "trainlet/agent/torchrun.h"
+#include "trainlet/agent/spec/torchrun.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "trainlet/agent/worker_env.h"
-#include "trainlet/agent/worker_logs.h"
+#include "trainlet/agent/run/worker_env.h"
+#include "trainlet/agent/run/worker_logs.h"
 
 namespace trainlet::agent {
 namespace {

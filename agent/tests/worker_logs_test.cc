@@ -1,5 +1,5 @@
 // Per-rank log folders (worker_logs.h): where the error file goes, on real folders.
-#include "trainlet/agent/worker_logs.h"
+#include "trainlet/agent/run/worker_logs.h"
 
 #include <unistd.h>
 

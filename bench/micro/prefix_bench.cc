@@ -1,10 +1,10 @@
-// Google Benchmark: the agent's line prefixing (agent/src/pump.h LinePrefixer)
+// Google Benchmark: the agent's line prefixing (agent/src/run/pump.h LinePrefixer)
 // on one 64 KiB read of 100-byte lines, and of 20-byte lines.
 #include <benchmark/benchmark.h>
 
 #include <string>
 
-#include "../../agent/src/pump.h"
+#include "../../agent/src/run/pump.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "trainlet/agent/supervisor.h"
+#include "trainlet/agent/run/supervisor.h"
 
 namespace {
 

@@ -24,10 +24,11 @@ constexpr std::size_t kMaxVectorAnchors = 16;  // more: one table look-up per by
 
 }  // namespace
 
-MarkerScanner::MarkerScanner(const MarkerTable& table)
+MarkerScanner::MarkerScanner(const MarkerTable& table, Search search)
     // A match may begin up to longest() - 1 bytes before a piece, and its line
     // up to kLead bytes before that (found by fuzz_markers).
-    : table_(table), carry_limit_(kLead + table.longest()) {
+    : table_(table), carry_limit_(kLead + table.longest()),
+      search_(search == Search::kBest || !Runs(search) ? Best() : search) {
   // Anchor k sets bit k % 8 in its low and its high nibble's entry.
   for (std::size_t k = 0; k < table.anchor_bytes().size(); ++k) {
     const unsigned char b = table.anchor_bytes()[k];
@@ -92,40 +93,54 @@ std::size_t NextBlock(const unsigned char* text, std::size_t n, std::size_t from
 }
 
 #if defined(__x86_64__)
-// The same search as NextBlock for any number of anchors at a constant cost:
+// The same search as NextBlock for any number of anchors at a constant cost,
+// 64 bytes per step (bit j of *mask: text[i + j] may be an anchor):
 // byte b may be an anchor when lo[b & 15] & hi[b >> 4] is not zero (the
 // "nibble shuffle" of Hyperscan's Teddy matcher, here with one-byte
 // fingerprints: each anchor sets its bucket's bit, 8 buckets; anchors that
 // share a bucket let a few other bytes through, which CheckAnchor refuses).
 // pshufb is SSSE3 (every x86-64 CPU since 2006 has it; AVX2 does 32 bytes at
 // once): chosen at run time, so the binary keeps the x86-64 baseline.
+
+// Per byte of text[0, 32): not zero where it may be an anchor (lo, hi: the
+// nibble tables).
+__attribute__((target("avx2"))) inline __m256i AnchorBytes(const unsigned char* text, __m256i lo,
+                                                           __m256i hi) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(text));
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  return _mm256_and_si256(
+      _mm256_shuffle_epi8(lo, _mm256_and_si256(v, low4)),
+      _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)));
+}
+
+// Bit j set where byte j of AnchorBytes' result is not zero.
+__attribute__((target("avx2"))) inline std::uint64_t AnchorBits(__m256i m) {
+  return ~static_cast<std::uint32_t>(
+      _mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_setzero_si256())));
+}
+
 __attribute__((target("avx2"))) std::size_t NextBlockAvx2(const unsigned char* text,
                                                           std::size_t n, std::size_t from,
                                                           const unsigned char* nibbles,
-                                                          std::uint32_t* mask) {
+                                                          std::uint64_t* mask) {
   const __m256i lo = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)));
   const __m256i hi = _mm256_broadcastsi128_si256(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles + 16)));
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  for (; from + 32 <= n; from += 32) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(text + from));
-    const __m256i m = _mm256_and_si256(
-        _mm256_shuffle_epi8(lo, _mm256_and_si256(v, low4)),
-        _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4)));
-    const std::uint32_t bits = ~static_cast<std::uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(m, _mm256_setzero_si256())));
-    if (bits != 0) {
-      *mask = bits;
-      return from;
-    }
+  for (; from + 64 <= n; from += 64) {
+    const __m256i m0 = AnchorBytes(text + from, lo, hi);
+    const __m256i m1 = AnchorBytes(text + from + 32, lo, hi);
+    const __m256i any = _mm256_or_si256(m0, m1);
+    if (_mm256_testz_si256(any, any)) continue;  // one test for both halves
+    *mask = AnchorBits(m0) | AnchorBits(m1) << 32;
+    return from;
   }
   *mask = 0;
   return from;
 }
 
 // Bit j set where byte j of `v` is no anchor (SSSE3).
-__attribute__((target("ssse3"))) inline std::uint32_t NoAnchorBits(__m128i v, __m128i lo,
+__attribute__((target("ssse3"))) inline std::uint64_t NoAnchorBits(__m128i v, __m128i lo,
                                                                    __m128i hi) {
   const __m128i low4 = _mm_set1_epi8(0x0f);
   const __m128i m = _mm_and_si128(_mm_shuffle_epi8(lo, _mm_and_si128(v, low4)),
@@ -136,13 +151,15 @@ __attribute__((target("ssse3"))) inline std::uint32_t NoAnchorBits(__m128i v, __
 __attribute__((target("ssse3"))) std::size_t NextBlockSsse3(const unsigned char* text,
                                                             std::size_t n, std::size_t from,
                                                             const unsigned char* nibbles,
-                                                            std::uint32_t* mask) {
+                                                            std::uint64_t* mask) {
   const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles));
   const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles + 16));
-  for (; from + 32 <= n; from += 32) {
+  for (; from + 64 <= n; from += 64) {
     const auto* at = reinterpret_cast<const __m128i*>(text + from);
-    const std::uint32_t bits = ~(NoAnchorBits(_mm_loadu_si128(at), lo, hi) |
-                                 NoAnchorBits(_mm_loadu_si128(at + 1), lo, hi) << 16);
+    const std::uint64_t bits = ~(NoAnchorBits(_mm_loadu_si128(at), lo, hi) |
+                                 NoAnchorBits(_mm_loadu_si128(at + 1), lo, hi) << 16 |
+                                 NoAnchorBits(_mm_loadu_si128(at + 2), lo, hi) << 32 |
+                                 NoAnchorBits(_mm_loadu_si128(at + 3), lo, hi) << 48);
     if (bits != 0) {
       *mask = bits;
       return from;
@@ -152,16 +169,15 @@ __attribute__((target("ssse3"))) std::size_t NextBlockSsse3(const unsigned char*
   return from;
 }
 
-using NibbleSearch = std::size_t (*)(const unsigned char*, std::size_t, std::size_t,
-                                     const unsigned char*, std::uint32_t*);
-// The best this CPU runs (cpuid, once); nullptr: neither (NextBlock then).
-NibbleSearch ChooseNibbleSearch() {
+struct Cpu {
+  bool ssse3, avx2;
+};
+// What this CPU runs (cpuid, once).
+Cpu ReadCpu() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) return &NextBlockAvx2;
-  if (__builtin_cpu_supports("ssse3")) return &NextBlockSsse3;
-  return nullptr;
+  return {__builtin_cpu_supports("ssse3") != 0, __builtin_cpu_supports("avx2") != 0};
 }
-const NibbleSearch kNibbleSearch = ChooseNibbleSearch();
+const Cpu kCpu = ReadCpu();
 #endif
 
 template <std::size_t... I>
@@ -172,6 +188,29 @@ constexpr auto kNextBlock = MakeNextBlockTable(std::make_index_sequence<kMaxVect
 
 }  // namespace
 
+bool MarkerScanner::Runs(Search search) {
+  switch (search) {
+    case Search::kBest:
+    case Search::kPortable:
+      return true;
+#if defined(__x86_64__)
+    case Search::kSsse3:
+      return kCpu.ssse3;
+    case Search::kAvx2:
+      return kCpu.avx2;
+#endif
+    default:
+      return false;
+  }
+}
+
+MarkerScanner::Search MarkerScanner::Best() {
+  for (Search s : {Search::kAvx2, Search::kSsse3}) {
+    if (Runs(s)) return s;
+  }
+  return Search::kPortable;
+}
+
 void MarkerScanner::Find(std::string_view text, std::size_t max_start, std::size_t min_end,
                          std::ptrdiff_t shift, std::vector<Match>* out) const {
   const std::vector<unsigned char>& bytes = table_.anchor_bytes();
@@ -179,12 +218,17 @@ void MarkerScanner::Find(std::string_view text, std::size_t max_start, std::size
   const std::size_t n = text.size();
   std::size_t i = 0;
 #if defined(__x86_64__)
-  if (!bytes.empty() && kNibbleSearch != nullptr) {
-    for (std::uint32_t mask = 0;; i += 32) {
-      i = kNibbleSearch(p, n, i, nibbles_, &mask);
-      if (mask == 0) break;  // fewer than 32 bytes left: below
+  using WideSearch = std::size_t (*)(const unsigned char*, std::size_t, std::size_t,
+                                     const unsigned char*, std::uint64_t*);
+  const WideSearch wide = search_ == Search::kAvx2    ? &NextBlockAvx2
+                          : search_ == Search::kSsse3 ? &NextBlockSsse3
+                                                      : nullptr;
+  if (!bytes.empty() && wide != nullptr) {
+    for (std::uint64_t mask = 0;; i += 64) {
+      i = wide(p, n, i, nibbles_, &mask);
+      if (mask == 0) break;  // fewer than 64 bytes left: below
       for (; mask != 0; mask &= mask - 1) {
-        const std::size_t at = i + static_cast<std::size_t>(__builtin_ctz(mask));
+        const std::size_t at = i + static_cast<std::size_t>(__builtin_ctzll(mask));
         if (!table_.anchors_of(p[at]).empty()) {
           CheckAnchor(text, at, max_start, min_end, shift, out);
         }
@@ -212,9 +256,9 @@ void MarkerScanner::Feed(std::string_view data) {
     matches_.clear();
     if (!carry_.empty() && table_.longest() > 1) {
       // Matches that begin in the carried bytes and end in this piece.
-      std::string seam = carry_;
-      seam.append(data.substr(0, std::min(data.size(), table_.longest() - 1)));
-      Find(seam, carry_.size(), carry_.size() + 1, -static_cast<std::ptrdiff_t>(carry_.size()),
+      seam_.assign(carry_);
+      seam_.append(data.substr(0, std::min(data.size(), table_.longest() - 1)));
+      Find(seam_, carry_.size(), carry_.size() + 1, -static_cast<std::ptrdiff_t>(carry_.size()),
            &matches_);
     }
     Find(data, data.size(), 0, 0, &matches_);

@@ -157,10 +157,10 @@ TEST(ClassifyTest, ErrorFileWithoutAMarkerIsQuotedInTheReason) {
   EXPECT_NE(v.reason.find("its error file says: OSError: x; its stderr says"), std::string::npos)
       << v.reason;
   // Bounded, and never cut inside a UTF-8 character.
-  const std::string long_line = "E" + std::string(kErrorFileExcerpt, 'x') + "\n";
+  const std::string long_line = std::string("E").append(kErrorFileExcerpt, 'x') + "\n";
   e.first_failure = Failure(Exited(1), "", long_line);
   v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
-  EXPECT_NE(v.reason.find("E" + std::string(kErrorFileExcerpt - 1, 'x') + "..."),
+  EXPECT_NE(v.reason.find(std::string("E").append(kErrorFileExcerpt - 1, 'x') + "..."),
             std::string::npos);
   EXPECT_EQ(v.reason.find(std::string(kErrorFileExcerpt, 'x')), std::string::npos);
   e.first_failure = Failure(Exited(1), "", std::string(kErrorFileExcerpt - 1, 'y') + "\u00e9z");

@@ -20,8 +20,9 @@ std::optional<std::size_t> Naive(const MarkerTable& t, const std::string& text) 
 }
 
 std::optional<MarkerHit> ScanInPieces(const MarkerTable& t, const std::string& text,
-                                      std::mt19937& rng, std::size_t max_piece) {
-  MarkerScanner s(t);
+                                      std::mt19937& rng, std::size_t max_piece,
+                                      MarkerScanner::Search search = MarkerScanner::Search::kBest) {
+  MarkerScanner s(t, search);
   std::uniform_int_distribution<std::size_t> len(1, max_piece);
   for (std::size_t i = 0; i < text.size();) {
     std::size_t n = std::min(len(rng), text.size() - i);
@@ -31,6 +32,10 @@ std::optional<MarkerHit> ScanInPieces(const MarkerTable& t, const std::string& t
   s.Finish();
   return s.best();
 }
+
+constexpr MarkerScanner::Search kSearches[] = {
+    MarkerScanner::Search::kPortable, MarkerScanner::Search::kSsse3,
+    MarkerScanner::Search::kAvx2};
 
 std::string Filler(std::size_t bytes) {
   std::string s;
@@ -90,14 +95,35 @@ TEST(MarkerScannerTest, AgreesWithPlainFindOnRandomTextAndPieces) {
       std::size_t at = std::uniform_int_distribution<std::size_t>(0, text.size())(rng);
       text.insert(at, plain[pick(rng)]);
     }
+    // Bytes that are an anchor byte with the top bit set (UTF-8 and the
+    // like): a nibble table must tell them apart.
+    for (int k = std::uniform_int_distribution<int>(0, 20)(rng); k > 0; --k) {
+      const unsigned char b = t.anchor_bytes()[std::uniform_int_distribution<std::size_t>(
+          0, t.anchor_bytes().size() - 1)(rng)];
+      text.insert(std::uniform_int_distribution<std::size_t>(0, text.size())(rng), 1,
+                  static_cast<char>(b | 0x80));
+    }
     auto want = Naive(t, text);
-    for (std::size_t max_piece : {1UL, 5UL, 64UL, 4096UL}) {
-      auto got = ScanInPieces(t, text, rng, max_piece);
-      ASSERT_EQ(got.has_value(), want.has_value()) << round << " " << max_piece;
-      if (want) {
-        EXPECT_EQ(got->index, *want) << round << " " << max_piece;
+    for (MarkerScanner::Search search : kSearches) {
+      for (std::size_t max_piece : {1UL, 5UL, 64UL, 4096UL}) {
+        auto got = ScanInPieces(t, text, rng, max_piece, search);
+        ASSERT_EQ(got.has_value(), want.has_value()) << round << " " << max_piece;
+        if (want) {
+          EXPECT_EQ(got->index, *want) << round << " " << max_piece << " "
+                                       << static_cast<int>(search);
+        }
       }
     }
+  }
+}
+
+TEST(MarkerScannerTest, EachSearchIsTheOneAskedForWhereTheCpuRunsIt) {
+  const MarkerTable t = MarkerTable::Defaults();
+  const MarkerScanner::Search best = MarkerScanner(t).search();
+  EXPECT_NE(best, MarkerScanner::Search::kBest);
+  EXPECT_TRUE(MarkerScanner::Runs(MarkerScanner::Search::kPortable));
+  for (MarkerScanner::Search search : kSearches) {
+    EXPECT_EQ(MarkerScanner(t, search).search(), MarkerScanner::Runs(search) ? search : best);
   }
 }
 
@@ -110,10 +136,12 @@ TEST(MarkerScannerTest, ManyUserMarkersTakeTheByteTablePathWithTheSameResult) {
   EXPECT_GT(t.anchor_bytes().size(), 16U);
   std::mt19937 rng(3);
   const std::string text = Filler(2000) + "zqqq then Xid 79\n" + Filler(100);
-  auto hit = ScanInPieces(t, text, rng, 100);
-  ASSERT_TRUE(hit);
-  EXPECT_EQ(t.markers()[hit->index].text, "qqq");
-  EXPECT_EQ(hit->line, "zqqq then Xid 79");
+  for (MarkerScanner::Search search : kSearches) {
+    auto hit = ScanInPieces(t, text, rng, 100, search);
+    ASSERT_TRUE(hit);
+    EXPECT_EQ(t.markers()[hit->index].text, "qqq");
+    EXPECT_EQ(hit->line, "zqqq then Xid 79");
+  }
 }
 
 TEST(MarkerScannerTest, TheDefaultsNeedFewAnchors) {

@@ -53,7 +53,10 @@ std::vector<std::pair<std::string, std::string>> WorkerNcclEnv(const UniqueIds& 
   env.emplace_back("TRAINLET_NCCL_UNIQUE_ID", ToHex(ids.ids.front()));
   if (ids.ids.size() > 1) {
     std::string all;
-    for (const auto& id : ids.ids) all += (all.empty() ? "" : ",") + ToHex(id);
+    for (const auto& id : ids.ids) {
+      if (!all.empty()) all += ',';
+      all += ToHex(id);
+    }
     env.emplace_back("TRAINLET_NCCL_UNIQUE_IDS", all);
   }
   env.emplace_back("TRAINLET_NCCL_VERSION", std::to_string(ids.nccl_version));

@@ -777,7 +777,7 @@ void Leader::Heartbeat() {
     if (!conn->settled && conn->peer_state.Silent(now, im.heartbeat, im.misses)) {
       conn->settled = true;
       Drop(conn);
-      Deliver([self = this, index,
+      Deliver([self = this, index = index,  // Clang 14 cannot capture a structured binding
                why = "no heartbeat for " + std::to_string(im.heartbeat.count() * im.misses) +
                      " ms"] {
         if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
@@ -904,8 +904,12 @@ std::string CompactIndices(const std::vector<std::uint32_t>& sorted, std::size_t
       out += fmt::format(" (+{} more)", sorted.size() - i);
       break;
     }
-    out += (out.empty() ? "" : ",") + std::to_string(sorted[i]) +
-           (j > i ? "-" + std::to_string(sorted[j]) : "");
+    if (!out.empty()) out += ',';
+    out += std::to_string(sorted[i]);
+    if (j > i) {
+      out += '-';
+      out += std::to_string(sorted[j]);
+    }
     ++runs;
     i = j + 1;
   }

@@ -185,7 +185,10 @@ Expected<std::vector<std::string>> PublishIds(const gpu::Nccl& nc, int world_siz
     return out;
   }
   std::string joined;
-  for (const auto& id : made->ids) joined += (joined.empty() ? "" : ",") + gpu::ToHex(id);
+  for (const auto& id : made->ids) {
+    if (!joined.empty()) joined += ',';
+    joined += gpu::ToHex(id);
+  }
   StoreError err;
   if (!client.Set(key, joined, timeout, &err)) {
     out.error = err.message;

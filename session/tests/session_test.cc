@@ -10,7 +10,7 @@
 #include <fstream>
 #include <map>
 
-#include "trainlet/agent/evidence.h"
+#include "trainlet/agent/pod/evidence.h"
 #include "trainlet/exitcodes/classify.h"
 #include "trainlet/gpu/nccl.h"
 

@@ -11,9 +11,9 @@
 //
 // Speed: a match is looked for only where one of the table's anchor bytes
 // occurs (one rare byte per marker, a few distinct ones for the defaults:
-// MarkerTable::Compile), found 32 bytes at a time: on x86-64 with pshufb
-// nibble tables (AVX2 or SSSE3, chosen at run time), elsewhere (aarch64) with
-// compiler vector extensions. No library, so the release build's glibc 2.17
+// MarkerTable::Compile), found 64 bytes at a time on x86-64 with pshufb nibble
+// tables (AVX2 or SSSE3, chosen at run time), elsewhere (aarch64) 32 at a
+// time with compiler vector extensions. No library, so the release build's glibc 2.17
 // and aarch64 targets need nothing new. Memory: bounded (kEvidenceLine per
 // line being judged, a small carry).
 //
@@ -32,8 +32,18 @@ namespace trainlet::exitcodes {
 
 class MarkerScanner {
  public:
-  // `table` is not owned and must outlive the scanner.
-  explicit MarkerScanner(const MarkerTable& table);
+  // The instructions that look for anchor bytes (marker_scanner.cc). kBest:
+  // the fastest this CPU runs (kAvx2, kSsse3, kPortable, in that order); the
+  // others are there so that tests and benchmarks reach each one. Every one
+  // finds the same hits.
+  enum class Search { kBest, kPortable, kSsse3, kAvx2 };
+  // Whether this CPU runs `search` (kSsse3, kAvx2: x86-64 only).
+  static bool Runs(Search search);
+  // `table` is not owned and must outlive the scanner. A `search` this CPU
+  // does not run for the table (Runs) gives kBest.
+  explicit MarkerScanner(const MarkerTable& table, Search search = Search::kBest);
+  // The search in use (never kBest).
+  Search search() const { return search_; }
   // Scans the next piece of the stream.
   void Feed(std::string_view data);
   // The stream ended: judges a line still open (one without its '\n').
@@ -63,6 +73,7 @@ class MarkerScanner {
   std::size_t ExtendLine(std::string_view data, std::size_t from, std::size_t to);
   // Judges the open line's candidates and closes it.
   void Judge();
+  static Search Best();
   bool Done() const { return best_ && best_->index == 0 && best_->failure_class != FailureClass::kWorker; }
 
   const MarkerTable& table_;
@@ -74,9 +85,11 @@ class MarkerScanner {
   std::string line_;             // its bytes so far (at most kEvidenceLine)
   std::vector<std::uint32_t> candidates_;  // markers found on it
   std::vector<Match> matches_;   // scratch, reused
+  std::string seam_;             // scratch, reused: carry_ and the piece's first bytes
   // The anchor bytes as two 16-entry tables, by low and by high nibble, of
   // bucket bits (marker_scanner.cc: x86-64's pshufb search).
   unsigned char nibbles_[32] = {};
+  Search search_;
 };
 
 }  // namespace trainlet::exitcodes

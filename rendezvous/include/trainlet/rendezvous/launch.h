@@ -1,6 +1,6 @@
 // trainlet/rendezvous/launch.h — the Hello a pod sends, built in one place.
 //
-// The agent (agent/src/pod.cc) and the benchmarks' load generator (bench/) both
+// The agent (agent/src/pod/pod.cc) and the benchmarks' load generator (bench/) both
 // build their Hello here, so a simulated pod presents exactly the launch
 // configuration a real one does and stays admissible when that set changes.
 // Pure functions; thread-safe.

@@ -87,7 +87,7 @@ struct LeaderOptions {
   // (non-retriable Reject: it exits config); a silent holder is replaced.
   std::chrono::milliseconds holder_liveness = tunables::kReplyTimeout;
   // Hot spares and elastic sizes (the agent's membership policy,
-  // agent/include/trainlet/agent/membership_policy.h, formation_policy.h).
+  // agent/include/trainlet/agent/pod/membership_policy.h, formation_policy.h).
   // With `plan` set, `plan` is asked at every join (and at Reconsider) for the
   // indices joined (ascending, 0 first) and answers each active pod's node
   // rank once the round forms; a joined index it leaves out waits as a spare

@@ -42,7 +42,7 @@ inline constexpr milliseconds kProgressInterval{10'000};  // ms; a leader or mem
 // ---- wire buffers ----
 inline constexpr std::size_t kMaxQueuedFrameBytes = 1 << 20;  // bytes queued for one peer that does not read; beyond it the connection is closed (a healthy peer drains in ms)
 
-// ---- the gang's rules around the channel (agent/src/pod.cc, gang_policy.h) ----
+// ---- the gang's rules around the channel (agent/src/pod/pod.cc, gang_policy.h) ----
 inline constexpr milliseconds kStallLimit{kHeartbeatInterval * kHeartbeatMisses};  // ms; the pod's own event loop idle this long (SIGSTOP, a frozen node): its peers have given it up, so it is the culprit (infra)
 inline constexpr milliseconds kStallTick{kHeartbeatInterval / 4};  // ms; the own-stall clock ticks at the heartbeat checks' pace
 inline constexpr milliseconds kVerdictTimeout{kHeartbeatInterval * kHeartbeatMisses + milliseconds(2000)};  // ms; a member whose worker failed waits this long for the leader's word (restart, or who was first): past a lost leader's detection
