@@ -854,7 +854,7 @@ TEST(CliTest, EveryTorchrunFlagOfTheTrackedVersion) {
       {"--rdzv-endpoint", U("localhost:0")},  // torchtitan's run_train.sh
       {"--rdzv-id", U("job")},
       {"--rdzv-conf", U("join_timeout=30,last_call_timeout=5,is_host=1", "-- true", 0,
-       "last_call_timeout=5 has no effect")},
+       "is_host=1 has no effect")},
       {"--standalone", U("")},
       {"--max-restarts", U("0")},
       {"--monitor-interval", U("5")},

@@ -295,9 +295,11 @@ TEST(HeartbeatWatchTest, AWorkerThatStopsTouchingItsFileIsHungAndTheWatchStops) 
 TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
   Roster roster;
   EXPECT_TRUE(roster.Expected().empty()) << "before the first generation: all indices";
-  const MembershipConfig two{.min_nodes = 2, .max_nodes = 2};
-  EXPECT_FALSE(roster.Plan({0}, two).has_value()) << "one pod of two: wait";
-  auto ranks = roster.Plan({0, 1, 2}, two);
+  boost::asio::io_context io;
+  const FormationConfig two{.min_nodes = 2, .max_nodes = 2, .spares = 1};
+  roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
+  EXPECT_FALSE(roster.Plan({0}).has_value()) << "one pod of two: wait";
+  auto ranks = roster.Plan({0, 1, 2});
   ASSERT_TRUE(ranks.has_value());
   EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}}));
   roster.Adopt(0);
@@ -305,7 +307,8 @@ TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
   roster.MarkLeaving(1);
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 2}));
-  ranks = roster.Plan({0, 2}, two);  // pod 1 left (its Job recreates it)
+  roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
+  ranks = roster.Plan({0, 2});  // pod 1 left (its Job recreates it)
   ASSERT_TRUE(ranks.has_value());
   EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {2, 1}}));
   roster.Adopt(1);

@@ -283,7 +283,8 @@ TEST(ParseRdzvConf, EveryTorchKeyAcceptedUnknownRefused) {
   // join_timeout wins over timeout, in either order.
   EXPECT_EQ(*ParseRdzvConf("c", "join_timeout=5,timeout=60")->join_timeout, "5");
   auto mixed = *ParseRdzvConf("c", "is_host=1,last_call_timeout=5,use_libuv=False");
-  EXPECT_EQ(mixed.no_effect.size(), 3u);
+  EXPECT_EQ(mixed.no_effect.size(), 2u);
+  EXPECT_EQ(*mixed.last_call_timeout, "5");
   EXPECT_EQ(mixed.no_effect[0].rfind("is_host=1 has no effect: ", 0), 0u) << mixed.no_effect[0];
   EXPECT_FALSE(mixed.join_timeout);
   auto other = ParseRdzvConf("--rdzv-conf", "is_hots=1");
@@ -418,7 +419,9 @@ TEST(ParseRdzvConf, EveryKeyOfTheTrackedTorch) {
     auto c = ParseRdzvConf("--rdzv-conf", key + "=" + value);
     ASSERT_TRUE(c.ok()) << key << ": " << c.status().message();
     EXPECT_EQ(c->no_effect.size(), k->no_effect.empty() ? 0u : 1u) << key;
-    EXPECT_TRUE(c->join_timeout || c->read_timeout || !c->no_effect.empty()) << key;
+    EXPECT_TRUE(c->join_timeout || c->read_timeout || c->last_call_timeout ||
+                !c->no_effect.empty())
+        << key;
   }
   EXPECT_GT(n, 10u) << TORCHRUN_FLAGS;
 }

@@ -238,8 +238,6 @@ std::vector<std::uint32_t> Leader::missing() const {
   return out;
 }
 
-bool Leader::ExpectedJoined() const { return missing().empty(); }
-
 // The node rank of every pod joined (LeaderOptions::plan), or by index without
 // a plan; nullopt while the round cannot form yet.
 std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
@@ -250,7 +248,6 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
     for (const auto& [index, conn] : im.members) ranks[index] = index;
     return ranks;
   }
-  if (!ExpectedJoined()) return std::nullopt;
   std::vector<std::uint32_t> joined{0};
   for (const auto& [index, conn] : im.members) joined.push_back(index);
   return im.options.plan(joined);
@@ -638,6 +635,10 @@ void Leader::EvictPending() {
   Drop(victim);
 }
 
+void Leader::Reconsider() {
+  if (impl_ && impl_->own) MaybeAssign();
+}
+
 void Leader::MaybeAssign() {
   Impl& im = *impl_;
   if (im.finished || im.assigning) return;
@@ -782,7 +783,16 @@ void Leader::Heartbeat() {
     }
     if (send) Send(conn, wire::Encode(conn->peer_state.Make(now)));
   }
-  im.heartbeat_timer->expires_after(im.heartbeat / kChecksPerInterval);
+  // Wake for the next send, and at the moment the first member's silence
+  // reaches the bound: a silent peer is declared lost on time, not up to a
+  // check interval late (a hot spare's start waits on it: bench/spares.py).
+  auto wake = std::chrono::steady_clock::duration(im.heartbeat / kChecksPerInterval);
+  for (const auto& [index, conn] : im.members) {
+    if (conn->closed || conn->settled) continue;
+    const auto bound = conn->peer_state.last_rx() + im.heartbeat * im.misses - now;
+    wake = std::min(wake, bound + std::chrono::milliseconds(1));
+  }
+  im.heartbeat_timer->expires_after(std::max(wake, decltype(wake)(std::chrono::milliseconds(1))));
   im.heartbeat_timer->async_wait([self = shared_from_this()](boost::system::error_code ec) {
     if (!ec) self->Heartbeat();
   });

@@ -130,7 +130,9 @@ void EncodePayload(Writer& w, const Assignment& m) {
   for (std::size_t i = 0; i < n; ++i) w.Str(m.nccl_ids[i]);
   w.U16(m.jax_port);
   w.U32(m.node_rank.value_or(0));
-  w.U16(static_cast<std::uint16_t>((m.node_rank ? 1 : 0) | (m.spare ? 2 : 0)));
+  w.U16(static_cast<std::uint16_t>((m.node_rank ? 1 : 0) | (m.spare ? 2 : 0) |
+                                   (m.restarts ? 4 : 0)));
+  if (m.restarts) w.U32(*m.restarts);
 }
 
 void EncodePayload(Writer& w, const Reject& m) {
@@ -223,6 +225,11 @@ bool DecodeMembership(Reader& r, Assignment* m) {
   if (!(r.U32(&node_rank) && r.U16(&flags))) return false;
   if ((flags & 1) != 0) m->node_rank = node_rank;
   m->spare = (flags & 2) != 0;
+  if ((flags & 4) != 0) {  // elastic sizes: the restarts counted (a join is none)
+    std::uint32_t restarts = 0;
+    if (!r.U32(&restarts)) return false;
+    m->restarts = restarts;
+  }
   return true;
 }
 

@@ -110,6 +110,18 @@ class RendezvousTest : public ::testing::Test {
 
 using Outcome = std::optional<Result<wire::Assignment>>;
 
+// Starts members 1..nnodes-1 of a gang of `nnodes` at `port`; each one's
+// outcome lands in (*got)[index].
+std::vector<std::shared_ptr<Member>> StartMembers(RendezvousTest& t, std::uint32_t nnodes,
+                                                  std::uint16_t port, std::map<int, Outcome>* got) {
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i = 1; i < nnodes; ++i) {
+    members.push_back(t.MakeMember(HelloFor(i, nnodes), port));
+    members.back()->Start([got, i](auto r) { (*got)[i] = r; });
+  }
+  return members;
+}
+
 TEST_F(RendezvousTest, GangOfFourFormsWithRanksFromTheIndex) {
   auto leader = MakeLeader(4);
   Outcome own;
@@ -180,11 +192,7 @@ TEST_F(RendezvousTest, EveryPodGetsTheSameFreshNcclIdsMadeOncePerRound) {
   Outcome own;
   leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
   std::map<int, Outcome> got;
-  std::vector<std::shared_ptr<Member>> members;
-  for (std::uint32_t i : {1u, 2u}) {
-    members.push_back(MakeMember(HelloFor(i, 3), leader->port()));
-    members.back()->Start([&got, i](auto r) { got[i] = r; });
-  }
+  auto members = StartMembers(*this, 3, leader->port(), &got);
   RunUntil([&] { return own && got.size() == 2; });
   ASSERT_TRUE(own && own->ok());
   EXPECT_EQ(calls, 1);
@@ -866,6 +874,41 @@ TEST_F(RendezvousTest, WaitingMembersGetHeartbeatsAndKeepTheirPlace) {
   RunUntil([&] { return own && first && second; });
   ASSERT_TRUE(first && first->ok());
   ASSERT_TRUE(second && second->ok());
+}
+
+// With a plan (hot spares, elastic sizes), the leader asks it at every join and
+// at Reconsider (the agent's last-call timer): the round forms only when the
+// plan says so; a joined pod it leaves out waits as a spare.
+TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
+  LeaderOptions o;
+  bool ready = false;
+  std::vector<std::vector<std::uint32_t>> asked;
+  o.plan = [&](const std::vector<std::uint32_t>& joined)
+      -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
+    asked.push_back(joined);
+    if (!ready) return std::nullopt;
+    return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {2, 1}};
+  };
+  auto leader = MakeLeader(3, 0, "", o);
+  Outcome own;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  auto members = StartMembers(*this, 3, leader->port(), &got);
+  RunUntil([&] { return !asked.empty() && asked.back().size() == 3; });
+  ASSERT_FALSE(asked.empty());
+  EXPECT_EQ(asked.back(), (std::vector<std::uint32_t>{0, 1, 2}));
+  io_.run_for(100ms);
+  EXPECT_FALSE(own) << "formed without the plan's word";
+  ready = true;
+  leader->Reconsider();
+  RunUntil([&] { return own && got.size() == 2; });
+  ASSERT_TRUE(own && own->ok());
+  EXPECT_EQ((*own)->nnodes, 2u);
+  ASSERT_TRUE(got[2] && got[2]->ok());
+  EXPECT_EQ((*got[2])->node_rank, std::optional<std::uint32_t>(1));
+  EXPECT_EQ((*got[2])->rank_base, 2u);
+  ASSERT_TRUE(got[1] && got[1]->ok());
+  EXPECT_TRUE((*got[1])->spare);
 }
 
 // A peer that never reads cannot make the send queue grow without bound.

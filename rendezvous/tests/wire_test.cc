@@ -57,7 +57,15 @@ std::vector<Message> Samples() {
   spare.spare = true;
   Assignment moved = SampleAssignment();
   moved.node_rank = 5;
-  return {SampleHello(), jobset, probe, SampleAssignment(), spare, moved, WithNcclIds(1), WithNcclIds(3),
+  Assignment grown = SampleAssignment();  // elastic: generation 3 after a join, 2 restarts
+  grown.generation = 3;
+  grown.node_rank = 2;
+  grown.restarts = 2;
+  Hello elastic = SampleHello();
+  elastic.config = {{"nnodes", "2:3"}, {"nproc_per_node", "2"}, {"spares", "1"}};
+  elastic.fingerprint = Fingerprint(elastic.config);
+  return {SampleHello(), jobset, probe, elastic, SampleAssignment(), spare, moved, grown,
+          WithNcclIds(1), WithNcclIds(3),
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
           Heartbeat{},
@@ -225,6 +233,24 @@ TEST(WireTest, MalformedNcclIdsAreRefused) {
   ASSERT_FALSE(decoded.ok());
   EXPECT_NE(decoded.status().message().find("nccl_ids has 257 ids, limit 64"), std::string::npos)
       << decoded.status().message();
+}
+
+// Elastic sizes: the restart count travels only when set, after the membership
+// flags; a frame whose flags announce it without its 4 bytes is refused.
+TEST(WireTest, RestartsFollowTheMembershipFlags) {
+  Assignment a = SampleAssignment();
+  a.node_rank = 1;
+  const auto without = Encode(a);
+  a.restarts = 0;  // present and 0 differs from absent
+  auto with = Encode(a);
+  EXPECT_EQ(with.size(), without.size() + 4);
+  auto decoded = DecodeAll(with, 5);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  ASSERT_EQ(decoded->size(), 1u);
+  EXPECT_EQ(std::get<Assignment>((*decoded)[0]).restarts, std::optional<std::uint32_t>(0));
+  auto truncated = without;
+  truncated[truncated.size() - 1] |= 4;  // flags (u16, big-endian) say "restarts follow"
+  EXPECT_FALSE(DecodeAll(truncated, 1).ok());
 }
 
 // Writes each sample frame as a seed for the fuzzer (scripts/test passes the

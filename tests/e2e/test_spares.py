@@ -16,6 +16,9 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
 - test_worker_exit_restarts_in_place_without_a_swap: pod 1's worker exits 1 once: the gang
   restarts in place on the same pods (pod 1 keeps RANK 1 in generation 1), the spare stays a
   spare and exits 0 when the gang finishes.
+- test_nccl_watchdog_restarts_in_place_without_a_swap: pod 1's worker prints NCCL's watchdog
+  timeout and exits 1 (class infra: every surviving rank prints it when one peer fails, so it
+  does not point at a node): restart in place, no swap, as for an exit 1.
 """
 
 import json
@@ -25,20 +28,24 @@ import time
 
 from harness import PodsimTestCase
 
-GRACE = 2
+GRACE = 5  # s: a slowterm worker (3 s) stops within it
 SWAP_BOUND = 10.0  # s: generous on a loaded 2-core box; the figure is printed
 
-# usage: sh -c WORKER trainer MARKS MODE   (MODE: ok | fail1 | hw, the failing modes only in
-# generation 0)
+# usage: sh -c WORKER trainer MARKS MODE   (MODE: ok | fail1 | hw | watchdog, the failing modes
+# only in generation 0; slowterm: its SIGTERM trap marks "term" and takes 3 s, a checkpoint)
 WORKER = r"""
 marks=$1 mode=$2
 echo "start $TORCHELASTIC_RESTART_COUNT $RANK $(date +%s.%N)" >> "$marks"
 echo "rank $RANK started in generation $TORCHELASTIC_RESTART_COUNT"
 trap 'exit 143' TERM
+[ "$mode" = slowterm ] && trap 'echo "term $TORCHELASTIC_RESTART_COUNT $RANK $(date +%s.%N)" >> "$marks"; sleep 3; exit 143' TERM
 if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
   case $mode in
   fail1) sleep 1; exit 1 ;;
   hw) sleep 1; echo "CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
+  watchdog) sleep 1
+    echo "[E ProcessGroupNCCL.cpp:1316] [Rank $RANK] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out." >&2
+    exit 1 ;;
   esac
 fi
 n=0; while [ $n -lt 30 ]; do sleep 0.1; n=$((n + 1)); done
@@ -57,23 +64,23 @@ class SparesTest(PodsimTestCase):
         """[(generation, RANK, wall time)] of pod i's workers."""
         try:
             with open(self.marks(c, i)) as f:
-                return [(int(g), int(r), float(t)) for _, g, r, t in
-                        (line.split() for line in f)]
+                return [(int(g), int(r), float(t)) for what, g, r, t in
+                        (line.split() for line in f) if what == "start"]
         except FileNotFoundError:
             return []
 
     def tlog(self, c, i):
         return os.path.join(c.workdir, f"termination-{i}")
 
-    def start_gang(self, c, modes):
+    def start_gang(self, c, modes, nnodes=2, flags=()):
         c.publish_all()
-        for i in range(3):
+        for i in range(nnodes + 1):
             cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), modes.get(i, "ok")]
             c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i), "--spares", "1",
-                                         "--max-restarts", "2", nnodes=2, grace=GRACE,
-                                         rdzv_timeout=30, cmd=cmd))
-        c.pods[2].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
-        for i in (0, 1):
+                                         "--max-restarts", "2", *flags, nnodes=nnodes,
+                                         grace=GRACE, rdzv_timeout=30, cmd=cmd))
+        c.pods[nnodes].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
+        for i in range(nnodes):
             c.pods[i].wait_for_output(r"rank \d started in generation 0", 30)
 
     def wait_start(self, c, i, generation, timeout=30):
@@ -135,8 +142,39 @@ class SparesTest(PodsimTestCase):
             self.assertNothingLeft(c)
 
     def test_worker_exit_restarts_in_place_without_a_swap(self):
+        self.check_restart_in_place("fail1")
+
+    def test_nccl_watchdog_restarts_in_place_without_a_swap(self):
+        self.check_restart_in_place("watchdog")
+
+    def test_pod_lost_while_the_gang_restarts_is_replaced_after_the_last_call(self):
+        """--nnodes 3: pod 1's worker exits 1 (a restart); pod 2's workers take 3 s to stop
+        and pod 2 is SIGKILLed meanwhile (its connection had closed to rejoin, so it was
+        never declared lost): the round forms after the 2 s last call with spare 3 on
+        RANK 2 instead of waiting --rdzv-timeout (30 s) for pod 2."""
+        with self.cluster(pods=4) as c:
+            self.start_gang(c, {1: "fail1", 2: "slowterm"}, nnodes=3,
+                            flags=("--rdzv-conf", "last_call_timeout=2"))
+            c.pods[2].wait_for_output(r"stopping the workers", 30, "stderr")
+            deadline = time.monotonic() + 20
+            while not any(line.startswith("term ") for line in open(self.marks(c, 2))):
+                self.assertLess(time.monotonic(), deadline, "pod 2's worker got no SIGTERM")
+                time.sleep(0.02)
+            t_kill = time.time()
+            c.pods[2].signal(signal.SIGKILL)
+            rank, t = self.wait_start(c, 3, 1, timeout=25)
+            print(f"\n    spare's worker started {t - t_kill:.2f}s after the kill", end=" ",
+                  flush=True)
+            self.assertEqual(rank, 2, "the spare did not take the lost pod's RANK")
+            self.assertLess(t - t_kill, 15, "the round waited for the lost pod")
+            for i in (0, 1, 3):
+                self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
+            self.assertRegex(c.pods[0].stderr(), r"spare pod 3 takes node rank 2 of pod 2")
+            self.assertNothingLeft(c)
+
+    def check_restart_in_place(self, mode):
         with self.cluster(pods=3) as c:
-            self.start_gang(c, {1: "fail1"})
+            self.start_gang(c, {1: mode})
             rank, _ = self.wait_start(c, 1, 1)
             self.assertEqual(rank, 1, "pod 1 lost its place")
             for i in range(3):

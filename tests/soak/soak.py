@@ -46,8 +46,9 @@ REPLACE_DELAY = 0.3    # the Job controller's replacement of a pod that exited m
 LEFTOVER_WAIT = 1.0    # after a pod's exit, its PID namespace must be empty within this
 
 # The worker: `sh -c WORKER trainer CTL MARKS INC`. It appends "<event> <wall time> <generation>
-# <local rank> <incarnation>" to MARKS (ready, fail, done, TERM, saved) and polls
-# CTL/g<gen>.l<local rank> for what to do: "exitN" exits N, "kill" SIGKILLs itself.
+# <local rank> <incarnation> <RANK>" to MARKS (ready, fail, done, TERM, saved) and polls
+# CTL/g<gen>.l<local rank> for what to do: "exitN" exits N, "kill" SIGKILLs itself, "hw" prints
+# a GPU fault marker (class hardware) and exits 1.
 # CTL/g<gen>.slow makes its TERM trap take SLOW_STOP s. Its writer (a subshell in its process
 # group, like a checkpoint writer process, with SIGTERM's default action) saves when the TERM
 # trap asks, if CTL/g<gen>.save exists: SAVE s, then the mark "saved"; the trap waits for it.
@@ -55,7 +56,7 @@ LEFTOVER_WAIT = 1.0    # after a pod's exit, its PID namespace must be empty wit
 WORKER = r"""
 ctl=$1 marks=$2 inc=$3
 gen=${TORCHELASTIC_RESTART_COUNT:-x}
-mark() { echo "$1 $(date +%s.%N) $gen $LOCAL_RANK $inc" >> "$marks"; }
+mark() { echo "$1 $(date +%s.%N) $gen $LOCAL_RANK $inc $RANK" >> "$marks"; }
 ask=$ctl/g$gen.l$LOCAL_RANK.$inc.save
 (while [ ! -e "$ask" ]; do sleep 0.1; done; sleep __SAVE__; mark saved) &
 writer=$!
@@ -72,6 +73,7 @@ while :; do
     read -r what < "$f"
     case $what in
       kill) mark fail; kill -KILL $$ ;;
+      hw) mark fail; echo "CUDA error: uncorrectable ECC error encountered" >&2; exit 1 ;;
       exit0) mark done; exit 0 ;;
       exit*) mark fail; exit "${what#exit}" ;;
     esac
@@ -99,7 +101,20 @@ FAULTS = [
     Fault("link_cut", 1, True, None, None, False, (75, 76)),
     Fault("sigterm_mid_restart", 2, True, 143, "terminated", False, (143,)),
     Fault("preempt_save", 2, False, 143, "terminated", True, ()),
+    # Hot spares (--spares 1; README "Hot spares"): an active member lost (SIGKILL, frozen) or
+    # failing with class hardware leaves, and the waiting spare takes its node rank (RANKs) in
+    # the next generation; without restarts left the gang stops as for agent_sigkill /
+    # agent_freeze / a non-retriable class. spare_lost: the waiting spare SIGKILLed: nothing else
+    # happens (no generation, no exit).
+    Fault("spare_swap_kill", 3, True, 137, None, False, (137,)),
+    Fault("spare_swap_freeze", 1, True, 75, "infra", False, (75,)),
+    Fault("spare_swap_hardware", 2, True, 74, "hardware", False, (74,)),
+    Fault("spare_lost", 1, False, None, None, False, (137,)),
 ]
+# Kinds of a run with spares only, and kinds such a run does not draw (its own swap kinds cover
+# losses of active members; a lost leader waits for index 0's replacement, outside the model).
+SPARE_KINDS = {"spare_swap_kill", "spare_swap_freeze", "spare_swap_hardware", "spare_lost"}
+NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart"}
 BY_NAME = {f.name: f for f in FAULTS}
 PEER_FAILED = 76
 SKIPPED = 77  # ctest's SKIP_RETURN_CODE
@@ -120,7 +135,7 @@ class Run:
         self.max_restarts = self.rng.choice([0, 0, 1, 2])
         self.nfaults = 1 if self.max_restarts == 0 else self.rng.randint(1, self.max_restarts + 1)
         self.first = first  # the first fault's kind (--cover), else drawn
-        if first == "sigterm_mid_restart":
+        if first == "sigterm_mid_restart" or (first in SPARE_KINDS and first != "spare_lost"):
             self.max_restarts = max(self.max_restarts, 1)
         self.gen = 0
         self.inc = collections.Counter()   # pod index -> incarnation (replacements)
@@ -132,6 +147,19 @@ class Run:
         # Workers the soak itself killed (a worker SIGKILL; every worker of a SIGKILLed
         # agent): (index, generation, local rank or None for all, incarnation).
         self.exempt = set()
+        # Hot spares: a third of the runs (drawn apart from `rng`, so a run without spares
+        # draws as before) get --spares 1; pod indices nnodes.. wait as spares. The model:
+        # node rank of each active pod, the waiting spares (lowest first), pods gone for good.
+        if first in SPARE_KINDS:
+            self.spares = 1
+        elif first in NOT_WITH_SPARES:
+            self.spares = 0
+        else:
+            self.spares = random.Random(seed ^ 0x5BA4E).choice([0, 0, 1])
+        self.nnodes = self.npods - self.spares
+        self.rank_of = {i: i for i in range(self.nnodes)}
+        self.waiting = list(range(self.nnodes, self.npods))
+        self.gone = set()
 
     # -- pods ------------------------------------------------------------------------------
     def ctl(self, i):
@@ -143,7 +171,8 @@ class Run:
     def start_pod(self, i):
         self.inc[i] += 1
         os.makedirs(self.ctl(i), exist_ok=True)
-        argv = [self.args.trainlet, "--nnodes", str(self.npods),
+        argv = [self.args.trainlet, "--nnodes", str(self.nnodes),
+                *(["--spares", str(self.spares)] if self.spares else []),
                 "--nproc-per-node", str(self.nproc), "--grace-period", str(GRACE),
                 "--rdzv-timeout", str(RDZV_TIMEOUT), "--max-restarts", str(self.max_restarts),
                 "--termination-log", os.path.join(self.c.workdir, f"tlog{i}.{self.inc[i]}"),
@@ -158,7 +187,7 @@ class Run:
             with open(self.marks_path(i)) as f:
                 for line in f:
                     p = line.split()
-                    if len(p) == 5:
+                    if len(p) >= 5:
                         out.append((p[0], float(p[1]), p[2], p[3], int(p[4])))
         except FileNotFoundError:
             pass
@@ -170,7 +199,36 @@ class Run:
                 if ev == "ready" and g == str(gen) and (inc is None or n == inc)}
 
     def all_ready(self, gen):
-        return all(len(self.ready(i, gen, self.inc[i])) == self.nproc for i in range(self.npods))
+        return all(len(self.ready(i, gen, self.inc[i])) == self.nproc for i in self.rank_of)
+
+    def ranks(self, i, gen):
+        """RANKs of pod i's workers (current incarnation) that started in gen."""
+        out = []
+        try:
+            with open(self.marks_path(i)) as f:
+                for line in f:
+                    p = line.split()
+                    if len(p) == 6 and p[0] == "ready" and p[2] == str(gen) and \
+                            int(p[4]) == self.inc[i]:
+                        out.append(int(p[5]))
+        except FileNotFoundError:
+            pass
+        return out
+
+    def check_ranks(self, gen):
+        """Generation gen: every active pod runs the RANKs of its node rank, none held twice,
+        no other pod runs a worker in it."""
+        held = collections.Counter()
+        for i in range(self.npods):
+            got = self.ranks(i, gen)
+            held.update(got)
+            want = ([self.rank_of[i] * self.nproc + lr for lr in range(self.nproc)]
+                    if i in self.rank_of else [])
+            if sorted(got) != want:
+                self.violate(f"generation {gen}: pod {i} runs RANKs {sorted(got)}, want {want}")
+        twice = sorted(r for r, n in held.items() if n > 1)
+        if twice:
+            self.violate(f"generation {gen}: RANKs {twice} held twice")
 
     def poll_exits(self):
         """Records pods that exited since the last call; returns [(index, incarnation, code)]."""
@@ -222,6 +280,7 @@ class Run:
                 self.start_pod(i)
             self.wait_until(lambda: self.all_ready(0), FORM_TIMEOUT, "gang formation",
                             self.fail_on_exit)
+            self.check_ranks(0)
             ended = False
             for n in range(self.nfaults):
                 fault = BY_NAME[self.first] if self.first and n == 0 else self.draw()
@@ -276,8 +335,8 @@ class Run:
                              "writer never saved (killed before the grace period allowed)")
 
     def describe(self):
-        return (f"{self.npods} pods x {self.nproc}, --max-restarts {self.max_restarts}, "
-                f"generation {self.gen}")
+        return (f"{self.npods} pods x {self.nproc}, --spares {self.spares}, "
+                f"--max-restarts {self.max_restarts}, generation {self.gen}")
 
     def fail_on_exit(self):
         for i, n, code in self.poll_exits():
@@ -286,7 +345,23 @@ class Run:
     def draw(self):
         restarts_left = self.max_restarts - self.gen
         table = [f for f in FAULTS if f.name != "sigterm_mid_restart" or restarts_left >= 1]
+        if not self.spares:
+            table = [f for f in table if f.name not in SPARE_KINDS]
+        else:
+            table = [f for f in table if f.name not in NOT_WITH_SPARES and
+                     (f.name not in SPARE_KINDS or self.waiting)]
         return self.rng.choices(table, weights=[f.weight for f in table])[0]
+
+    def pick_victim(self, fault):
+        """The fault's pod: any pod without spares (as before); with spares, the waiting
+        spare for spare_lost, an active member (not the leader) for a swap, else an active pod."""
+        if not self.spares:
+            return self.rng.randrange(self.npods)
+        if fault.name == "spare_lost":
+            return self.rng.choice(self.waiting)
+        if fault.name in SPARE_KINDS:
+            return self.rng.choice(sorted(i for i in self.rank_of if i != 0))
+        return self.rng.choice(sorted(self.rank_of))
 
     def worker_pid(self, i, local_rank):
         """The host pid of pod i's worker `local_rank` in the current generation."""
@@ -308,7 +383,7 @@ class Run:
         """Applies `fault` to a random pod of the running gang and checks the outcome.
         Returns True when the gang has stopped for good."""
         rng = self.rng
-        victim = rng.randrange(self.npods)
+        victim = self.pick_victim(fault)
         local_rank = rng.randrange(self.nproc)
         time.sleep(rng.uniform(*SETTLE))
         self.fail_on_exit()
@@ -329,7 +404,7 @@ class Run:
             os.kill(pid, signal.SIGKILL)
         elif fault.name.startswith("worker_exit_"):
             self.control(victim, self.gen, local_rank, "exit" + fault.name.rsplit("_", 1)[1])
-        elif fault.name == "agent_sigkill":
+        elif fault.name in ("agent_sigkill", "spare_swap_kill", "spare_lost"):
             self.exempt.add((victim, str(self.gen), None, key[1]))
             pod.signal(signal.SIGKILL)
         elif fault.name in ("agent_sigterm", "preempt_save"):
@@ -339,9 +414,11 @@ class Run:
                     pass
             self.sigtermed.add(key)
             pod.signal(signal.SIGTERM)
-        elif fault.name == "agent_freeze":
+        elif fault.name in ("agent_freeze", "spare_swap_freeze"):
             pod.signal(signal.SIGSTOP)
             timers.append((t0 + freeze, lambda: pod.signal(signal.SIGCONT)))
+        elif fault.name == "spare_swap_hardware":
+            self.control(victim, self.gen, local_rank, "hw")
         elif fault.name == "link_cut":
             self.c.cut_link(victim)
             timers.append((t0 + LINK_CUT, lambda: self.c.restore_link(victim)))
@@ -381,9 +458,76 @@ class Run:
                 except (podsim.PodsimError, OSError):
                     pass
 
+        if fault.name == "spare_lost":
+            return self.expect_nothing(fault, victim, key, t0, tick)
+        if restart and fault.name in SPARE_KINDS:
+            return self.expect_swap(fault, victim, key, t0, tick, flush_timers)
         if restart:
             return self.expect_restart(fault, victim, key, t0, tick, flush_timers)
         return self.expect_final(fault, victim, key, t0, tick, flush_timers)
+
+    def expect_swap(self, fault, victim, key, t0, tick, flush_timers):
+        """The lowest waiting spare takes the victim's node rank in the next generation; the
+        other active pods restart in place; the victim exits with its kind's code (one
+        counted culprit) and is not replaced (the Job controller is slower than the spare)."""
+        nxt, spare = self.gen + 1, self.waiting[0]
+        after = dict(self.rank_of)
+        after[spare] = after.pop(victim)
+
+        def step():
+            tick()
+            for i, n, code in self.poll_exits():
+                self.check_leftovers(i)
+                if (i, n) != key:
+                    raise Violation(f"{fault.name} on pod {victim}: pod {i} exited {code} "
+                                    f"instead of restarting (generation {self.gen} -> {nxt})")
+                if code not in fault.restart_exits:
+                    raise Violation(f"{fault.name}: pod {i} exited {code}, want one of "
+                                    f"{fault.restart_exits}")
+                self.record_code(fault.name, "culprit", code)
+
+        def done():
+            return key in self.exits and all(
+                len(self.ready(i, nxt, self.inc[i])) == self.nproc for i in after)
+
+        try:
+            self.wait_until(done, PHASE_TIMEOUT,
+                            f"{fault.name} on pod {victim}: spare pod {spare} and the others "
+                            f"running generation {nxt}", step)
+        finally:
+            flush_timers()
+        if fault.cls and self.summary_of(victim, key[1]).get("class") != fault.cls:
+            self.violate(f"{fault.name}: pod {victim}'s termination message has class "
+                         f"{self.summary_of(victim, key[1]).get('class')!r}, want {fault.cls!r}")
+        self.rank_of, self.gen = after, nxt
+        self.waiting.pop(0)
+        self.gone.add(victim)
+        self.check_ranks(nxt)
+        for i in self.rank_of:
+            self.record_code(fault.name, "spare" if i == spare else "restarted", "in place")
+        return self.restarted(fault, victim, t0)
+
+    def expect_nothing(self, fault, victim, key, t0, tick):
+        """A waiting spare lost: it exits (SIGKILLed), the gang runs on untouched."""
+        def step():
+            tick()
+            for i, n, code in self.poll_exits():
+                if (i, n) != key:
+                    raise Violation(f"{fault.name} on pod {victim}: pod {i} exited {code}")
+                self.record_code(fault.name, "culprit", code)
+
+        self.wait_until(lambda: key in self.exits, PHASE_TIMEOUT, f"spare pod {victim}'s exit",
+                        step)
+        quiet = time.monotonic() + 1.0
+        self.wait_until(lambda: time.monotonic() > quiet, 5, "a quiet second", step)
+        for i in range(self.npods):
+            if self.ready(i, self.gen + 1):
+                self.violate(f"{fault.name}: pod {i} started generation {self.gen + 1}")
+        self.waiting.remove(victim)
+        self.gone.add(victim)
+        self.stats.times[(fault.name, "final")].append(time.time() - t0)
+        self.stats.faults[fault.name] += 1
+        return False
 
     def expect_restart(self, fault, victim, key, t0, tick, flush_timers):
         nxt = self.gen + 1
@@ -422,9 +566,14 @@ class Run:
         if fault.name == "sigterm_mid_restart" and key not in self.exits:
             self.violate(f"{fault.name}: pod {victim} did not exit after its SIGTERM")
         self.gen = nxt
+        self.check_ranks(nxt)
         for i in range(self.npods):
             if i != victim or key not in self.exits:
                 self.record_code(fault.name, "restarted", "in place")
+        return self.restarted(fault, victim, t0)
+
+    def restarted(self, fault, victim, t0):
+        """A fault's restart is complete: its times, and no generation beyond --max-restarts."""
         self.stats.times[(fault.name, "restart")].append(time.time() - t0)
         self.record_term_times(fault.name, "restart", victim, t0, self.gen - 1)
         # Generations beyond --max-restarts never start.
@@ -449,14 +598,15 @@ class Run:
         finally:
             flush_timers()
         step()
-        codes = {i: self.exits[(i, self.inc[i])][0] for i in range(self.npods)}
-        last = max(self.exits[(i, self.inc[i])][1] for i in range(self.npods))
+        pods = self.in_gang()
+        codes = {i: self.exits[(i, self.inc[i])][0] for i in pods}
+        last = max(self.exits[(i, self.inc[i])][1] for i in pods)
         self.stats.times[(fault.name, "final")].append(last - t0)
         self.stats.faults[fault.name] += 1
-        want = {i: PEER_FAILED for i in range(self.npods)}
+        want = {i: PEER_FAILED for i in pods}
         if fault.code is not None:
             want[victim] = fault.code
-        for i in range(self.npods):
+        for i in pods:
             self.record_code(fault.name, "culprit" if i == victim else "others", codes[i])
         if codes != want:
             self.violate(f"{fault.name} on pod {victim} ({self.describe()}): exit codes {codes}, "
@@ -464,7 +614,7 @@ class Run:
         # Every other pod's termination message names the culprit (members name the
         # leader as "the leader" when they lost it).
         names = re.compile(rf"\bpod {victim}\b" + (r"|(?i:leader)" if victim == 0 else ""))
-        for i in range(self.npods):
+        for i in pods:
             cls = fault.cls if i == victim else "peer_failed"
             if codes[i] != want[i] or cls is None:
                 continue
@@ -486,9 +636,14 @@ class Run:
                 self.violate(f"pod {i} started a generation after its SIGTERM")
         return True
 
+    def in_gang(self):
+        """Pods still in the gang (not gone for good: a swapped-out or lost spare pod)."""
+        return [i for i in range(self.npods) if i not in self.gone]
+
     def finish(self):
-        """Every worker of the current generation exits 0: every pod must exit 0."""
-        for i in range(self.npods):
+        """Every worker of the current generation exits 0: every pod must exit 0 (the spares
+        still waiting too)."""
+        for i in self.rank_of:
             for lr in range(self.nproc):
                 self.control(i, self.gen, lr, "exit0")
         t0 = time.time()
@@ -500,9 +655,9 @@ class Run:
         self.wait_until(lambda: all(not p.running() for p in self.c.pods.values()),
                         PHASE_TIMEOUT, "every pod's exit after the workers succeeded", step)
         step()
-        codes = {i: self.exits[(i, self.inc[i])][0] for i in range(self.npods)}
+        codes = {i: self.exits[(i, self.inc[i])][0] for i in self.in_gang()}
         self.stats.times[("success", "final")].append(
-            max(self.exits[(i, self.inc[i])][1] for i in range(self.npods)) - t0)
+            max(self.exits[(i, self.inc[i])][1] for i in self.in_gang()) - t0)
         for code in codes.values():
             self.record_code("success", "all", code)
         if any(codes.values()):
@@ -510,8 +665,11 @@ class Run:
 
     def summary(self, i):
         """Pod i's termination message (its current incarnation) as a dict, {} if none."""
+        return self.summary_of(i, self.inc[i])
+
+    def summary_of(self, i, inc):
         try:
-            with open(os.path.join(self.c.workdir, f"tlog{i}.{self.inc[i]}")) as f:
+            with open(os.path.join(self.c.workdir, f"tlog{i}.{inc}")) as f:
                 return json.loads(f.read())
         except (OSError, ValueError):
             return {}

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -163,16 +164,19 @@ Status ReadRendezvousFlags(const FlagValues& f, TorchrunSettings* out) {
   auto conf = ParseRdzvConf(what, *v);
   if (!conf.ok()) return conf.status();
   for (const auto& note : conf->no_effect) spdlog::info("{}: {}", what, note);
-  if (conf->join_timeout) {
-    auto t = ParseSeconds(what + " join_timeout", *conf->join_timeout);
+  std::optional<std::chrono::milliseconds> read_timeout;
+  const std::tuple<const char*, const std::optional<std::string>*,
+                   std::optional<std::chrono::milliseconds>*>
+      keys[] = {{"join_timeout", &conf->join_timeout, &out->join_timeout},
+                {"read_timeout", &conf->read_timeout, &read_timeout},
+                {"last_call_timeout", &conf->last_call_timeout, &out->last_call}};
+  for (const auto& [key, text, to] : keys) {
+    if (!*text) continue;
+    auto t = ParseSeconds(what + " " + key, **text);
     if (!t.ok()) return t.status();
-    out->join_timeout = *t;
+    *to = *t;
   }
-  if (conf->read_timeout) {
-    auto t = ParseSeconds(what + " read_timeout", *conf->read_timeout);
-    if (!t.ok()) return t.status();
-    out->read_timeout = *t;
-  }
+  if (read_timeout) out->read_timeout = *read_timeout;
   return Status::Ok();
 }
 
@@ -745,6 +749,7 @@ void CopySettings(const FlagValues& f, const Settings& s, const NodeFacts& node,
   po->virtual_local_rank = tr.virtual_local_rank;
   po->local_addr = tr.local_addr;
   po->rdzv_read_timeout = tr.read_timeout;
+  if (tr.last_call) po->rdzv_last_call = *tr.last_call;
   po->rdzv_timeout = tr.join_timeout && !f.Set(kRdzvTimeout) ? *tr.join_timeout : s.rdzv_timeout;
   po->grace = s.grace;
   po->signal_scope = f.Value(kSignalScope) == "group" ? SignalScope::kGroup : SignalScope::kMain;

@@ -361,11 +361,12 @@ class Pod {
     if (id.spares > 0) {  // hot spares: the membership policy places the pods (roster.h)
       lo.nnodes = id.nnodes + id.spares;
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, lo.nnodes);
+      roster_.StartRound(io_.get_executor(), round_started,
+                         {.min_nodes = id.nnodes, .max_nodes = id.nnodes, .spares = id.spares,
+                          .last_call = options_.rdzv_last_call, .timeout = options_.rdzv_timeout},
+                         [this] { if (gen_ && gen_->leader) gen_->leader->Reconsider(); });
       lo.expected = roster_.Expected();
-      lo.plan = [this](const std::vector<std::uint32_t>& joined) {
-        const std::uint32_t n = options_.identity.nnodes;
-        return roster_.Plan(joined, {.min_nodes = n, .max_nodes = n});
-      };
+      lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
     }
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);  // ranks by arrival
     return lo;
@@ -448,6 +449,7 @@ class Pod {
   void OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
     PodGeneration& g = *gen_;
     if (leader_probe_) leader_probe_->Cancel();
+    roster_.Cancel();
     g.deadline_timer.cancel();
     g.in_rendezvous = false;
     meters_.rendezvous_seconds =
@@ -977,6 +979,7 @@ class Pod {
 
   void Stop() {
     if (leader_probe_) leader_probe_->Cancel();
+    roster_.Cancel();
     if (gen_) gen_->Close();
     release_timer_.cancel();
     health_.reset();

@@ -14,8 +14,47 @@ std::set<std::uint32_t> Roster::Expected() const {
   return out;
 }
 
+void Roster::StartRound(boost::asio::any_io_executor executor, Clock::time_point now,
+                        const FormationConfig& config, std::function<void()> reconsider) {
+  Cancel();
+  if (!timer_) timer_ = std::make_unique<boost::asio::steady_timer>(std::move(executor));
+  formation_ = config;
+  round_started_ = now;
+  min_reached_at_.reset();
+  reconsider_ = std::move(reconsider);
+}
+
+void Roster::Cancel() {
+  if (timer_) timer_->cancel();
+}
+
+// Whether the round forms now (formation_policy.h); when it waits, the timer
+// asks again at the latest when its last call or deadline comes.
+bool Roster::Forms(std::uint32_t joined) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  const Clock::time_point now = Clock::now();
+  min_reached_at_ = MinReachedAt(min_reached_at_, joined, formation_, now);
+  RoundState r{.joined = joined,
+               .first = pods_.empty(),
+               .since_start = duration_cast<milliseconds>(now - round_started_)};
+  for (const auto& [key, m] : pods_) r.alive += (!m.lost && !m.must_leave) ? 1 : 0;
+  if (min_reached_at_) r.since_min = duration_cast<milliseconds>(now - *min_reached_at_);
+  const FormationDecision d = DecideFormation(r, formation_);
+  if (d.kind == FormationDecision::Kind::kForm) return true;
+  spdlog::debug("leader: {}", d.why);
+  if (d.kind == FormationDecision::Kind::kWait && timer_) {
+    timer_->expires_after(d.recheck_after);
+    timer_->async_wait([this](boost::system::error_code ec) {
+      if (!ec && reconsider_) reconsider_();
+    });
+  }
+  return false;  // kGiveUp: the pod's rendezvous deadline reports it
+}
+
 std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
-    const std::vector<std::uint32_t>& joined, const MembershipConfig& sizes) {
+    const std::vector<std::uint32_t>& joined) {
+  if (!Forms(static_cast<std::uint32_t>(joined.size()))) return std::nullopt;
   std::vector<MemberState> pods;
   for (std::uint32_t key : joined) {
     MemberState m{.key = key};
@@ -26,9 +65,13 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
     pods.push_back(m);
   }
   for (const auto& [key, m] : pods_) {
-    if (std::find(joined.begin(), joined.end(), key) == joined.end()) pods.push_back(m);
+    if (std::find(joined.begin(), joined.end(), key) != joined.end()) continue;
+    MemberState absent = m;  // not in this round: lost, leaving, or gone while restarting
+    absent.lost = true;
+    pods.push_back(absent);
   }
-  GenerationPlan plan = PlanGeneration(pods, sizes);
+  GenerationPlan plan = PlanGeneration(
+      pods, {.min_nodes = formation_.min_nodes, .max_nodes = formation_.max_nodes});
   if (!plan.ready) return std::nullopt;
   std::map<std::uint32_t, std::uint32_t> ranks;
   for (std::uint32_t r = 0; r < plan.active.size(); ++r) ranks[plan.active[r]] = r;
@@ -37,6 +80,7 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
 }
 
 void Roster::Adopt(std::uint32_t generation) {
+  Cancel();
   if (!planned_) return;
   pods_.clear();
   for (std::uint32_t r = 0; r < planned_->active.size(); ++r) {

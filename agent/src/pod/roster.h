@@ -1,17 +1,27 @@
 // roster.h — the leader's roster across generations: which pods it knows,
 // their last node ranks, who was lost or must leave, and every replacement.
-// The wiring around PlanGeneration (membership_policy.h, which decides): each
-// rendezvous round asks Plan() with the pods that joined; the round that
-// forms adopts its plan. One event-loop thread (the leader's pod).
+// The wiring around FormationPolicy and PlanGeneration (formation_policy.h
+// says when a round forms: torch's last call; membership_policy.h says who is
+// active on which node rank): each rendezvous round starts with StartRound,
+// asks Plan() with the pods that joined (at every join, and when its timer
+// says so through `reconsider`), and the round that forms adopts its plan.
+// One event-loop thread (the leader's pod); `reconsider` runs on it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
 
 namespace trainlet::agent {
@@ -22,11 +32,23 @@ class Roster {
   // not leaving; empty (all indices) before the first generation.
   std::set<std::uint32_t> Expected() const;
 
-  // The round with `joined` (pod keys): their last node ranks and those that
-  // left, through PlanGeneration with `sizes`; node rank by key, or nullopt
-  // to wait on. The plan is kept for Adopt.
+  using Clock = std::chrono::steady_clock;
+  // A rendezvous round starts at `now` under `config`: the last call is
+  // forgotten; `reconsider` (Leader::Reconsider) runs on `executor` when the
+  // round is due to be decided again without a join.
+  void StartRound(boost::asio::any_io_executor executor, Clock::time_point now,
+                  const FormationConfig& config, std::function<void()> reconsider);
+  // Stops the round's timer (the round formed or failed, the pod stops).
+  void Cancel();
+
+  // The round with `joined` (pod keys): whether it forms now (DecideFormation:
+  // the gang whole, every pod still alive back, or the last call over), then
+  // their last node ranks and those not in the round (lost, leaving, gone
+  // while the gang restarted) through PlanGeneration; node rank by key, or
+  // nullopt to wait on (the timer reconsiders when the last call ends). The
+  // plan is kept for Adopt.
   std::optional<std::map<std::uint32_t, std::uint32_t>> Plan(
-      const std::vector<std::uint32_t>& joined, const MembershipConfig& sizes);
+      const std::vector<std::uint32_t>& joined);
 
   // Generation `generation` formed as last planned: the roster is the plan;
   // who replaced whom is logged. No plan: nothing changes.
@@ -45,10 +67,18 @@ class Roster {
   }
 
  private:
+  bool Forms(std::uint32_t joined);
   std::map<std::uint32_t, MemberState> pods_;  // by key: the last generation's
   std::optional<GenerationPlan> planned_;      // the round being formed
   std::set<std::uint32_t> spares_waiting_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> replacements_;
+  // The round being formed: its formation settings, start, when MIN pods were
+  // in, and the timer that reconsiders it.
+  FormationConfig formation_{};
+  Clock::time_point round_started_{};
+  std::optional<Clock::time_point> min_reached_at_;
+  std::unique_ptr<boost::asio::steady_timer> timer_;
+  std::function<void()> reconsider_;
 };
 
 }  // namespace trainlet::agent

@@ -198,7 +198,7 @@ const std::vector<RdzvConfKey>& RdzvConfKeys() {
   // trainlet has one gang of a fixed size, its own rendezvous and its own
   // heartbeats; these say why a key of torch's changes nothing here.
   static constexpr std::string_view kFixed =
-      "a trainlet gang forms when its last pod arrives (MIN = MAX)";
+      "a trainlet gang ends by the leader's stop, not by closing its rendezvous";
   static constexpr std::string_view kOwnBeat =
       "trainlet's rendezvous has its own heartbeat (tunables.h)";
   static constexpr std::string_view kNoStore =
@@ -208,7 +208,7 @@ const std::vector<RdzvConfKey>& RdzvConfKeys() {
       {"join_timeout", RdzvValue::kSeconds, ""},
       {"timeout", RdzvValue::kSeconds, ""},
       {"read_timeout", RdzvValue::kSeconds, ""},
-      {"last_call_timeout", RdzvValue::kSeconds, kFixed},
+      {"last_call_timeout", RdzvValue::kSeconds, ""},
       {"close_timeout", RdzvValue::kSeconds, kFixed},
       {"heartbeat_timeout", RdzvValue::kSeconds, kOwnBeat},
       {"keep_alive_interval", RdzvValue::kSeconds, kOwnBeat},
@@ -280,7 +280,10 @@ Result<RdzvConf> ParseRdzvConf(const std::string& what, const std::string& value
       conf.no_effect.push_back(item + " has no effect: " + std::string(k->no_effect));
       continue;
     }
-    (key == "join_timeout" ? conf.join_timeout : key == "timeout" ? timeout : conf.read_timeout) = v;
+    (key == "join_timeout"        ? conf.join_timeout
+     : key == "timeout"           ? timeout
+     : key == "last_call_timeout" ? conf.last_call_timeout
+                                  : conf.read_timeout) = v;
   }
   if (!conf.join_timeout) conf.join_timeout = timeout;
   return conf;

@@ -87,12 +87,13 @@ struct LeaderOptions {
   // (non-retriable Reject: it exits config); a silent holder is replaced.
   std::chrono::milliseconds holder_liveness = tunables::kReplyTimeout;
   // Hot spares and elastic sizes (the agent's membership policy,
-  // agent/include/trainlet/agent/pod/membership_policy.h). With `plan` set the
-  // round forms once every index of `expected` has joined (empty: every index
-  // 0..nnodes-1) and `plan` answers for the indices joined (ascending, 0 first)
-  // with each active pod's node rank; a joined index it leaves out waits as a
-  // spare (Assignment::spare). nullopt: not enough pods, wait on (the caller
-  // bounds the round). Called on the executor.
+  // agent/include/trainlet/agent/pod/membership_policy.h, formation_policy.h).
+  // With `plan` set, `plan` is asked at every join (and at Reconsider) for the
+  // indices joined (ascending, 0 first) and answers each active pod's node
+  // rank once the round forms; a joined index it leaves out waits as a spare
+  // (Assignment::spare). nullopt: not yet, wait on (the caller bounds the
+  // round). `expected`: the indices the progress line and missing() name
+  // (empty: every index 0..nnodes-1). Called on the executor.
   std::set<std::uint32_t> expected;
   std::function<std::optional<std::map<std::uint32_t, std::uint32_t>>(
       const std::vector<std::uint32_t>& joined)>
@@ -155,6 +156,11 @@ class Leader : public std::enable_shared_from_this<Leader> {
   //    the others and waits on.
   // There is no deadline here: the caller bounds the whole rendezvous.
   void Start(wire::Hello own, Done done);
+
+  // Asks LeaderOptions::plan again now, for a round that waits on time as well
+  // as on joins (the caller's timer: torch's last call, formation_policy.h).
+  // No effect before Start or once the round formed.
+  void Reconsider();
 
   // The control channel, after `done` reported success: the members'
   // connections stay open, heartbeats go both ways every `heartbeat`, and a
@@ -223,7 +229,6 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void EvictPending();  // all pending slots taken: make room (see leader.cc)
   void MaybeAssign();
   std::optional<std::map<std::uint32_t, std::uint32_t>> NodeRanks();
-  bool ExpectedJoined() const;
   void Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
             std::function<void()> then = {});
   void OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m);

@@ -108,6 +108,12 @@ struct Assignment {
   // world_size are the active gang's).
   std::optional<std::uint32_t> node_rank{};
   bool spare = false;
+  // Elastic sizes: the restarts counted so far (TORCHELASTIC_RESTART_COUNT,
+  // against --max-restarts), when it differs from `generation` because a
+  // generation that only took in a joining pod is no restart (torch's agent
+  // restarts its workers for num_nodes_waiting() without spending one:
+  // torch/distributed/elastic/agent/server/api.py). Absent: `generation`.
+  std::optional<std::uint32_t> restarts{};
   bool operator==(const Assignment&) const = default;
 };
 

@@ -32,6 +32,11 @@ inline constexpr std::chrono::seconds kDefaultGrace{25};
 inline constexpr std::chrono::seconds kDefaultRdzvTimeout{600};
 inline constexpr std::chrono::seconds kLocalRdzvTimeout{60};
 
+// Seconds a rendezvous round waits for more pods once MIN are in (--rdzv-conf
+// last_call_timeout): torch's RendezvousTimeout default "last_call"
+// (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py).
+inline constexpr std::chrono::seconds kDefaultLastCall{30};
+
 // `trainlet local` gives its agents their own grace period plus this before
 // SIGKILL: each agent first stops its own workers.
 inline constexpr std::chrono::seconds kLocalAgentExtraGrace{2};

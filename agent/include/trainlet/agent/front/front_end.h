@@ -37,6 +37,7 @@ struct TorchrunSettings {
   std::optional<std::string> job_id, role;
   std::optional<std::chrono::milliseconds> join_timeout;
   std::chrono::milliseconds read_timeout{0};
+  std::optional<std::chrono::milliseconds> last_call;  // --rdzv-conf last_call_timeout
   std::string local_addr;
   WorkerLogOptions logs;
   bool virtual_local_rank = false;

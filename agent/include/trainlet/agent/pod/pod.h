@@ -87,6 +87,9 @@ struct PodOptions {
   std::string local_addr;
   // --rdzv-conf read_timeout: a connection's time to send its hello (0 = the default).
   std::chrono::milliseconds rdzv_read_timeout{0};
+  // torch's last_call_timeout (formation_policy.h): with MIN pods joined, how
+  // long a round waits for more (hot spares: N of N + K).
+  std::chrono::milliseconds rdzv_last_call{kDefaultLastCall};
   // On the leader: the port handed out for JAX_COORDINATOR_ADDRESS (0 = no JAX_* variables).
   std::uint16_t jax_port = kDefaultJaxPort;
   std::uint32_t gpu_count = 0;  // GPUs found at start (JAX_LOCAL_DEVICE_IDS); 0 = unknown

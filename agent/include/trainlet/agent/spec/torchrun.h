@@ -154,6 +154,8 @@ struct StdSpec {
 struct RdzvConf {
   std::optional<std::string> join_timeout;  // join_timeout, else timeout: --rdzv-timeout
   std::optional<std::string> read_timeout;  // a rendezvous peer's hello must come within it
+  // With MIN pods joined, how long a round waits for more (formation_policy.h).
+  std::optional<std::string> last_call_timeout;
   std::vector<std::string> no_effect;  // "last_call_timeout=5 has no effect: <why>", in order
 };
 [[nodiscard]] exitcodes::Result<RdzvConf> ParseRdzvConf(const std::string& what,

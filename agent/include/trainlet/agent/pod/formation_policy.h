@@ -1,0 +1,134 @@
+// trainlet/agent/pod/formation_policy.h — *when* the leader's rendezvous round
+// forms a generation, what a pod arriving while a generation runs gets, and
+// which generations count as restarts: elastic `--nnodes MIN:MAX` with
+// torchrun's meaning, and hot spares (`--spares K`). PlanGeneration
+// (membership_policy.h) says *who* is active on which node rank; these say
+// when to ask it. No sockets, no clocks: the caller measures the durations.
+// Pure; thread-safe.
+//
+// torchrun's c10d/etcd rendezvous (torch/distributed/elastic/rendezvous/
+// dynamic_rendezvous.py, `_RendezvousJoinOp` and `_add_to_participants`):
+//  - a round completes at once when MAX nodes have joined;
+//  - when the participants reach MIN, a deadline is set `last_call_timeout`
+//    later (`RendezvousTimeout._DEFAULT_TIMEOUTS["last_call"]`: 30 s); at that
+//    deadline a round with MIN..MAX participants completes;
+//  - a node arriving after the round completed waits (wait list) for the next
+//    round, which the agents start when they see `num_nodes_waiting() > 0`
+//    (torch/distributed/elastic/agent/server/api.py, `_invoke_run`): they
+//    restart their workers without spending a restart, so
+//    TORCHELASTIC_RESTART_COUNT (max_restarts - remaining_restarts) does not
+//    rise; a node beyond MAX waits in the redundancy list;
+//  - a round below MIN at `join_timeout` (--rdzv-timeout) fails.
+//
+// trainlet's rules (README, "Gang"):
+//  - The round forms when the gang is whole: MAX + K pods joined (K = --spares;
+//    pods beyond MAX wait connected as spares).
+//  - A later round (after a failure or a loss) also forms once every pod the
+//    leader still counts alive is back and at least MIN are: the leader knows
+//    who survived, so a restart does not wait out a last call.
+//  - Otherwise, with at least MIN pods, it forms `last_call` after the pod
+//    count reached MIN (torch's last call); not in a fixed gang's (MIN = MAX)
+//    first round, which waits for its spares until the deadline: a pod arriving
+//    while a generation runs is not admitted yet.
+//  - At the round's deadline (--rdzv-timeout): at least MIN pods form
+//    (torch would time out when its last call outlasts join_timeout; trainlet
+//    keeps the pods it has); fewer give up (the caller exits infra, 75).
+//  - A pod arriving while a generation runs: fewer than MAX active -> a next
+//    generation that takes it in (a join: not a restart); else it waits as a
+//    spare with no new generation (torch's redundancy list).
+//  - A generation counts against --max-restarts, and raises
+//    TORCHELASTIC_RESTART_COUNT, when something failed or was lost in the one
+//    that ended; a generation caused only by joins does not.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "trainlet/agent/base/tunables.h"
+
+namespace trainlet::agent {
+
+struct FormationConfig {
+  std::uint32_t min_nodes = 1;  // --nnodes MIN (N for a fixed gang)
+  std::uint32_t max_nodes = 1;  // --nnodes MAX (N for a fixed gang)
+  std::uint32_t spares = 0;     // --spares K
+  // torch's last_call_timeout (--rdzv-conf last_call_timeout=S).
+  std::chrono::milliseconds last_call = kDefaultLastCall;
+  // --rdzv-timeout: how long one round may wait.
+  std::chrono::milliseconds timeout = kDefaultRdzvTimeout;
+};
+
+// The leader's rendezvous round as it stands.
+struct RoundState {
+  // Pods joined this round that may be active (not lost, not leaving), the
+  // leader's own pod included.
+  std::uint32_t joined = 0;
+  // True for the gang's first generation (no generation has run yet).
+  bool first = true;
+  // Later rounds: the pods the leader still counts alive from the generation
+  // that ended (active and waiting), whether or not they joined yet.
+  std::uint32_t alive = 0;
+  // How long `joined` has been at least min_nodes without dropping below it
+  // (MinReachedAt); nullopt while below.
+  std::optional<std::chrono::milliseconds> since_min{};
+  std::chrono::milliseconds since_start{0};  // since the round began
+};
+
+struct FormationDecision {
+  enum class Kind {
+    kForm,    // ask PlanGeneration now and send the assignments
+    kWait,    // wait for more pods: decide again at a join, or after recheck_after
+    kGiveUp,  // the round's deadline passed below MIN: the rendezvous failed (infra)
+  };
+  Kind kind = Kind::kWait;
+  // kWait: the longest to wait before deciding again (a join decides sooner);
+  // always set, never negative.
+  std::chrono::milliseconds recheck_after{0};
+  // One line: why it forms ("the gang is whole", "last call ended", ...), or
+  // what is missing.
+  std::string why{};
+};
+
+// Decides the round. Never fails.
+FormationDecision DecideFormation(const RoundState& round, const FormationConfig& c);
+
+// When the pod count first reached MIN in this round, given the previous value
+// (`reached_at`, nullopt: not reached), the count now and the time now. A count
+// back below MIN forgets it, as torch sets its last-call deadline each time the
+// participants reach MIN.
+std::optional<std::chrono::steady_clock::time_point> MinReachedAt(
+    std::optional<std::chrono::steady_clock::time_point> reached_at, std::uint32_t joined,
+    const FormationConfig& c, std::chrono::steady_clock::time_point now);
+
+// A pod admitted while a generation runs, with `active` pods active.
+struct LateJoin {
+  enum class Kind {
+    kNextGeneration,  // the gang grows: start a generation that takes it in (not a restart)
+    kWaitAsSpare,     // the gang is at MAX: it waits connected, without workers
+  };
+  Kind kind = Kind::kWaitAsSpare;
+  std::string why{};
+};
+LateJoin OnLateJoin(std::uint32_t active, const FormationConfig& c);
+
+// What ended a generation. Several may hold at once (a pod joined and another
+// was lost); any failure or loss makes the next generation a restart.
+struct GenerationCause {
+  bool joined = false;  // a pod arrived and the gang grows
+  bool failed = false;  // a worker failed (any retriable class), restarting in place or swapping
+  bool lost = false;    // a pod was declared lost (silent, closed) or left (hardware)
+};
+
+struct RestartBudget {
+  std::uint32_t restarts = 0;  // the next generation's TORCHELASTIC_RESTART_COUNT
+  bool allowed = true;         // false: --max-restarts is spent, the gang ends
+};
+
+// The restart count after `cause`, from `restarts` so far and --max-restarts.
+// A join-only generation keeps the count and is always allowed.
+RestartBudget NextRestarts(std::uint32_t restarts, const GenerationCause& cause,
+                           std::uint32_t max_restarts);
+
+}  // namespace trainlet::agent

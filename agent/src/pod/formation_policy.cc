@@ -1,0 +1,82 @@
+#include "trainlet/agent/pod/formation_policy.h"
+
+#include <algorithm>
+
+namespace trainlet::agent {
+
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string Count(std::uint32_t n, const char* what) {
+  return std::to_string(n) + " " + what;
+}
+
+FormationDecision Form(std::string why) {
+  return {.kind = FormationDecision::Kind::kForm, .recheck_after = milliseconds(0),
+          .why = std::move(why)};
+}
+
+}  // namespace
+
+FormationDecision DecideFormation(const RoundState& round, const FormationConfig& c) {
+  const std::uint32_t min_nodes = std::max<std::uint32_t>(1, c.min_nodes);
+  const std::uint32_t whole = std::max(min_nodes, c.max_nodes) + c.spares;
+  const bool enough = round.joined >= min_nodes;
+  // A fixed gang's first round (MIN = MAX) waits for its spares too: a pod that
+  // arrives after the gang formed is not yet admitted while a generation runs,
+  // so forming without it would leave it to fail at its --rdzv-timeout.
+  const bool last_call = !round.first || min_nodes < c.max_nodes;
+  if (round.joined >= whole) return Form("the gang is whole (" + Count(round.joined, "pods") + ")");
+  if (enough && !round.first && round.joined >= round.alive) {
+    return Form("every pod still alive is back (" + Count(round.joined, "pods") + ")");
+  }
+  if (last_call && enough && round.since_min && *round.since_min >= c.last_call) {
+    return Form("last call ended with " + Count(round.joined, "pods") + " (MIN " +
+                std::to_string(min_nodes) + ")");
+  }
+  const milliseconds to_deadline = c.timeout - round.since_start;
+  if (to_deadline <= milliseconds(0)) {
+    if (enough) return Form("deadline reached with " + Count(round.joined, "pods"));
+    return {.kind = FormationDecision::Kind::kGiveUp,
+            .recheck_after = milliseconds(0),
+            .why = Count(round.joined, "pod(s)") + " joined, at least " +
+                   std::to_string(min_nodes) + " needed"};
+  }
+  milliseconds wait = to_deadline;
+  if (last_call && enough && round.since_min) {
+    wait = std::min(wait, c.last_call - *round.since_min);
+  }
+  std::string why = last_call && enough ? "last call: waiting up to " +
+                                 std::to_string(wait.count()) + " ms for more pods (" +
+                                 Count(round.joined, "joined") + ", MAX " +
+                                 std::to_string(whole) + ")"
+                           : Count(round.joined, "pod(s)") + " joined, at least " +
+                                 std::to_string(min_nodes) + " needed";
+  return {.kind = FormationDecision::Kind::kWait, .recheck_after = wait, .why = std::move(why)};
+}
+
+std::optional<std::chrono::steady_clock::time_point> MinReachedAt(
+    std::optional<std::chrono::steady_clock::time_point> reached_at, std::uint32_t joined,
+    const FormationConfig& c, std::chrono::steady_clock::time_point now) {
+  if (joined < std::max<std::uint32_t>(1, c.min_nodes)) return std::nullopt;
+  return reached_at ? reached_at : now;
+}
+
+LateJoin OnLateJoin(std::uint32_t active, const FormationConfig& c) {
+  if (active < c.max_nodes) {
+    return {.kind = LateJoin::Kind::kNextGeneration,
+            .why = "the gang grows: " + std::to_string(active) + " active, MAX " +
+                   std::to_string(c.max_nodes)};
+  }
+  return {.kind = LateJoin::Kind::kWaitAsSpare,
+          .why = "the gang is at MAX (" + std::to_string(c.max_nodes) + "): waits as a spare"};
+}
+
+RestartBudget NextRestarts(std::uint32_t restarts, const GenerationCause& cause,
+                           std::uint32_t max_restarts) {
+  if (!cause.failed && !cause.lost) return {.restarts = restarts, .allowed = true};
+  return {.restarts = restarts + 1, .allowed = restarts < max_restarts};
+}
+
+}  // namespace trainlet::agent

@@ -1,0 +1,171 @@
+// FormationPolicy (formation_policy.h): when a round forms, late joins, and
+// which generations count. Tables first (each rule, torch's semantics cited in
+// the header), then a property over random rounds: the decision never forms
+// below MIN, always forms a whole gang, never waits past the deadline, and a
+// wait's recheck never overshoots the last call or the deadline.
+#include "trainlet/agent/pod/formation_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace trainlet::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using Kind = FormationDecision::Kind;
+constexpr milliseconds kLastCall{30'000};  // torch's default last_call_timeout
+constexpr milliseconds kTimeout{600'000};  // torch's default join_timeout
+
+FormationConfig Elastic(std::uint32_t lo, std::uint32_t hi, std::uint32_t spares = 0) {
+  return {.min_nodes = lo, .max_nodes = hi, .spares = spares, .last_call = kLastCall,
+          .timeout = kTimeout};
+}
+
+struct Row {
+  const char* name;
+  FormationConfig config;
+  RoundState round;
+  Kind kind;
+  milliseconds recheck;  // kWait only
+};
+
+TEST(FormationPolicy, Table) {
+  const std::optional<milliseconds> none;
+  const Row rows[] = {
+      // --nnodes 2:3, first generation (torch's join op).
+      {"MAX joined forms at once", Elastic(2, 3), {.joined = 3, .since_min = milliseconds(5)},
+       Kind::kForm, {}},
+      {"below MIN waits for the deadline", Elastic(2, 3),
+       {.joined = 1, .since_min = none, .since_start = milliseconds(1000)}, Kind::kWait,
+       kTimeout - milliseconds(1000)},
+      {"MIN reached: waits out the last call", Elastic(2, 3),
+       {.joined = 2, .since_min = milliseconds(10'000), .since_start = milliseconds(12'000)},
+       Kind::kWait, milliseconds(20'000)},
+      {"last call ended: forms with MIN", Elastic(2, 3),
+       {.joined = 2, .since_min = kLastCall, .since_start = milliseconds(40'000)}, Kind::kForm,
+       {}},
+      {"deadline before the last call: forms with MIN", Elastic(2, 3),
+       {.joined = 2, .since_min = milliseconds(1), .since_start = kTimeout}, Kind::kForm, {}},
+      {"deadline below MIN: gives up", Elastic(2, 3),
+       {.joined = 1, .since_min = none, .since_start = kTimeout}, Kind::kGiveUp, {}},
+      {"last call shorter than the time left to the deadline", Elastic(2, 3),
+       {.joined = 2, .since_min = milliseconds(0), .since_start = kTimeout - milliseconds(5)},
+       Kind::kWait, milliseconds(5)},
+      // Later rounds: every pod still alive is back.
+      {"restart: survivors back, at least MIN", Elastic(2, 3),
+       {.joined = 2, .first = false, .alive = 2, .since_min = milliseconds(0)}, Kind::kForm, {}},
+      {"restart: a survivor still missing", Elastic(2, 3),
+       {.joined = 2, .first = false, .alive = 3, .since_min = milliseconds(0)}, Kind::kWait,
+       kLastCall},
+      {"restart: survivors below MIN wait", Elastic(2, 3),
+       {.joined = 1, .first = false, .alive = 1, .since_min = none}, Kind::kWait, kTimeout},
+      // Fixed gangs: as before, every pod.
+      {"fixed gang of 4, all in", Elastic(4, 4), {.joined = 4, .since_min = milliseconds(0)},
+       Kind::kForm, {}},
+      {"fixed gang of 4, 3 in", Elastic(4, 4), {.joined = 3, .since_min = none}, Kind::kWait,
+       kTimeout},
+      // Hot spares: whole = N + K. The first round waits for the spares until the
+      // deadline (no last call: a spare arriving later is not admitted yet).
+      {"spares: N + K forms at once", Elastic(2, 2, 1), {.joined = 3, .since_min = milliseconds(0)},
+       Kind::kForm, {}},
+      {"spares: N in, the first round waits for the spare", Elastic(2, 2, 1),
+       {.joined = 2, .since_min = milliseconds(0)}, Kind::kWait, kTimeout},
+      {"spares: N in, no last call in the first round", Elastic(2, 2, 1),
+       {.joined = 2, .since_min = kLastCall, .since_start = kLastCall}, Kind::kWait,
+       kTimeout - kLastCall},
+      {"spares: N in at the deadline forms", Elastic(2, 2, 1),
+       {.joined = 2, .since_min = kLastCall, .since_start = kTimeout}, Kind::kForm, {}},
+      {"spares: a later round takes the last call", Elastic(2, 2, 1),
+       {.joined = 2, .first = false, .alive = 3, .since_min = kLastCall}, Kind::kForm, {}},
+      {"a single pod", Elastic(1, 1), {.joined = 1, .since_min = milliseconds(0)}, Kind::kForm,
+       {}},
+  };
+  for (const Row& row : rows) {
+    FormationDecision d = DecideFormation(row.round, row.config);
+    EXPECT_EQ(d.kind, row.kind) << row.name << ": " << d.why;
+    EXPECT_FALSE(d.why.empty()) << row.name;
+    if (row.kind == Kind::kWait) {
+      EXPECT_EQ(d.recheck_after, row.recheck) << row.name;
+    }
+  }
+}
+
+TEST(FormationPolicy, GiveUpSaysWhatIsMissing) {
+  auto d = DecideFormation({.joined = 1, .since_start = kTimeout}, Elastic(2, 3));
+  EXPECT_EQ(d.why, "1 pod(s) joined, at least 2 needed");
+}
+
+TEST(FormationPolicy, MinReachedAtFollowsTorchsDeadline) {
+  using TP = std::chrono::steady_clock::time_point;
+  const FormationConfig c = Elastic(2, 3);
+  const TP t0{milliseconds(1000)}, t1{milliseconds(2000)}, t2{milliseconds(3000)};
+  EXPECT_EQ(MinReachedAt(std::nullopt, 1, c, t0), std::nullopt);
+  EXPECT_EQ(MinReachedAt(std::nullopt, 2, c, t0), t0);       // reached now
+  EXPECT_EQ(MinReachedAt(t0, 3, c, t1), t0);                 // stays: more pods do not reset it
+  EXPECT_EQ(MinReachedAt(t0, 1, c, t1), std::nullopt);       // dropped below: forgotten
+  EXPECT_EQ(MinReachedAt(std::nullopt, 2, c, t2), t2);       // reached again: a new last call
+}
+
+TEST(FormationPolicy, LateJoins) {
+  EXPECT_EQ(OnLateJoin(2, Elastic(2, 3)).kind, LateJoin::Kind::kNextGeneration);
+  EXPECT_EQ(OnLateJoin(3, Elastic(2, 3)).kind, LateJoin::Kind::kWaitAsSpare);
+  EXPECT_EQ(OnLateJoin(2, Elastic(2, 2, 1)).kind, LateJoin::Kind::kWaitAsSpare);
+  EXPECT_EQ(OnLateJoin(1, Elastic(2, 2, 1)).kind, LateJoin::Kind::kNextGeneration);
+}
+
+TEST(FormationPolicy, OnlyFailuresAndLossesAreRestarts) {
+  struct {
+    GenerationCause cause;
+    std::uint32_t restarts, max;
+    RestartBudget want;
+  } rows[] = {
+      {{.joined = true}, 0, 0, {.restarts = 0, .allowed = true}},  // a join with no restarts left
+      {{.joined = true}, 2, 2, {.restarts = 2, .allowed = true}},
+      {{.failed = true}, 0, 2, {.restarts = 1, .allowed = true}},
+      {{.lost = true}, 1, 2, {.restarts = 2, .allowed = true}},
+      {{.lost = true}, 2, 2, {.restarts = 3, .allowed = false}},
+      {{.joined = true, .lost = true}, 0, 3, {.restarts = 1, .allowed = true}},  // loss dominates
+      {{.joined = true, .failed = true}, 0, 0, {.restarts = 1, .allowed = false}},
+  };
+  for (const auto& r : rows) {
+    RestartBudget b = NextRestarts(r.restarts, r.cause, r.max);
+    EXPECT_EQ(b.restarts, r.want.restarts);
+    EXPECT_EQ(b.allowed, r.want.allowed);
+  }
+}
+
+TEST(FormationPolicyProperty, RandomRounds) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint32_t lo = 1 + rng() % 5, hi = lo + rng() % 4, spares = rng() % 3;
+    FormationConfig c{.min_nodes = lo, .max_nodes = hi, .spares = spares,
+                      .last_call = milliseconds(rng() % 50), .timeout = milliseconds(rng() % 200)};
+    RoundState r{.joined = static_cast<std::uint32_t>(rng() % (hi + spares + 2)),
+                 .first = rng() % 2 == 0,
+                 .alive = static_cast<std::uint32_t>(rng() % (hi + spares + 1)),
+                 .since_start = milliseconds(rng() % 250)};
+    if (r.joined >= lo) r.since_min = milliseconds(rng() % (r.since_start.count() + 1));
+    const FormationDecision d = DecideFormation(r, c);
+    const std::string ctx = "case " + std::to_string(i) + ": " + d.why;
+    if (d.kind == Kind::kForm) {
+      EXPECT_GE(r.joined, lo) << ctx;
+    }
+    if (r.joined >= hi + spares) {
+      EXPECT_EQ(d.kind, Kind::kForm) << ctx;
+    }
+    if (d.kind == Kind::kGiveUp) {
+      EXPECT_LT(r.joined, lo) << ctx;
+      EXPECT_GE(r.since_start, c.timeout) << ctx;
+    }
+    if (d.kind != Kind::kWait) continue;
+    EXPECT_GT(d.recheck_after, milliseconds(0)) << ctx;
+    EXPECT_LE(r.since_start + d.recheck_after, c.timeout) << ctx;
+    if (r.since_min && (!r.first || lo < hi)) {  // a fixed gang's first round has no last call
+      EXPECT_LE(*r.since_min + d.recheck_after, c.last_call) << ctx;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trainlet::agent
