@@ -21,7 +21,7 @@ struct LaunchSettings {
   std::uint32_t index = 0;          // completion index of this pod
   std::uint32_t nnodes = 1;         // pods in the gang (--nnodes)
   std::uint32_t nproc_per_node = 1; // workers per pod (--nproc-per-node)
-  std::uint16_t master_port = kMasterPort;  // trainers' store port (--master-port)
+  std::uint16_t master_port = tunables::kMasterPort;  // trainers' store port (--master-port)
   std::uint32_t max_restarts = 0;   // --max-restarts
   std::string gang{};               // --gang layout, canonical form; empty without it
   bool preflight = false;           // --preflight (gpu/): every pod must run it or none

@@ -38,7 +38,7 @@ struct LeaderOptions {
   // MASTER_PORT handed to every trainer; 0: a port found free on this pod when
   // the leader starts accepting (bound on every interface, then closed, as
   // check_master_port does), the same for every pod of the round.
-  std::uint16_t master_port = kMasterPort;
+  std::uint16_t master_port = tunables::kMasterPort;
   std::string run_id;               // TORCHELASTIC_RUN_ID
   // MASTER_ADDR for every pod (torchrun's --local-addr on the leader); empty:
   // each member gets the leader address it connected to.
