@@ -39,10 +39,20 @@ TEST_F(RosterTest, WholeGangFormsAtOnceAndTheSpareWaits) {
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
 }
 
-TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
+// A fixed gang's first round has no last call: it waits for the spare until the
+// round's deadline (formation_policy.h), then forms with the N pods that came.
+TEST_F(RosterTest, FirstRoundWithoutTheSpareWaitsForItUntilTheDeadline) {
   Round();
   EXPECT_FALSE(roster_.Plan({0, 1}));
-  RunFor(200ms);
+  RunFor(200ms);  // four last calls
+  EXPECT_EQ(reconsidered_, 0);
+  EXPECT_FALSE(roster_.Plan({0, 1})) << "formed without the spare before the deadline";
+  roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
+                     {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
+                      .timeout = 100ms},
+                     [this] { ++reconsidered_; });
+  EXPECT_FALSE(roster_.Plan({0, 1}));
+  RunFor(300ms);
   EXPECT_EQ(reconsidered_, 1);
   EXPECT_EQ(roster_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
 }
