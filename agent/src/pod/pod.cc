@@ -630,9 +630,12 @@ class Pod {
       release_timer_.async_wait([](boost::system::error_code ec) {
         if (!ec) ReleaseStartupCode();
       });
-    } else {
+    } else if (failed_at_) {
       spdlog::info("generation {}: started {} worker(s) {:.1f} ms after the failure",
-                   a.generation, id.nproc_per_node, Ms(Clock::now() - failed_at_));
+                   a.generation, id.nproc_per_node, Ms(Clock::now() - *failed_at_));
+    } else {  // a spare's first workers: this pod saw no failure of its own
+      spdlog::info("generation {}: started {} worker(s) {:.1f} ms after start", a.generation,
+                   id.nproc_per_node, Ms(Clock::now() - started_));
     }
     Feed(gang::Assigned{.generation = a.generation, .spares = roster_.spares_waiting()});
     // Only now: gang events that arrived early (replayed here) can stop workers.
@@ -1024,7 +1027,8 @@ class Pod {
   std::map<std::string, double> phase_ms_;
   PodMeters meters_;             // metrics.h: restarts, exits, the last failure
   bool gang_formed_ = false;     // some generation's rendezvous completed
-  Clock::time_point failed_at_;  // the last generation's first failure (restart timing)
+  // The last generation's first failure (restart timing); nullopt until one is seen.
+  std::optional<Clock::time_point> failed_at_;
   bool concluded_ = false;
   int exit_code_ = 0;
   // The current generation (declared after io_: destroyed before it, so its
