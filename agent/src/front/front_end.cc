@@ -287,6 +287,13 @@ Status ReadPodFlags(const FlagValues& f, Settings* s) {
   auto spares = ParseCount(f.Source(kSpares), f.Resolved(kSpares), kMaxPods);
   if (!spares.ok()) return spares.status();
   s->spares = *spares;
+  // formation_policy.h: a fixed gang forms when all its pods joined; the last
+  // call only waits for spares in a later round.
+  if (const auto& last = s->torchrun.last_call; last && s->spares == 0) {
+    spdlog::info("{}: last_call_timeout={} has no effect: a gang of a fixed size without "
+                 "spares (--spares) forms when all its pods have joined",
+                 f.Source(kRdzvConf), std::chrono::duration<double>(*last).count());
+  }
   return Status::Ok();
 }
 
