@@ -1,5 +1,6 @@
 #include "trainlet/agent/pod/gang_policy.h"
 
+#include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/exitcodes/exit_code.h"
 
 namespace trainlet::agent {
@@ -28,7 +29,7 @@ std::string FirstWords(std::uint32_t index, FailureClass c, const std::string& r
 }  // namespace
 
 bool GangPolicyBase::CanRestart(FailureClass c) const {
-  return !stop_signal_ && generation_ < config_.max_restarts && RestartableClass(c);
+  return !stop_signal_ && restarts_ < config_.max_restarts && RestartableClass(c);
 }
 
 GangActions GangPolicyBase::Conclude(GangActions a, Conclusion c) {
@@ -72,6 +73,9 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
 
 GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
+  // The next generation's count (the next assignment says it again).
+  const bool grow = gen_.decision == Generation::Decision::kGrow;
+  restarts_ = NextRestarts(restarts_, {.joined = grow, .failed = !grow}, config_.max_restarts).restarts;
   gen_ = {};
   restarted_ = true;
   return a;
@@ -81,8 +85,10 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
   if (concluded_) return GangActions{};
   if (const auto* a = std::get_if<gang::Assigned>(&e)) {
     generation_ = a->generation;
+    restarts_ = a->restarts.value_or(a->generation);
     gen_.phase = Generation::Phase::kRunning;
     gen_.spares = a->spares;
+    gen_.active = a->nnodes;
     if (a->spare) {
       gen_.spare = true;
       gen_.phase = Generation::Phase::kDone;  // no workers to wait for; never a success of its own
@@ -162,7 +168,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   // A member's hardware failure: it leaves and a waiting spare takes its place.
   const bool swap = c == FailureClass::kHardware && index != config_.index &&
                     !gen_.spares.empty() && !stop_signal_ &&
-                    generation_ < config_.max_restarts;
+                    restarts_ < config_.max_restarts;
   const bool restart = (CanRestart(c) || swap) && !GangSucceeded();
   const int diag = hang ? config_.hang_signal : 0;
   a.broadcast = rendezvous::wire::Stop{.failed_index = index,
@@ -174,8 +180,8 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   if (restart) {
     gen_.decision = Generation::Decision::kRestart;
     a.log = "gang: " + reason + "; restarting in place (restart " +
-            std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
-  } else if (index == config_.index && config_.nnodes == 1) {
+            std::to_string(restarts_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
+  } else if (index == config_.index && (gen_.active != 0 ? gen_.active : config_.nnodes) == 1) {
     a.log = "gang: " + reason;  // a gang of one: nobody else to stop or wait for
   } else if (index == config_.index && AllSettled()) {
     // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
@@ -223,12 +229,15 @@ GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
     return a;
   }
   if (!gen_.settled.insert(l.index).second) return {};
+  // Growing: every member closes its connection to rejoin the next round.
+  if (gen_.decision == Generation::Decision::kGrow) return {};
   return PodFailed(l.index, FailureClass::kInfra,
                    "pod " + std::to_string(l.index) + " was lost: " + l.why, false);
 }
 
 GangActions LeaderPolicy::OnLocalFailure(const gang::LocalFailure& f) {
-  if (gen_.own || gen_.first || gen_.done()) return {};  // collateral of a failure already known
+  // Collateral of a failure already known, or of the stop for a growing gang.
+  if (gen_.own || gen_.first || gen_.done() || gen_.restarting()) return {};
   const std::uint32_t own = config_.index;
   gen_.own = f;
   GangActions a = PodFailed(own, f.failure_class, "pod " + std::to_string(own) + ": " + f.reason,
@@ -279,8 +288,35 @@ GangActions LeaderPolicy::OnWorkersDone(const gang::WorkersDone& d) {
   return MaybeConclude();
 }
 
+// A pod admitted while the generation runs: the gang grows when it may and
+// nothing has ended the generation yet; otherwise the pod waits as a spare
+// (or, a restart under way, joins the next round with the others).
+GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
+  GangActions a;
+  a.log_info = true;
+  const bool open = gen_.decision == Generation::Decision::kOpen && !gen_.first && !gen_.done() &&
+                    !gen_.member_succeeded && !stop_signal_;
+  if (!j.grows || !open) {
+    if (!gen_.restarting()) gen_.spares.insert(j.index);
+    a.log = "pod " + std::to_string(j.index) + " joined; " +
+            (gen_.restarting() ? "it joins the next generation" : "it waits as a spare");
+    return a;
+  }
+  gen_.decision = Generation::Decision::kGrow;
+  const std::string why = "pod " + std::to_string(j.index) + " joined: the gang grows";
+  a.broadcast = rendezvous::wire::Stop{.failed_index = j.index,
+                                       .reason = why,
+                                       .restart = true,
+                                       .next_generation = generation_ + 1,
+                                       .failure_class = static_cast<std::uint16_t>(FailureClass::kOk)};
+  a.stop_workers = 0;
+  a.log = "gang: " + why + " (generation " + std::to_string(generation_ + 1) + ", no restart)";
+  return a;
+}
+
 GangActions LeaderPolicy::On(const GangEvent& e) {
   if (auto common = OnCommon(e)) return *common;
+  if (const auto* j = std::get_if<gang::Joined>(&e)) return OnJoined(*j);
   if (const auto* r = std::get_if<gang::Report>(&e)) return OnReport(*r);
   if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
   if (const auto* f = std::get_if<gang::LocalFailure>(&e)) return OnLocalFailure(*f);
@@ -339,6 +375,15 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
     gen_.success = true;
     return gen_.done() ? Conclude(std::move(a), {.kind = Kind::kOk}) : a;
   }
+  if (s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
+    // A pod joined and the gang grows: a next generation, no failure, no restart.
+    gen_.decision = Generation::Decision::kGrow;
+    a.log = "the leader starts generation " + std::to_string(s.next_generation) + ": " + s.reason;
+    a.log_info = true;
+    if (gen_.done()) return Restart(std::move(a));
+    a.stop_workers = 0;
+    return a;
+  }
   const std::string first =
       FirstWords(s.failed_index, static_cast<FailureClass>(s.failure_class), s.reason);
   if (s.restart && s.failed_index == config_.index &&
@@ -381,7 +426,7 @@ GangActions MemberPolicy::OnLost(const gang::Lost& l) {
   if (CanRestart(FailureClass::kInfra)) {
     gen_.decision = Generation::Decision::kRestart;
     a.log = "lost the leader: " + l.why + "; stopping the workers, then rejoining (restart " +
-            std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
+            std::to_string(restarts_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
     if (gen_.done()) return Restart(std::move(a));  // a spare: no workers to stop
     return a;
   }
