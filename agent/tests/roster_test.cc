@@ -75,9 +75,15 @@ TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
   EXPECT_FALSE(roster_.Plan({0, 2})) << "the joiner is expected: no forming without it at once";
   EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));  // index order
   roster_.Adopt(1);
+  roster_.AddJoined(2, /*waiting=*/false);  // rejoining early: keeps node rank 2
   roster_.MarkLost(1);
   round();
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));  // the survivors, at once
+  roster_.Adopt(2);
+  roster_.MarkLost(2);
+  roster_.AddJoined(2, /*waiting=*/true);  // recreated after its loss: a spare, no rank
+  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{2});
+  EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 2}));
 }
 
 // A pod gone while the gang restarted (never declared lost: every connection

@@ -918,6 +918,12 @@ void Leader::BroadcastStop(const wire::Stop& stop) {
   for (auto& [index, conn] : impl_->members) Send(conn, frame);
 }
 
+void Leader::StopAdmitting() {
+  impl_->late = false;
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+}
+
 std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
   std::map<std::uint32_t, PeerStats> out;
   for (const auto& [index, conn] : impl_->members) {

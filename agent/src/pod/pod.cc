@@ -203,7 +203,11 @@ class Pod {
   void Apply(const GangActions& a) {
     if (!a.log.empty()) spdlog::log(a.log_info ? spdlog::level::info : spdlog::level::warn, "{}", a.log);
     PodGeneration& g = *gen_;
-    if (a.broadcast && g.leader) g.leader->BroadcastStop(*a.broadcast);
+    if (a.broadcast && g.leader) {
+      g.leader->BroadcastStop(*a.broadcast);
+      // The generation ends: pods rejoining go to the next round's leader.
+      g.leader->StopAdmitting();
+    }
     if (a.report && g.member) {
       if (a.report->ok) {
         g.member->SendReport(*a.report, Guard([this] { Feed(gang::ReportSent{}); }));

@@ -97,7 +97,9 @@ void Roster::Adopt(std::uint32_t generation) {
 }
 
 void Roster::AddJoined(std::uint32_t key, bool waiting) {
-  pods_[key] = {.key = key};
+  // A pod counted alive keeps its place (it came back early for the next round).
+  auto it = pods_.find(key);
+  if (it == pods_.end() || it->second.lost || it->second.must_leave) pods_[key] = {.key = key};
   if (waiting) {
     spares_waiting_.insert(key);
   } else {

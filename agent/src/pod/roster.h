@@ -56,8 +56,9 @@ class Roster {
 
   // Pod `key` was admitted while a generation runs (LeaderOptions::admit_late):
   // the next round counts it alive (it waits for it, as for the survivors);
-  // `waiting`: it waits as a spare now (spares_waiting). A key known before
-  // (a recreated pod) starts over, with no node rank.
+  // `waiting`: it waits as a spare now (spares_waiting). A key lost or leaving
+  // before (a recreated pod) starts over, with no node rank; one counted alive
+  // keeps its node rank (it rejoined early, while the generation ended).
   void AddJoined(std::uint32_t key, bool waiting);
   // Pod `key` was lost (silent, or its connection closed); unknown keys are ignored.
   void MarkLost(std::uint32_t key);

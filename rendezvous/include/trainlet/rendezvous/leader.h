@@ -193,6 +193,10 @@ class Leader : public std::enable_shared_from_this<Leader> {
                     int misses = tunables::kHeartbeatMisses);
   // Sends `stop` to every member still connected.
   void BroadcastStop(const wire::Stop& stop);
+  // Closes the listener (LeaderOptions::admit_late): the generation ends, and
+  // pods rejoining for the next one must reach the next round's leader, not
+  // be taken for late joins of this one. Idempotent.
+  void StopAdmitting();
   // True once every member has reported success or is gone.
   bool AllMembersSettled() const;
   // The longest this side of the control channel went without sending its
