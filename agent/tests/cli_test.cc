@@ -122,7 +122,7 @@ TEST(CliTest, BadInputIsOneLineExit78AtOnce) {
                                "script for the interpreter"},
       {"", "./run.sh", "cannot open the training script './run.sh'"},
       {"", "--no-python -m pkg.mod", "cannot be used together"},
-      {"", "--nnodes 2:4 train.py", "MIN:MAX range with MIN < MAX is not supported"},
+      {"", "--nnodes 2:4 train.py", "an elastic MIN:MAX gang needs an index on every pod"},
       {"PET_NNODES=1:3", "train.py", "PET_NNODES='1:3'"},
       {"", "--rdzv-backend zookeeper train.py", "--rdzv-backend='zookeeper'"},
       {"PET_RDZV_BACKEND=x", "train.py", "PET_RDZV_BACKEND='x'"},

@@ -494,7 +494,7 @@ Status Resolution::PlaceInGang() {
     }
     id.index = *n;
     id.index_source = index->source;
-  } else if (id.nnodes > 1) {
+  } else if (id.nnodes > 1 && !id.elastic()) {
     Status s = WithoutIndex(in, nnodes->source + "=" + Quote(nnodes->value),
                             files.annotations_path, &id);
     if (!s.ok()) return s;
@@ -505,7 +505,7 @@ Status Resolution::PlaceInGang() {
     return Status::Config("--spares with --gang: hot spares take node ranks of a plain Indexed "
                           "Job; a JobSet's roles have fixed places");
   }
-  if (id.elastic() && (layout || id.by_arrival)) {
+  if (id.elastic() && (layout || !index)) {  // !index: none given, nor by arrival
     return Status::Config(nnodes->source + "=" + Quote(nnodes->value) +
                           ": an elastic MIN:MAX gang needs an index on every pod (an Indexed "
                           "Job's completion index, or --node-rank) and no --gang layout");
