@@ -3,29 +3,58 @@
 // cli_test keeps the exit codes and --help of the real one).
 #include "trainlet/agent/front/front_end.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
 #include <set>
+#include <sstream>
+#include <variant>
 
+#include "trainlet/agent/front/cli.h"
 #include "trainlet/agent/front/flags.h"
 #include "trainlet/agent/base/tunables.h"
+#include "trainlet/agent/front/local.h"
+#include "trainlet/agent/run/launch_check.h"
+#include "trainlet/agent/run/worker_logs.h"
+
+extern char** environ;
 
 namespace trainlet::agent {
 namespace {
 
 using Env = std::map<std::string, std::string>;
 
-// A TRAINLET_* variable for one test (CLI11 reads the process environment).
+// A variable of the process environment for one test (CLI11 reads TRAINLET_*
+// there); the value before comes back after.
 class ScopedEnv {
  public:
   ScopedEnv(const std::string& name, const std::string& value) : name_(name) {
+    if (const char* old = ::getenv(name.c_str())) old_ = old;
     ::setenv(name.c_str(), value.c_str(), 1);
   }
-  ~ScopedEnv() { ::unsetenv(name_.c_str()); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
 
  private:
   std::string name_;
+  std::optional<std::string> old_;
 };
 
 SplitArgs TrainerLine(std::vector<std::string> argv = {"train.py"}) {
@@ -356,6 +385,658 @@ TEST(PlanLocal, RefusesVariablesForFlagsItSetsItself) {
   ASSERT_FALSE(health.ok());
   EXPECT_EQ(health.status().message(),
             "--health-port='65534': agent i serves on PORT+i, past 65535");
+}
+
+
+// ---- The whole front end in process: cli.h's PlanCommandLine ----
+//
+// The rows below were cli_test's, which ran the binary for each; they keep
+// their environments and command lines as the shell wrote them, and their
+// assertions, read from the plan instead of the workers' output. cli_test
+// keeps the binary's exit codes, --help and signals.
+
+// "a 'b c' ''" -> {"a", "b c", ""}: words as sh splits them (single quotes only).
+std::vector<std::string> Words(const std::string& line) {
+  std::vector<std::string> out;
+  std::string word;
+  bool in_word = false, quoted = false;
+  for (char c : line) {
+    if (quoted) {
+      if (c == '\'') {
+        quoted = false;
+      } else {
+        word += c;
+      }
+    } else if (c == '\'') {
+      quoted = in_word = true;
+    } else if (c == ' ') {
+      if (in_word) out.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (in_word) out.push_back(word);
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+// What the binary would do with a command line, up to the start of its run.
+struct Outcome {
+  int code = 0;         // its exit code if it ends before the run; 0: it would run
+  std::string message;  // the one line it refuses with, or ""
+  std::string out;      // stdout and stderr (the front end's log lines) together
+  FrontEnd front;
+  const PodOptions* pod() const { return std::get_if<PodOptions>(&front.plan); }
+  const LocalOptions* local() const { return std::get_if<LocalOptions>(&front.plan); }
+  // The trainer's command line, either form.
+  std::string command() const {
+    if (pod()) return Join(pod()->command);
+    return local() ? Join(local()->command) : "";
+  }
+};
+
+// `env trainlet args` as cli_test ran it (env -i PATH=/usr/bin:/bin HOSTNAME=x
+// TRAINLET_LIBNCCL=/nonexistent/libnccl.so.2 ENV trainlet ARGS), in process:
+// PlanCommandLine with the real Probe, then for the pod form the check its run
+// starts with (pod.cc Prepare: CheckLaunch). Env's variables are also set in
+// the process environment, which CLI11 reads TRAINLET_* from (and no other
+// TRAINLET_* is there).
+Outcome Trainlet(const std::string& env, const std::string& args) {
+  for (char** e = environ; *e != nullptr;) {
+    const std::string kv = *e;
+    if (kv.rfind("TRAINLET_", 0) == 0) {
+      ::unsetenv(kv.substr(0, kv.find('=')).c_str());  // environ changed: from the top again
+      e = environ;
+    } else {
+      ++e;
+    }
+  }
+  Env vars = {{"PATH", "/usr/bin:/bin"},
+              {"HOSTNAME", "x"},
+              {"TRAINLET_LIBNCCL", "/nonexistent/libnccl.so.2"}};
+  std::vector<std::unique_ptr<ScopedEnv>> scoped;
+  for (const std::string& kv : Words(env)) {
+    const auto eq = kv.find('=');
+    vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+    scoped.push_back(std::make_unique<ScopedEnv>(kv.substr(0, eq), kv.substr(eq + 1)));
+  }
+  std::vector<std::string> argv = {"trainlet"};
+  for (std::string& w : Words(args)) argv.push_back(std::move(w));
+  Outcome o;
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  o.front = PlanCommandLine(argv, vars, [](const FlagValues& f, const Settings& s) {
+    return Probe(f, s);
+  });
+  exitcodes::Status st = o.front.status;
+  if (st.ok() && o.pod()) {
+    st = CheckLaunch(o.pod()->command, o.pod()->launch_check, o.pod()->env, o.pod()->logs,
+                     WorkingDirectory());
+  }
+  spdlog::default_logger()->flush();
+  o.out = testing::internal::GetCapturedStdout();
+  o.out += testing::internal::GetCapturedStderr();
+  if (o.front.exit) {
+    o.code = *o.front.exit;
+  } else if (!st.ok()) {
+    o.code = o.front.codes.CodeFor(st.failure_class());
+    o.message = st.message();
+  }
+  return o;
+}
+
+// cli_test's BadInputIsOneLineExit78AtOnce, row for row (the binary test
+// keeps one row of each stage for the exit, the one line and the summary).
+TEST(CommandLine, BadInputIsRefusedAsConfig) {
+  struct Row {
+    std::string env, args, expected;
+  };
+  const std::vector<Row> rows = {
+      {"", "", "no trainer command"},
+      {"", "--nnodes 1", "no trainer command"},
+      {"", "--no-such-flag -- true", "--no-such-flag"},
+      {"JOB_COMPLETION_INDEX=1", "-- true", "number of pods is missing"},
+      {"JOB_COMPLETION_INDEX=03 PET_NNODES=4", "-- true", "JOB_COMPLETION_INDEX='03'"},
+      {"JOB_COMPLETION_INDEX='$(JOB_COMPLETION_INDEX)' TRAINLET_NNODES=4", "-- true",
+       "unexpanded"},
+      {"JOB_COMPLETION_INDEX=4", "--nnodes 4 --master-addr l -- true", "not below"},
+      {"TRAINLET_NNODES=x", "-- true", "TRAINLET_NNODES='x'"},
+      {"", "--grace-period soon -- true", "--grace-period='soon'"},
+      {"", "--rdzv-port 70000 -- true", "--rdzv-port='70000' is too large"},
+      {"TRAINLET_RDZV_PORT=0", "-- true", "TRAINLET_RDZV_PORT='0' is not a port"},
+      {"PET_MASTER_PORT=x", "-- true", "PET_MASTER_PORT='x'"},
+      {"", "--rdzv-timeout 1e-9 -- true", "--rdzv-timeout='1e-9'"},
+      {"", "--grace-period ' 1' -- true", "--grace-period=' 1'"},
+      {"", "--nnodes 2 --master-addr x -- true", "this pod has no index"},
+      {"", "--token-file /nonexistent/token -- true", "'/nonexistent/token' cannot be read"},
+      {"", "--token-file /dev/null -- true", "'/dev/null' is empty"},
+      {"", "--log-level loud -- true", "--log-level='loud'"},
+      {"", "--signal-scope pod -- true", "--signal-scope: pod not in {main,group}"},
+      {"TRAINLET_SIGNAL_SCOPE=session", "-- true", "--signal-scope: session not in"},
+      {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
+      // torchrun's command line: what trainlet cannot honour is refused by name.
+      {"", "--epochs 3 train.py", "unknown option '--epochs'"},
+      {"", "--nproc-per-nodes 2 train.py", "did you mean --nproc-per-node?"},
+      {"", "--n 2 train.py", "ambiguous option: --n could match --nnodes, --no-python, "
+                             "--node-rank, --nproc-per-node, --numa-binding"},
+      {"", "--rdzv_ x train.py", "ambiguous option: --rdzv_ could match --rdzv_backend, "
+                                 "--rdzv_conf, --rdzv_endpoint, --rdzv_id"},
+      {"", "--grace 3 -- true", "unknown option '--grace' (did you mean --grace-period?)"},
+      {"", "--nproc x train.py", "--nproc-per-node='x'"},
+      // A bare first argument is a script, .py or not (torchrun's training_script):
+      // one that is not there is refused, saying how to run a program instead.
+      {"", "python3 train.py", "'python3' is a program on PATH: a bare first argument is a "
+                               "script for the interpreter"},
+      {"", "./run.sh", "cannot open the training script './run.sh'"},
+      {"", "--no-python -m pkg.mod", "cannot be used together"},
+      {"", "--nnodes 2:4 train.py", "an elastic MIN:MAX gang needs an index on every pod"},
+      {"PET_NNODES=1:3", "train.py", "PET_NNODES='1:3'"},
+      {"", "--rdzv-backend zookeeper train.py", "--rdzv-backend='zookeeper'"},
+      {"PET_RDZV_BACKEND=x", "train.py", "PET_RDZV_BACKEND='x'"},
+      {"", "--rdzv-conf is_hots=1 train.py", "key 'is_hots' is not one of torch's rendezvous "
+                                              "settings (join_timeout, timeout, read_timeout,"},
+      {"", "--rdzv-conf is_host=maybe train.py", "is_host='maybe' is not a boolean"},
+      {"", "--rdzv-conf join_timeout=soon train.py", "join_timeout='soon'"},
+      // Port 0 (torch: a free port) where other pods would have to know it.
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint host:0 -- true",
+       "--rdzv-endpoint gives port 0 (a free port), which only a gang of one pod can use"},
+      {"", "--start-method thread train.py", "--start-method='thread'"},
+      {"", "--monitor-interval x train.py", "--monitor-interval='x'"},
+      {"", "--event-log-handler console train.py", "--event-log-handler='console'"},
+      {"", "--logs-specs mine train.py", "--logs-specs='mine'"},
+      {"", "--numa_binding fast train.py", "--numa-binding='fast' is not one of node, socket"},
+      {"CUDA_VISIBLE_DEVICES=3", "--virtual-local-rank --nproc-per-node 2 -- true",
+       "--virtual-local-rank: CUDA_VISIBLE_DEVICES='3' has fewer GPUs than the 2 workers"},
+      {"", "--signals-to-handle SIGTERM,SIGALRM train.py", "'SIGALRM' is not one of the signals"},
+      {"", "--redirects 5 train.py", "--redirects='5'"},
+      {"", "-t 0:9 train.py", "--tee='0:9'"},
+      {"", "--local-ranks-filter 0,x train.py", "--local-ranks-filter='0,x'"},
+      {"PET_STANDALONE=yes", "train.py", "PET_STANDALONE='yes' is not an integer"},
+      {"", "--standalone --nnodes 2 train.py", "--standalone runs a gang of one pod"},
+      {"", "--shutdown-timeout x train.py", "--shutdown-timeout='x'"},
+      {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=-1", "train.py", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT='-1'"},
+      {"", "--role '' train.py", "--role='': a role needs a name"},
+      {"", "--gang a=1 --role r train.py", "--role/PET_ROLE with --gang"},
+      {"", "--rdzv-port 29500 --master-port 29500 train.py", "need two ports"},
+      {"", "--master-port 29500 --jax-port 29500 -- true",
+       "JAX's coordinator needs a port of its own"},
+      {"", "--jax-port x -- true", "--jax-port='x'"},
+      {"", "--log-dir /dev/null/x -r 3 -- true", "--log-dir '/dev/null/x'"},
+      // trainlet's own flags mean what they say on their own, or are refused.
+      {"", "--preflight-timeout 5 -- true", "--preflight-timeout has no effect without --preflight"},
+      {"", "--preflight-min-busbw 5 -- true", "without --preflight"},
+      {"", "--hang-start-timeout 5 -- true", "--hang-start-timeout has no effect without"},
+      {"TRAINLET_HANG_SIGNAL=SIGQUIT", "-- true", "--hang-signal has no effect without"},
+      {"", "--hang-signal KILL -- true", "--hang-signal"},  // was BeatingWorkersAreNotHung's
+      // trainlet's own flags are given once; torchrun's take the last (RepeatedFlags below).
+      {"", "--grace-period 1 --grace-period=2 -- true",
+       "--grace-period is given more than once: trainlet's own flags take one value"},
+      {"", "--preflight --preflight -- true", "--preflight is given more than once"},
+      {"", "policy --container a --container b", "--container is given more than once"},
+      // One setting from two sources at the same level: both named, none picked.
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.2:29401 --master-addr 127.0.0.3 -- true",
+       "the leader's address: --rdzv-endpoint gives '127.0.0.2', --master-addr gives '127.0.0.3'"},
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.2:29401 --rdzv-port 29444 -- true",
+       "the rendezvous port: --rdzv-port gives '29444', --rdzv-endpoint gives '29401'"},
+      {"TRAINLET_MASTER_ADDR=a TRAINLET_RDZV_ENDPOINT=b", "--nnodes 2 --node-rank 1 -- true",
+       "TRAINLET_RDZV_ENDPOINT gives 'b', TRAINLET_MASTER_ADDR gives 'a'"},
+      {"PET_MASTER_ADDR=a PET_RDZV_ENDPOINT=b", "--nnodes 2 --node-rank 1 -- true",
+       "PET_RDZV_ENDPOINT gives 'b', PET_MASTER_ADDR gives 'a'"},
+      // Endpoints torch's parse_rendezvous_endpoint refuses: at once, not at the deadline.
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint a:b:c -- true",
+       "--rdzv-endpoint='a:b:c' is not HOST[:PORT]"},
+      {"", "--nnodes 2 --node-rank 1 --rdzv-endpoint 127.0.0.1: -- true",
+       "the port after ':' is empty"},
+      {"PET_RDZV_ENDPOINT=h:65536", "--nnodes 2 --node-rank 1 -- true",
+       "PET_RDZV_ENDPOINT='h:65536': '65536' is not a port"},
+      // Messages name the source the user gave, and say what is wrong.
+      {"PET_MAX_RESTARTS=x", "-- true", "PET_MAX_RESTARTS='x'"},
+      {"TRAINLET_MAX_RESTARTS=x", "-- true", "TRAINLET_MAX_RESTARTS='x'"},
+      {"", "--max-restarts many -- true", "--max-restarts"},  // was MaxRestartsRestartsInPlace's
+      {"", "--rdzv-id '' -- true", "--rdzv-id='' must be 1 to 253 characters"},
+      {"", "--nnodes 2:1 -- true", "--nnodes='2:1': MIN is larger than MAX"},
+      {"", "--nnodes 99999999999 -- true", "--nnodes='99999999999' is too large"},
+      {"", "--max-restarts 99999999999 -- true", "--max-restarts='99999999999' is too large"},
+      {"", "--monitor-interval -1 -- true", "--monitor-interval='-1' is negative"},
+      {"", "--grace-period -2 -- true", "--grace-period='-2' is negative"},
+      {"TRAINLET_RDZV_PORT=x", "-- true", "TRAINLET_RDZV_PORT='x'"},
+      // A subcommand's name elsewhere is the trainer's; the message says why.
+      {"", "--nnodes 1 local -- true", "`local` is a subcommand only as the first argument"},
+      // Was GangFromEnvironmentGivesRoles'.
+      {"TRAINLET_GANG=solo", "-- true", "--gang/TRAINLET_GANG='solo'"},
+  };
+  for (const Row& r : rows) {
+    Outcome o = Trainlet(r.env, r.args);
+    EXPECT_EQ(o.code, 78) << r.env << " " << r.args << ": " << o.out;
+    EXPECT_NE(o.message.find(r.expected), std::string::npos) << r.env << " " << r.args << ": "
+                                                             << o.message;
+    EXPECT_EQ(o.message.find('\n'), std::string::npos) << "one line: " << o.message;
+  }
+}
+
+// cli_test's GpuFlagsAndTheirEnvironment, RequireGpusOnItsOwn and NprocPerNodeCpu.
+TEST(CommandLine, GpuFlagsAndTheirEnvironment) {
+  struct Row {
+    std::string env, args;
+    int code;
+    std::string text;  // in the refusal
+    std::uint32_t workers = 0;  // a plan: its workers per pod
+  };
+  const std::string nogpu = "TRAINLET_LIBCUDA=/nonexistent/libcuda.so.1 "
+                            "TRAINLET_LIBNVML=/nonexistent/libnvml.so.1";
+  const auto cpus = static_cast<std::uint32_t>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const std::vector<Row> rows = {
+      {nogpu, "--nproc-per-node gpu -- true", 78,
+       "--nproc-per-node='gpu' but no GPU is visible: no CUDA driver"},
+      {nogpu + " TRAINLET_NPROC_PER_NODE=gpu", "-- true", 78, "but no GPU is visible"},
+      // torchrun: auto without an accelerator is os.cpu_count().
+      {nogpu, "--nproc-per-node auto -- true", 0, "", cpus},
+      {"TRAINLET_LIBCUDA=/nonexistent/libcuda.so.1", "--nproc-per-node cpu -- true", 0, "", cpus},
+      {nogpu, "--preflight --preflight-timeout abc -- true", 78, "--preflight-timeout='abc'"},
+      {nogpu + " TRAINLET_PREFLIGHT=1 TRAINLET_PREFLIGHT_MIN_BUSBW=-1", "-- true", 78,
+       "TRAINLET_PREFLIGHT_MIN_BUSBW='-1' is negative"},
+      {nogpu + " TRAINLET_NCCL_IDS=maybe", "-- true", 78, "nccl-ids"},
+      {nogpu + " CUDA_VISIBLE_DEVICES=0,,1", "--nproc-per-node gpu -- true", 78,
+       "CUDA_VISIBLE_DEVICES='0,,1' has an empty entry"},
+      {nogpu + " NCCL_SOCKET_IFNAME=nosuchif0", "-- true", 78,
+       "NCCL_SOCKET_IFNAME='nosuchif0': no interface matches; interfaces: lo"},
+      // Its run then says "no GPU: preflight skipped" (gpu/preflight.cc).
+      {nogpu + " TRAINLET_PREFLIGHT=1", "-- true", 0, "", 1},
+      // A flag means what it says on its own: --require-gpus without --preflight
+      // on a pod without a GPU is a hardware failure, not a silent success.
+      {"TRAINLET_LIBCUDA=/nonexistent/libcuda.so.1", "--require-gpus -- true", 74,
+       "--require-gpus: no usable GPU"},
+  };
+  for (const Row& r : rows) {
+    Outcome o = Trainlet(r.env, r.args);
+    EXPECT_EQ(o.code, r.code) << r.env << " " << r.args << "\n" << o.out << o.message;
+    EXPECT_NE(o.message.find(r.text), std::string::npos) << r.env << " " << r.args << "\n"
+                                                         << o.message;
+    if (r.code == 0) {
+      ASSERT_NE(o.pod(), nullptr) << r.args;
+      EXPECT_EQ(o.pod()->identity.nproc_per_node, r.workers) << r.env << " " << r.args;
+    }
+  }
+}
+
+// cli_test's FlagsFromTrainletAndPetEnvironment: PET_NPROC_PER_NODE
+// (torchrun's) and TRAINLET_* are honoured; the flag wins.
+TEST(CommandLine, FlagsFromTrainletAndPetEnvironment) {
+  struct Row {
+    std::string env, args;
+    std::uint32_t workers;
+  };
+  for (const Row& r : {Row{"PET_NPROC_PER_NODE=3", "-- true", 3},
+                       Row{"PET_NPROC_PER_NODE=3 TRAINLET_NPROC_PER_NODE=2", "-- true", 2},
+                       Row{"TRAINLET_NPROC_PER_NODE=2", "--nproc-per-node 1 -- true", 1}}) {
+    Outcome o = Trainlet(r.env, r.args);
+    ASSERT_NE(o.pod(), nullptr) << r.env << ": " << o.message;
+    EXPECT_EQ(o.pod()->identity.nproc_per_node, r.workers) << r.env << " " << r.args;
+    EXPECT_EQ(o.pod()->identity.nnodes, 1u);
+  }
+}
+
+// cli_test's GangFromEnvironmentGivesRoles: TRAINLET_GANG like --gang, a
+// one-pod gang whose only role is "solo" (the refusal is a BadInput row).
+TEST(CommandLine, GangFromEnvironmentGivesRoles) {
+  Outcome o = Trainlet("TRAINLET_GANG=solo=1", "--nproc-per-node 2 -- true");
+  ASSERT_NE(o.pod(), nullptr) << o.message;
+  EXPECT_EQ(o.pod()->identity.role_name, "solo");
+  EXPECT_EQ(o.pod()->identity.role_rank_base, 0u);
+  EXPECT_EQ(o.pod()->identity.role_world_size, 2u);
+  Outcome plain = Trainlet("", "-- true");
+  ASSERT_NE(plain.pod(), nullptr) << plain.message;
+  EXPECT_EQ(plain.pod()->identity.role_name, "default");
+  EXPECT_EQ(plain.pod()->identity.role_world_size, 1u);
+}
+
+// cli_test's ParsingStopsAtTheTrainerCommand: nothing after the first
+// positional is the launcher's; a trainer flag that shares a name with a
+// trainlet flag reaches the trainer.
+TEST(CommandLine, ParsingStopsAtTheTrainerCommand) {
+  // A bare first argument is a script for python (torchrun's); `sh` is none
+  // here: refused, saying how to run a program, not guessed.
+  Outcome r =
+      Trainlet("", "--nproc_per_node 1 sh -c 'echo args:$*' sh --log-level debug --nnodes 9");
+  EXPECT_EQ(r.code, 78) << r.out;
+  EXPECT_NE(r.message.find("'sh' is a program on PATH"), std::string::npos) << r.message;
+  r = Trainlet("", "--nproc_per_node 1 --no-python sh -c 'echo args:$*' sh --log-level debug "
+              "--nnodes 9");
+  EXPECT_EQ(r.code, 0) << r.message;
+  EXPECT_EQ(r.command(), "sh -c echo args:$* sh --log-level debug --nnodes 9");
+  EXPECT_EQ(r.pod()->identity.nnodes, 1u);
+  r = Trainlet("", "-- sh -c 'echo args:$*' sh --grace-period 1");
+  EXPECT_EQ(r.command(), "sh -c echo args:$* sh --grace-period 1");
+  EXPECT_EQ(r.pod()->grace, kDefaultGrace);
+}
+
+// A folder of scripts and programs for one test, removed after it.
+struct TempDir {
+  std::string path = "/tmp/front-end-test-" + std::to_string(::getpid());
+  TempDir() { std::filesystem::create_directories(path); }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string File(const std::string& name, const std::string& text, bool executable = false) {
+    const std::string p = path + "/" + name;
+    std::ofstream(p) << text;
+    if (executable) ::chmod(p.c_str(), 0755);
+    return p;
+  }
+};
+
+// cli_test's ScriptModuleAndRunPathRunWithPython: script.py runs as `python
+// -u script.py args` with PYTHON_EXEC (torchrun's), -m as `python -u -m`;
+// --python names the interpreter. (That --run-path's runpy sees the script's
+// argv is agent_binary_test's: it takes a real python.)
+TEST(CommandLine, ScriptModuleAndRunPathRunWithPython) {
+  TempDir dir;
+  const std::string py = dir.File("fakepy", "#!/bin/sh\necho \"py:$*\"\n", true);
+  const std::string train = dir.File("train.py", "");  // a missing script is refused
+  struct Row {
+    std::string env, args, command;
+  };
+  for (const Row& r : {
+           Row{"PYTHON_EXEC=" + py, train + " --epochs 3", py + " -u " + train + " --epochs 3"},
+           Row{"", "--python " + py + " -m pkg.mod --x 1", py + " -u -m pkg.mod --x 1"},
+           Row{"PET_MODULE=1 TRAINLET_PYTHON=" + py, "pkg.mod", py + " -u -m pkg.mod"},
+           Row{"PET_NO_PYTHON=1", "sh -c 'echo direct'", "sh -c echo direct"},
+       }) {
+    Outcome o = Trainlet(r.env, r.args);
+    EXPECT_EQ(o.code, 0) << r.env << " " << r.args << ": " << o.message;
+    EXPECT_EQ(o.command(), r.command) << r.env << " " << r.args;
+  }
+  Outcome o = Trainlet("", "--python /usr/bin/python3 --run-path --no-python " +
+                          dir.File("t.py", "") + " a b");
+  EXPECT_EQ(o.code, 0) << o.message;
+  ASSERT_NE(o.pod(), nullptr);
+  const std::vector<std::string>& c = o.pod()->command;
+  ASSERT_GE(c.size(), 3u);
+  EXPECT_EQ(c[0], "/usr/bin/python3");
+  EXPECT_EQ(std::vector<std::string>(c.end() - 3, c.end()),
+            (std::vector<std::string>{dir.path + "/t.py", "a", "b"}));
+}
+
+// cli_test's TorchrunFlagsInBothSpellingsAndPetVariables.
+TEST(CommandLine, TorchrunFlagsInBothSpellingsAndPetVariables) {
+  Outcome r = Trainlet("", "--nproc_per_node 2 --role trainer --rdzv_id job7 --max_restarts 0 "
+                      "--monitor_interval 1 --start_method fork --rdzv_backend c10d --nnodes 1:1 "
+                      "--no-python true");
+  ASSERT_NE(r.pod(), nullptr) << r.message;
+  EXPECT_EQ(r.pod()->identity.role_name, "trainer");
+  EXPECT_EQ(r.pod()->identity.job_id, "job7");
+  EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
+  r = Trainlet("PET_ROLE=w PET_RDZV_ID=j PET_NPROC_PER_NODE=2 NCCL_ASYNC_ERROR_HANDLING=0",
+          "--no-python true");
+  ASSERT_NE(r.pod(), nullptr) << r.message;
+  EXPECT_EQ(r.pod()->identity.role_name, "w");
+  EXPECT_EQ(r.pod()->identity.job_id, "j");
+  EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
+}
+
+// cli_test's AbbreviatedTorchrunFlags: argparse's abbreviations of torchrun's
+// flags, with torchrun's meaning; `local` takes them for the torchrun flags it has.
+TEST(CommandLine, AbbreviatedTorchrunFlags) {
+  Outcome r = Trainlet("", "--nproc 2 --max_rest 0 --ro=trainer --rdzv-i job7 --no-py sh -c "
+                      "'echo $ROLE_NAME/$TORCHELASTIC_RUN_ID/$WORLD_SIZE' --nproc");
+  ASSERT_NE(r.pod(), nullptr) << r.message;
+  EXPECT_EQ(r.pod()->identity.role_name, "trainer");
+  EXPECT_EQ(r.pod()->identity.job_id, "job7");
+  EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
+  EXPECT_EQ(r.pod()->command.back(), "--nproc");  // the trainer's
+  r = Trainlet("", "local --nn 2 --nproc 1 --no-py sh -c 'echo $RANK/$WORLD_SIZE'");
+  ASSERT_NE(r.local(), nullptr) << r.message;
+  EXPECT_EQ(r.local()->nnodes, 2u);
+  EXPECT_EQ(r.local()->nproc_per_node, 1u);
+}
+
+// cli_test's StandaloneIsAGangOfOne: a gang of one on free ports, whatever
+// the environment says.
+TEST(CommandLine, StandaloneIsAGangOfOne) {
+  Outcome r = Trainlet("JOB_COMPLETION_INDEX=3 PET_STANDALONE=1", "--nproc-per-node 2 -- true");
+  ASSERT_NE(r.pod(), nullptr) << r.message;
+  EXPECT_EQ(r.pod()->identity.index, 0u);
+  EXPECT_EQ(r.pod()->identity.nnodes, 1u);
+  EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
+  EXPECT_NE(r.pod()->rdzv_port, kDefaultRdzvPort);  // a free port instead
+  EXPECT_NE(r.pod()->master_port, 29500);
+}
+
+// cli_test's RepeatedTorchrunFlagsTakeTheLastValue: torchrun's flags may be
+// repeated, the last wins (argparse), and a one-letter option takes "=VALUE".
+TEST(CommandLine, RepeatedTorchrunFlagsTakeTheLastValue) {
+  Outcome r = Trainlet("", "--nproc_per_node 1 --nproc-per-node=2 --nnodes 1 --nnodes=1 "
+                      "--role a --role b --no-python true");
+  ASSERT_NE(r.pod(), nullptr) << r.message;
+  EXPECT_EQ(r.pod()->identity.role_name, "b");
+  EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
+  TempDir dir;
+  r = Trainlet("", "--log-dir " + dir.path + " --rdzv-id rep -r 3 -r=1 -t=2 --no-python true");
+  ASSERT_NE(r.pod(), nullptr) << r.message;
+  const WorkerLogOptions& logs = r.pod()->logs;
+  EXPECT_EQ(logs.log_dir, dir.path);
+  // -r=1 redirects stdout only, -t=2 tees stderr only (worker_logs.h StdSpec).
+  EXPECT_EQ(logs.redirects.For(0), kStdOut);
+  EXPECT_EQ(logs.tee.For(0), kStdErr);
+}
+
+// cli_test's RendezvousEndpointAndTheLeadersOtherSources: the leader's
+// address: a flag wins over TRAINLET_*, which wins over PET_*, the loser is
+// named in the log, and the plan names the source used.
+TEST(CommandLine, RendezvousEndpointAndTheLeadersOtherSources) {
+  struct Row {
+    std::string env, args, host;
+    std::uint16_t port;
+    std::string source, logged = "";
+  };
+  const std::string member = "--nnodes 2 --node-rank 1 --rdzv-timeout 0.2 ";
+  for (const Row& r : {
+           Row{"TRAINLET_MASTER_ADDR=127.0.0.9", member + "--rdzv-endpoint 127.0.0.2:29401 -- true",
+               "127.0.0.2", 29401, "--rdzv-endpoint",
+               "TRAINLET_MASTER_ADDR='127.0.0.9' is overridden by --rdzv-endpoint='127.0.0.2'"},
+           Row{"PET_RDZV_ENDPOINT=127.0.0.2:29401", member + "--master-addr 127.0.0.3 -- true",
+               "127.0.0.3", 29401, "--master-addr"},
+           Row{"TRAINLET_RDZV_PORT=29444", member + "--rdzv-endpoint 127.0.0.2:29401 -- true",
+               "127.0.0.2", 29401, "--rdzv-endpoint"},
+           Row{"", member + "--rdzv-endpoint 127.0.0.2 --rdzv-port 29444 -- true", "127.0.0.2",
+               29444, "--rdzv-endpoint"},
+           Row{"MASTER_ADDR=127.0.0.5", member + "--rdzv-endpoint 127.0.0.2 -- true", "127.0.0.2",
+               29400, "--rdzv-endpoint"},
+           Row{"", member + "--rdzv-endpoint [::1]:29402 -- true", "::1", 29402,
+               "--rdzv-endpoint"},
+           Row{"PET_MASTER_ADDR=127.0.0.4", member + "-- true", "127.0.0.4", 29400,
+               "PET_MASTER_ADDR"},
+       }) {
+    Outcome o = Trainlet(r.env, r.args);
+    ASSERT_NE(o.pod(), nullptr) << r.env << " " << r.args << ": " << o.message;
+    EXPECT_EQ(o.pod()->identity.leader_host, r.host) << r.env << " " << r.args;
+    EXPECT_EQ(o.pod()->rdzv_port, r.port) << r.env << " " << r.args;
+    EXPECT_EQ(o.pod()->identity.leader_source, r.source) << r.env << " " << r.args;
+    EXPECT_NE(o.out.find(r.logged), std::string::npos) << r.env << " " << r.args << "\n" << o.out;
+  }
+  Outcome s = Trainlet("", "--standalone -- true");
+  ASSERT_NE(s.pod(), nullptr) << s.message;
+  EXPECT_EQ(s.pod()->identity.index, 0u);
+  EXPECT_EQ(s.pod()->identity.nnodes, 1u);
+  EXPECT_EQ(s.pod()->identity.index_source, "--standalone");
+}
+
+// The lines of agent/tests/data/torchrun-flags.txt (scripts/torchrun-flags)
+// that start with `kind`, without it.
+std::vector<std::vector<std::string>> TorchrunList(const std::string& kind) {
+  std::ifstream in(TORCHRUN_FLAGS);
+  std::vector<std::vector<std::string>> out;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string first;
+    words >> first;
+    if (first != kind) continue;
+    out.emplace_back(std::istream_iterator<std::string>(words), std::istream_iterator<std::string>());
+  }
+  return out;
+}
+
+// cli_test's EveryTorchrunFlagOfTheTrackedVersion: every flag of the torchrun
+// that README names (the list scripts/torchrun-flags took from its run.py), in
+// each of its spellings, is accepted with torchrun's values; what it means here
+// is README's table. A flag added to the list without a row here fails the
+// test, naming it. `expected` is in the refusal, the log or the trainer's
+// command line (the binary test read the workers' output: the row of
+// --log-line-prefix-template and --virtual-local-rank check their plan below).
+TEST(CommandLine, EveryTorchrunFlagOfTheTrackedVersion) {
+  TempDir dir;
+  const std::string script = dir.File("t.py", "print('ran')\n");
+  struct Use {
+    std::string value;                // the flag's value ("" for a switch)
+    std::string trainer = "-- true";  // what follows
+    int code = 0;
+    std::string expected;  // in what it says
+  };
+  auto U = [](std::string value, std::string trainer = "-- true", int code = 0,
+              std::string expected = "") { return Use{value, trainer, code, expected}; };
+  const std::map<std::string, Use> uses = {
+      {"--nnodes", U("1:1")},
+      {"--nproc-per-node", U("2")},
+      {"--rdzv-backend", U("c10d")},
+      {"--rdzv-endpoint", U("localhost:0")},  // torchtitan's run_train.sh
+      {"--rdzv-id", U("job")},
+      {"--rdzv-conf", U("join_timeout=30,last_call_timeout=5,is_host=1", "-- true", 0,
+       "is_host=1 has no effect")},
+      {"--standalone", U("")},
+      {"--max-restarts", U("0")},
+      {"--monitor-interval", U("5")},
+      {"--start-method", U("fork")},
+      {"--event-log-handler", U("null")},
+      {"--role", U("trainer")},
+      {"-m", U("", "json.tool -h", 0, "-m json.tool -h")},
+      {"--no-python", U("", "true")},
+      {"--run-path", U("", script, 0, script)},
+      {"--log-dir", U(dir.path + "/logs")},
+      {"-r", U("0")},
+      {"-t", U("0")},
+      {"--log-line-prefix-template", U("<$rank> ", "-- echo hi")},
+      {"--local-ranks-filter", U("0")},
+      {"--duplicate-stdout-filters", U("a,b", "-- true", 0, "has no effect")},
+      {"--duplicate-stderr-filters", U("a", "-- true", 0, "has no effect")},
+      {"--node-rank", U("0", "--nnodes 1 -- true")},
+      {"--master-addr", U("127.0.0.1")},
+      {"--master-port", U("29511")},
+      {"--local-addr", U("127.0.0.1")},
+      {"--logs-specs", U("custom", "-- true", 78, "a torchrun.logs_specs plugin is Python")},
+      {"--numa-binding", U("node", "-- true", 0, "has no effect: trainlet binds no CPUs")},
+      {"--signals-to-handle", U("SIGTERM,SIGINT,SIGUSR1")},
+      {"--shutdown-timeout", U("5")},
+      {"--virtual-local-rank", U("")},
+      {"--print-completion", U("bash", "", 0, "no shell completion script")},
+  };
+  const auto flags = TorchrunList("value"), switches = TorchrunList("switch");
+  ASSERT_GT(flags.size() + switches.size(), 30u) << TORCHRUN_FLAGS;
+  for (const auto* list : {&flags, &switches}) {
+    for (const auto& spellings : *list) {
+      for (const std::string& name : spellings) {
+        const std::string& key = spellings.front();  // the row: torchrun's first spelling
+        auto it = uses.find(key);
+        ASSERT_NE(it, uses.end()) << "no row for torchrun's " << name << " (" << key << ")";
+        const Use& u = it->second;
+        const std::string args = name + (u.value.empty() ? "" : " '" + u.value + "'") + " " +
+                                 u.trainer;
+        Outcome o = Trainlet("", args);
+        const std::string said = o.message + "\n" + o.out + "\n" + o.command();
+        EXPECT_EQ(o.code, u.code) << args << "\n" << said;
+        EXPECT_EQ(said.find("unknown option"), std::string::npos) << args << "\n" << said;
+        EXPECT_NE(said.find(u.expected), std::string::npos) << args << "\n" << said;
+      }
+    }
+  }
+  Outcome prefix = Trainlet("", "--log-line-prefix-template '<$rank> ' -- echo hi");
+  ASSERT_NE(prefix.pod(), nullptr) << prefix.message;
+  EXPECT_EQ(prefix.pod()->logs.prefix_template, "<$rank> ");
+  Outcome virt = Trainlet("", "--virtual-local-rank -- true");
+  ASSERT_NE(virt.pod(), nullptr) << virt.message;
+  EXPECT_TRUE(virt.pod()->virtual_local_rank);
+}
+
+// cli_test's SubcommandNamesRunAsTrainersAnywhereElse: a subcommand is one
+// only as the very first argument; every subcommand's name is also a module or
+// program the trainer may be (torchrun has no subcommands). Running them as the
+// first argument is cli_test's.
+TEST(CommandLine, SubcommandNamesRunAsTrainersAnywhereElse) {
+  TempDir dir;
+  const std::string py = dir.File("fakepy", "#!/bin/sh\necho \"py:$*\"\n", true);
+  for (const std::string name : {"local", "exit-codes", "probe", "policy", "preflight"}) {
+    const std::string prog = dir.File(name, "#!/bin/sh\necho \"prog:$0 $*\"\n", true);
+    struct Row {
+      std::string env, args, command;
+      std::uint32_t workers = 1;
+    };
+    for (const Row& r : {
+             Row{"", "--python " + py + " -m " + name, py + " -u -m " + name},
+             Row{"", "--python " + py + " -m " + name + " --epochs 3",
+                 py + " -u -m " + name + " --epochs 3"},
+             Row{"", "--nproc 2 --python " + py + " -m " + name, py + " -u -m " + name, 2},
+             Row{"PET_MODULE=1 PYTHON_EXEC=" + py, name + " x", py + " -u -m " + name + " x"},
+             Row{"TRAINLET_MODULE=1 PYTHON_EXEC=" + py, name, py + " -u -m " + name},
+             Row{"PATH=" + dir.path + ":/usr/bin:/bin", "--no-python " + name + " a",
+                 name + " a"},
+             Row{"PET_NO_PYTHON=1 PATH=" + dir.path + ":/usr/bin:/bin", name, name},
+             Row{"", "-- " + prog, prog},
+         }) {
+      Outcome o = Trainlet(r.env, r.args);
+      EXPECT_EQ(o.code, 0) << r.env << " " << r.args << "\n" << o.message;
+      EXPECT_FALSE(o.front.exit) << r.env << " " << r.args << ": ran as a subcommand";
+      ASSERT_NE(o.pod(), nullptr) << r.env << " " << r.args << "\n" << o.message;
+      EXPECT_EQ(o.command(), r.command) << r.env << " " << r.args;
+      EXPECT_EQ(o.pod()->identity.nproc_per_node, r.workers) << r.args;
+    }
+  }
+}
+
+// cli_test's LocalTakesLogFilesHealthPortsAndRefusesWhatItIgnores, its
+// refusals: `trainlet local` refuses variables it would ignore (the run's log
+// files and health ports are agent_binary_test's).
+TEST(CommandLine, LocalRefusesWhatItIgnores) {
+  for (const char* env : {"TRAINLET_NODE_RANK=1", "PET_MASTER_ADDR=h", "TRAINLET_RDZV_ENDPOINT=h"}) {
+    Outcome o = Trainlet(env, "local --nnodes 2 -- true");
+    EXPECT_EQ(o.code, 78) << env << ": " << o.message;
+    EXPECT_NE(o.message.find(std::string(env).substr(0, std::string(env).find('=')) +
+                             " is set, but `trainlet local` has no --"),
+              std::string::npos)
+        << o.message;
+  }
+  // TRAINLET_TEE is honoured now (it was ignored without a word).
+  Outcome t = Trainlet("TRAINLET_TEE=x", "local -- true");
+  EXPECT_EQ(t.code, 78) << t.message;
+  EXPECT_NE(t.message.find("TRAINLET_TEE='x'"), std::string::npos) << t.message;
+}
+
+// Was cli_test's: trainlet local's ports (and --standalone's) come from below
+// the ephemeral range, so no outgoing connection takes one between the choice
+// and the agents' bind (a TSan run of the suite once lost the rendezvous port
+// to another test's connection for 30 s); they differ and are free.
+TEST(Probe, LocalPortsAreFreeAndBelowTheEphemeralRange) {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0, high = 0;
+  ASSERT_TRUE(range >> low >> high);
+  const std::vector<std::uint16_t> ports = FreeLoopbackPorts(3);
+  ASSERT_EQ(ports.size(), 3u);
+  EXPECT_EQ(std::set<std::uint16_t>(ports.begin(), ports.end()).size(), 3u);
+  for (std::uint16_t port : ports) {
+    EXPECT_LT(port, low);
+    EXPECT_GE(port, 1024);
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << port;
+    ::close(fd);
+  }
 }
 
 }  // namespace

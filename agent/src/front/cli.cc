@@ -37,6 +37,7 @@ namespace trainlet::agent {
 namespace {
 
 using enum Flag;
+using exitcodes::Status;
 
 std::map<std::string, std::string> Environment() {
   std::map<std::string, std::string> env;
@@ -113,18 +114,6 @@ std::vector<std::string> OptionNames(const CLI::App& app) {
   return names;
 }
 
-// How a failure after the exit-code table is reported: with its codes, the
-// termination log and the pod's index when one of its sources parses.
-struct Reporter {
-  exitcodes::ExitCodeTable codes;
-  std::string termination_log;
-  std::uint32_t index_hint = 0;
-
-  int operator()(const exitcodes::Status& st) const {
-    return StartupError(st.failure_class(), st.message(), codes, termination_log, index_hint);
-  }
-};
-
 // The pod's index for the summary, when one of its sources parses (the
 // failure may be about something else entirely).
 std::uint32_t IndexHint(const FlagValues& f) {
@@ -193,24 +182,24 @@ std::optional<int> RunOtherSubcommand(const OtherSubcommands& o) {
   return std::nullopt;
 }
 
-// An option SplitAtTrainer could not place: ambiguous or unknown.
-std::optional<int> RefuseUnknown(const SplitArgs& scanned, const CLI::App& app) {
+// An option SplitAtTrainer could not place: ambiguous or unknown (class config).
+Status RefuseUnknown(const SplitArgs& scanned, const CLI::App& app) {
   const std::string& unknown = scanned.unknown;
   if (!scanned.could_match.empty()) {
     std::string list;
     for (const auto& c : scanned.could_match) list += (list.empty() ? "" : ", ") + c;
     // argparse's words ("ambiguous option: --n could match --nnodes, ...").
-    return ConfigError("ambiguous option: " + unknown + " could match " + list +
-                       "; write more of it, or the flag in full");
+    return Status::Config("ambiguous option: " + unknown + " could match " + list +
+                          "; write more of it, or the flag in full");
   }
-  if (unknown.empty()) return std::nullopt;
+  if (unknown.empty()) return Status::Ok();
   const std::vector<std::string> names = OptionNames(app);
   std::string near = NearestOption(unknown, names);
   // "--grace": trainlet's own flags are written in full; say which one.
   if (near.empty()) near = AbbreviationOf(unknown, names).full;
-  return ConfigError("unknown option '" + unknown + "'" +
-                     (near.empty() ? "" : " (did you mean " + near + "?)") +
-                     "; the trainer's own options go after its script or after --");
+  return Status::Config("unknown option '" + unknown + "'" +
+                        (near.empty() ? "" : " (did you mean " + near + "?)") +
+                        "; the trainer's own options go after its script or after --");
 }
 
 // JSON logs before the parse (the launcher's own arguments only): its errors
@@ -227,27 +216,36 @@ void UseEarlyJsonLogs(const std::string& argv0, const SplitArgs& split,
   }
 }
 
-// CLI11's parse of `args` (argv[0] first); an exit code when it ends here.
-std::optional<int> Cli11Parse(CLI::App& app, std::vector<std::string> args) {
+// How the front end ends before the plan: an exit code (--help, --version, a
+// subcommand ran), or a refusal (class config, reported without the exit-code table).
+struct Ending {
+  std::optional<int> exit;
+  Status status = Status::Ok();
+  bool ends() const { return exit || !status.ok(); }
+};
+
+// CLI11's parse of `args` (argv[0] first).
+Ending Cli11Parse(CLI::App& app, std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return {app.exit(e)};
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return {app.exit(e)};
   } catch (const CLI::Success& e) {
-    return app.exit(e);  // --version
+    return {app.exit(e)};  // --version
   } catch (const CLI::ArgumentMismatch& e) {
     // A subcommand's option given twice (the agent's are checked before the parse).
     const std::string what = e.what();
     const auto at = what.find(": At Most 1 required");
-    return ConfigError(at == std::string::npos ? what : GivenTwice(what.substr(0, at)));
+    return {std::nullopt,
+            Status::Config(at == std::string::npos ? what : GivenTwice(what.substr(0, at)))};
   } catch (const CLI::ParseError& e) {
-    return ConfigError(e.what());
+    return {std::nullopt, Status::Config(e.what())};
   }
-  return std::nullopt;
+  return {};
 }
 
 std::unique_ptr<CLI::App> MakeApp() {
@@ -273,12 +271,12 @@ std::unique_ptr<CLI::App> MakeApp() {
   return app;
 }
 
-// The command line, parsed: an exit code when it ends here, else the chosen
-// form's flag values and its launcher/trainer split.
+// The command line, parsed: how it ends here, else the chosen form's flag
+// values and its launcher/trainer split.
 struct CommandLine {
-  std::optional<int> exit;
-  std::unique_ptr<FlagValues> flags;
-  SplitArgs split;
+  Ending ending;
+  std::unique_ptr<FlagValues> flags{};
+  SplitArgs split{};
 };
 
 // The form the arguments ask for, scanned and parsed (the subcommands other
@@ -313,10 +311,10 @@ CommandLine ParseCommandLine(const std::vector<std::string>& argv,
     const bool is_local = sub == "local";
     CLI::App& form_app = is_local ? *local_app : *app;
     const SplitArgs& scanned = is_local ? local_split : split;
-    if (auto code = RefuseUnknown(scanned, form_app)) return {code, nullptr, {}};
+    if (Status s = RefuseUnknown(scanned, form_app); !s.ok()) return {{std::nullopt, s}};
     FlagValues& f = is_local ? *local : *pod;
-    if (auto s = f.NoteOnLine(form_app, scanned.options); !s.ok()) {
-      return {ConfigError(s.message()), nullptr, {}};
+    if (Status s = f.NoteOnLine(form_app, scanned.options); !s.ok()) {
+      return {{std::nullopt, s}};
     }
     cli_args.insert(cli_args.end(), split.launcher.begin(), split.launcher.end());
     if (is_local) {
@@ -328,49 +326,78 @@ CommandLine ParseCommandLine(const std::vector<std::string>& argv,
   }
   OtherSubcommands others;
   AddOtherSubcommands(*app, &others);
-  if (auto code = Cli11Parse(*app, cli_args)) return {code, nullptr, {}};
+  if (Ending e = Cli11Parse(*app, cli_args); e.ends()) return {e};
   if (pod->Set(kPrintCompletion)) {  // torchrun's; exits, as there
     std::puts("# trainlet has no shell completion script (torchrun's --print-completion)");
-    return {0, nullptr, {}};
+    return {{0}};
   }
-  if (auto code = RunOtherSubcommand(others)) return {code, nullptr, {}};
+  if (auto code = RunOtherSubcommand(others)) return {{code}};
   const bool is_local = local_app->parsed();
   std::unique_ptr<FlagValues>& chosen = is_local ? local : pod;
   chosen->Freeze();
-  return {std::nullopt, std::move(chosen), is_local ? local_split : split};
+  return {{}, std::move(chosen), is_local ? local_split : split};
 }
 
-// What runs after the front end: an exit code (the front end ended it), or a plan.
-using Plan = std::variant<int, LocalOptions, PodOptions>;
-
 // Validate -> Probe -> Plan, for the form `f` holds.
-Plan MakePlan(const FlagValues& f, const SplitArgs& split) {
+exitcodes::Result<PlannedRun> PlanForm(
+    const FlagValues& f, const SplitArgs& split, const exitcodes::ExitCodeTable& table,
+    const ProbeFn& probe) {
+  auto settings = Validate(f, split, table);
+  if (!settings.ok()) return settings.status();
+  const NodeFacts node = probe(f, *settings);
+  auto trainer = PlanTrainer(f, *settings, node, split);
+  if (!trainer.ok()) return trainer.status();
+  if (f.form() == Form::kLocal) {
+    auto local = PlanLocal(f, *settings, node, split, *trainer);
+    if (!local.ok()) return local.status();
+    return PlannedRun(std::move(local).value());
+  }
+  auto pod = PlanPod(f, *settings, node, split, *trainer);
+  if (!pod.ok()) return pod.status();
+  return PlannedRun(std::move(pod).value());
+}
+
+// The logging the flags ask for, the exit-code table, then PlanForm; how
+// each failure is reported.
+FrontEnd MakePlan(const FlagValues& f, const SplitArgs& split, const ProbeFn& probe) {
+  FrontEnd out;
   const std::string& level = f.Value(kLogLevel);
   ConfigureLogging(f.Value(kLogFormat) == "json" ? LogFormat::kJson : LogFormat::kText, level);
   if (!level.empty() && spdlog::level::from_str(level) == spdlog::level::off && level != "off") {
-    return ConfigError("--log-level='" + level + "' is not one of trace, debug, info, "
-                       "warn, error, off");
+    out.status = Status::Config("--log-level='" + level + "' is not one of trace, debug, info, "
+                                "warn, error, off");
+    return out;
   }
-  const std::string& termination_log = f.Value(kTerminationLog);
+  out.termination_log = f.Value(kTerminationLog);
   auto table = exitcodes::ExitCodeTable::FromFlags(f.List(kExitCode), f.Value(kFatalExitCodes));
-  if (!table.ok()) return ConfigError(table.status().message(), {}, termination_log);
-  const Reporter report{*table, termination_log, IndexHint(f)};
-  auto settings = Validate(f, split, *table);
-  if (!settings.ok()) return report(settings.status());
-  const NodeFacts node = Probe(f, *settings);
-  auto trainer = PlanTrainer(f, *settings, node, split);
-  if (!trainer.ok()) return report(trainer.status());
-  if (f.form() == Form::kLocal) {
-    auto local = PlanLocal(f, *settings, node, split, *trainer);
-    if (!local.ok()) return report(local.status());
-    return std::move(local).value();
+  if (!table.ok()) {
+    out.status = Status::Config(table.status().message());
+    return out;
   }
-  auto pod = PlanPod(f, *settings, node, split, *trainer);
-  if (!pod.ok()) return report(pod.status());
-  return std::move(pod).value();
+  out.codes = *table;
+  out.pod_index = IndexHint(f);
+  auto planned = PlanForm(f, split, *table, probe);
+  if (planned.ok()) {
+    out.plan = std::move(planned).value();
+  } else {
+    out.status = planned.status();
+  }
+  return out;
 }
 
 }  // namespace
+
+FrontEnd PlanCommandLine(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env, const ProbeFn& probe) {
+  CommandLine command_line = ParseCommandLine(argv, env);
+  if (command_line.ending.ends()) {
+    FrontEnd out;
+    out.exit = command_line.ending.exit;
+    out.status = command_line.ending.status;
+    return out;
+  }
+  return MakePlan(*command_line.flags, command_line.split, probe);
+}
 
 int Main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);
@@ -380,18 +407,20 @@ int Main(int argc, char** argv) {
   if (args.size() > 1 && args[1] == "preflight" && env.contains("TRAINLET_PREFLIGHT_RANK")) {
     return gpu::PreflightChildMain();
   }
-  Plan plan = 0;
-  {
-    CommandLine command_line = ParseCommandLine(args, env);
-    if (command_line.exit) return *command_line.exit;
-    plan = MakePlan(*command_line.flags, command_line.split);
+  // The parser's state is gone when PlanCommandLine returns.
+  FrontEnd front = PlanCommandLine(args, env, [](const FlagValues& f, const Settings& s) {
+    return Probe(f, s);  // front_end.h's
+  });
+  if (front.exit) return *front.exit;
+  if (!front.status.ok()) {
+    return StartupError(front.status.failure_class(), front.status.message(), front.codes,
+                        front.termination_log, front.pod_index);
   }
-  if (const int* code = std::get_if<int>(&plan)) return *code;
-  if (const auto* local = std::get_if<LocalOptions>(&plan)) return RunLocal(*local);
+  if (const auto* local = std::get_if<LocalOptions>(&front.plan)) return RunLocal(*local);
   // The parser's ~60 options are freed by now: hand the pages back to the
   // kernel before an agent that runs for days (bench/HISTORY.md: memory).
   ::malloc_trim(0);
-  return RunPod(std::get<PodOptions>(plan));
+  return RunPod(std::get<PodOptions>(front.plan));
 }
 
 }  // namespace trainlet::agent

@@ -7,6 +7,9 @@ namespace trainlet::agent {
 
 using exitcodes::FailureClass;
 using Kind = Conclusion::Kind;
+using Phase = Generation::Phase;
+using Decision = Generation::Decision;
+using Cause = Generation::Cause;
 
 namespace {
 std::string FirstWords(std::uint32_t index, FailureClass c, const std::string& reason);
@@ -39,42 +42,43 @@ GangActions GangPolicyBase::Conclude(GangActions a, Conclusion c) {
 }
 
 GangActions GangPolicyBase::ConcludeNow(GangActions a) {
-  const Generation& g = gen_;
-  auto terminated = [&] {
-    return Conclusion{.kind = Kind::kTerminated,
-                      .failure_class = FailureClass::kTerminated,
-                      .stop_signal = stop_signal_.value_or(15)};
-  };
+  const Cause& c = gen_.cause;
+  const Conclusion terminated{.kind = Kind::kTerminated,
+                              .failure_class = FailureClass::kTerminated,
+                              .stop_signal = stop_signal_.value_or(15)};
   // A preempted gang gets SIGTERM in every pod, in some order: a pod stopping
   // because a peer was terminated, that then gets its own, was preempted too.
-  if (g.terminated_first || (stop_signal_ && (g.peer_terminated || g.restarting()))) {
-    return Conclude(std::move(a), terminated());
+  if (c.kind == Cause::Kind::kStopSignal ||
+      (stop_signal_ && (c.kind == Cause::Kind::kPeerStopped || gen_.restarting()))) {
+    return Conclude(std::move(a), terminated);
   }
-  if (g.peer) {
-    return Conclude(std::move(a), {.kind = Kind::kPeerFailed,
-                                   .failure_class = FailureClass::kPeerFailed,
-                                   .reason = *g.peer});
-  }
-  if (g.own) {
-    if (g.own_stall) {
+  switch (c.kind) {
+    case Cause::Kind::kPeer:
+    case Cause::Kind::kPeerStopped:
+      return Conclude(std::move(a), {.kind = Kind::kPeerFailed,
+                                     .failure_class = FailureClass::kPeerFailed,
+                                     .reason = c.reason});
+    case Cause::Kind::kOwnStall:
       return Conclude(std::move(a), {.kind = Kind::kStall,
                                      .failure_class = FailureClass::kInfra,
-                                     .reason = g.own->reason});
-    }
-    if (g.own->failure_class == FailureClass::kTerminated) return Conclude(std::move(a), terminated());
-    return Conclude(std::move(a), {.kind = Kind::kOwn,
-                                   .failure_class = g.own->failure_class,
-                                   .reason = g.own->reason});
+                                     .reason = c.reason});
+    case Cause::Kind::kOwn:
+      if (c.failure_class == FailureClass::kTerminated) return Conclude(std::move(a), terminated);
+      return Conclude(std::move(a),
+                      {.kind = Kind::kOwn, .failure_class = c.failure_class, .reason = c.reason});
+    case Cause::Kind::kNone:
+    case Cause::Kind::kStopSignal:  // above
+      break;
   }
-  if (stop_signal_) return Conclude(std::move(a), terminated());
-  if (g.success) return Conclude(std::move(a), {.kind = Kind::kOk});
+  if (stop_signal_) return Conclude(std::move(a), terminated);
+  if (gen_.succeeded()) return Conclude(std::move(a), {.kind = Kind::kOk});
   return Conclude(std::move(a), {.kind = Kind::kOwn, .failure_class = FailureClass::kWorker});
 }
 
 GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
   // The next generation's count (the next assignment says it again).
-  const bool grow = gen_.decision == Generation::Decision::kGrow;
+  const bool grow = gen_.decision == Decision::kGrow;
   restarts_ = NextRestarts(restarts_, {.joined = grow, .failed = !grow}, config_.max_restarts).restarts;
   gen_ = {};
   restarted_ = true;
@@ -86,13 +90,10 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
   if (const auto* a = std::get_if<gang::Assigned>(&e)) {
     generation_ = a->generation;
     restarts_ = a->restarts.value_or(a->generation);
-    gen_.phase = Generation::Phase::kRunning;
+    // A spare has no workers to wait for, and never a success of its own.
+    gen_.phase = a->spare ? Phase::kSpare : Phase::kRunning;
     gen_.spares = a->spares;
     gen_.active = a->nnodes;
-    if (a->spare) {
-      gen_.spare = true;
-      gen_.phase = Generation::Phase::kDone;  // no workers to wait for; never a success of its own
-    }
     return GangActions{};
   }
   if (const auto* f = std::get_if<gang::AgentFailed>(&e)) {
@@ -120,8 +121,7 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
 
 std::optional<GangActions> GangPolicyBase::OnWorkersDoneCommon(const gang::WorkersDone& d) {
   if (gen_.done()) return GangActions{};
-  gen_.phase = Generation::Phase::kDone;
-  gen_.success = d.success && !gen_.own;
+  gen_.phase = d.success && !gen_.cause.own() ? Phase::kSucceeded : Phase::kExited;
   if (gen_.restarting()) {
     if (stop_signal_) return ConcludeNow();  // SIGTERM while stopping for a restart: 143
     return Restart();
@@ -132,7 +132,7 @@ std::optional<GangActions> GangPolicyBase::OnWorkersDoneCommon(const gang::Worke
 // ---- The leader ----
 
 bool LeaderPolicy::GangSucceeded() const {
-  return gen_.member_succeeded || (gen_.done() && gen_.success);
+  return gen_.decision == Decision::kSucceeded || gen_.succeeded();
 }
 
 // Concludes the leader; when the gang succeeded, the spares still waiting are
@@ -153,7 +153,7 @@ GangActions LeaderPolicy::ConcludeGang(GangActions a) {
 GangActions LeaderPolicy::MaybeConclude(GangActions a) {
   if (!gen_.done()) return a;
   if (gen_.first || AllSettled()) return ConcludeGang(std::move(a));
-  if (gen_.success) {
+  if (gen_.succeeded()) {
     a.log = "workers finished; waiting for the other pods to finish";
     a.log_info = true;
   }
@@ -178,7 +178,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
                                        .next_generation = generation_ + 1,
                                        .failure_class = static_cast<std::uint16_t>(c)};
   if (restart) {
-    gen_.decision = Generation::Decision::kRestart;
+    gen_.decision = Decision::kRestart;
     a.log = "gang: " + reason + "; restarting in place (restart " +
             std::to_string(restarts_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
   } else if (index == config_.index && (gen_.active != 0 ? gen_.active : config_.nnodes) == 1) {
@@ -192,8 +192,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   }
   if (index != config_.index) {
     if (!restart) {
-      gen_.peer = FirstWords(index, c, reason);
-      gen_.peer_terminated = c == FailureClass::kTerminated;
+      gen_.cause = Cause::Peer(FirstWords(index, c, reason), c == FailureClass::kTerminated);
     }
     a.stop_workers = diag;
   }
@@ -204,7 +203,8 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
 GangActions LeaderPolicy::OnReport(const gang::Report& r) {
   gen_.settled.insert(r.index);
   if (r.report.ok) {
-    gen_.member_succeeded = true;
+    // A restart decided before stays decided.
+    if (gen_.decision == Decision::kOpen) gen_.decision = Decision::kSucceeded;
     return MaybeConclude();
   }
   const auto c = static_cast<FailureClass>(r.report.failure_class);
@@ -230,16 +230,16 @@ GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
   }
   if (!gen_.settled.insert(l.index).second) return {};
   // Growing: every member closes its connection to rejoin the next round.
-  if (gen_.decision == Generation::Decision::kGrow) return {};
+  if (gen_.decision == Decision::kGrow) return {};
   return PodFailed(l.index, FailureClass::kInfra,
                    "pod " + std::to_string(l.index) + " was lost: " + l.why, false);
 }
 
 GangActions LeaderPolicy::OnLocalFailure(const gang::LocalFailure& f) {
-  // Collateral of a failure already known, or of the stop for a growing gang.
-  if (gen_.own || gen_.first || gen_.done() || gen_.restarting()) return {};
+  // Collateral of a known failure, or of the stop for a growing gang.
+  if (gen_.cause.own() || gen_.first || gen_.done() || gen_.restarting()) return {};
   const std::uint32_t own = config_.index;
-  gen_.own = f;
+  gen_.cause = Cause::Own(f);
   GangActions a = PodFailed(own, f.failure_class, "pod " + std::to_string(own) + ": " + f.reason,
                             f.hang);
   a.stop_workers = f.hang ? config_.hang_signal : 0;
@@ -247,10 +247,9 @@ GangActions LeaderPolicy::OnLocalFailure(const gang::LocalFailure& f) {
 }
 
 GangActions LeaderPolicy::OnOwnStall(const gang::OwnStall& s) {
-  if (gen_.own || gen_.first) return {};
+  if (gen_.cause.own() || gen_.first) return {};
   const std::uint32_t own = config_.index;
-  gen_.own = gang::LocalFailure{FailureClass::kInfra, s.why, false};
-  gen_.own_stall = true;
+  gen_.cause = Cause::OwnStall(s.why);
   GangActions a = PodFailed(own, FailureClass::kInfra, "pod " + std::to_string(own) + ": " + s.why,
                             false);
   a.stop_workers = 0;
@@ -268,7 +267,7 @@ GangActions LeaderPolicy::OnStopSignal(int signo) {
     // verdict is then collateral: the stop came first.)
     GangActions a;
     if (!gen_.first && !AllSettled()) {
-      gen_.terminated_first = true;
+      gen_.cause = Cause::StopSignal(why);
       a = PodFailed(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
                     false);
     }
@@ -276,9 +275,8 @@ GangActions LeaderPolicy::OnStopSignal(int signo) {
                                    .failure_class = FailureClass::kTerminated,
                                    .stop_signal = signo});
   }
-  if (gen_.first || gen_.own) return {};  // a failure came first; the workers stop anyway
-  gen_.terminated_first = true;
-  gen_.own = gang::LocalFailure{FailureClass::kTerminated, why, false};
+  if (gen_.first || gen_.cause.own()) return {};  // a failure came first; the workers stop anyway
+  gen_.cause = Cause::StopSignal(why);
   return PodFailed(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
                    false);
 }
@@ -294,15 +292,15 @@ GangActions LeaderPolicy::OnWorkersDone(const gang::WorkersDone& d) {
 GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
   GangActions a;
   a.log_info = true;
-  const bool open = gen_.decision == Generation::Decision::kOpen && !gen_.first && !gen_.done() &&
-                    !gen_.member_succeeded && !stop_signal_;
+  const bool open =
+      gen_.decision == Decision::kOpen && !gen_.first && !gen_.done() && !stop_signal_;
   if (!j.grows || !open) {
     if (!gen_.restarting()) gen_.spares.insert(j.index);
     a.log = "pod " + std::to_string(j.index) + " joined; " +
             (gen_.restarting() ? "it joins the next generation" : "it waits as a spare");
     return a;
   }
-  gen_.decision = Generation::Decision::kGrow;
+  gen_.decision = Decision::kGrow;
   const std::string why = "pod " + std::to_string(j.index) + " joined: the gang grows";
   a.broadcast = rendezvous::wire::Stop{.failed_index = j.index,
                                        .reason = why,
@@ -328,31 +326,33 @@ GangActions LeaderPolicy::On(const GangEvent& e) {
 
 // ---- A member ----
 
-GangActions MemberPolicy::OwnFailure(gang::LocalFailure f) {
+// This pod's own failure, first: tell the leader, stop the workers.
+GangActions MemberPolicy::OwnFailure(Cause cause, bool hang) {
   GangActions a;
   a.report = rendezvous::wire::Report{.index = config_.index,
                                       .ok = false,
-                                      .failure_class = static_cast<std::uint16_t>(f.failure_class),
-                                      .reason = f.reason,
-                                      .hang = f.hang};
-  if (f.failure_class != FailureClass::kTerminated) {
-    a.stop_workers = f.hang ? config_.hang_signal : 0;
+                                      .failure_class =
+                                          static_cast<std::uint16_t>(cause.failure_class),
+                                      .reason = cause.reason,
+                                      .hang = hang};
+  if (cause.failure_class != FailureClass::kTerminated) {
+    a.stop_workers = hang ? config_.hang_signal : 0;
   }
-  gen_.own = std::move(f);
+  gen_.cause = std::move(cause);
   return a;
 }
 
 // Our own failure, our workers gone, no verdict yet.
 GangActions MemberPolicy::AfterOwnFailureDone() {
   GangActions a;
-  if (gen_.own->failure_class == FailureClass::kTerminated || stop_signal_) {
+  if (gen_.cause.failure_class == FailureClass::kTerminated || stop_signal_) {
     // Preempted: leave now; the kubelet's SIGKILL would come first.
     return Conclude(std::move(a), {.kind = Kind::kTerminated,
                                    .failure_class = FailureClass::kTerminated,
                                    .stop_signal = stop_signal_.value_or(15)});
   }
-  if (gen_.leader_lost) {
-    if (CanRestart(gen_.own->failure_class)) {
+  if (gen_.leader_lost()) {
+    if (CanRestart(gen_.cause.failure_class)) {
       a.log = "lost the leader; restarting in place";
       return Restart(std::move(a));
     }
@@ -371,42 +371,42 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   if (gen_.verdict() || gen_.restarting()) return a;
   if (!s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
     // The gang finished: a spare (the only pod still waiting for a word) exits 0.
-    gen_.decision = Generation::Decision::kFinal;
-    gen_.success = true;
+    gen_.decision = Decision::kFinal;
     return gen_.done() ? Conclude(std::move(a), {.kind = Kind::kOk}) : a;
   }
   if (s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
     // A pod joined and the gang grows: a next generation, no failure, no restart.
-    gen_.decision = Generation::Decision::kGrow;
+    gen_.decision = Decision::kGrow;
     a.log = "the leader starts generation " + std::to_string(s.next_generation) + ": " + s.reason;
     a.log_info = true;
     if (gen_.done()) return Restart(std::move(a));
     a.stop_workers = 0;
     return a;
   }
-  const std::string first =
-      FirstWords(s.failed_index, static_cast<FailureClass>(s.failure_class), s.reason);
-  if (s.restart && s.failed_index == config_.index &&
-      !RestartableClass(static_cast<FailureClass>(s.failure_class))) {
+  const auto c = static_cast<FailureClass>(s.failure_class);
+  const std::string first = FirstWords(s.failed_index, c, s.reason);
+  if (s.restart && s.failed_index == config_.index && !RestartableClass(c)) {
     // Our own failure points at this node (hardware): the gang goes on with a
     // spare in our place; we leave with our own class.
-    gen_.decision = Generation::Decision::kFinal;
+    gen_.decision = Decision::kFinal;
     if (gen_.done()) return ConcludeNow(std::move(a));
     return a;
   }
   if (s.restart && !stop_signal_) {
-    gen_.decision = Generation::Decision::kRestart;
+    gen_.decision = Decision::kRestart;
     a.log = "the leader restarts the gang in place (generation " +
             std::to_string(s.next_generation) + "): " + first;
     if (gen_.done()) return Restart(std::move(a));
     if (s.failed_index != config_.index) a.stop_workers = s.diagnostics_signal;
     return a;
   }
-  gen_.decision = Generation::Decision::kFinal;
+  gen_.decision = Decision::kFinal;
   if (s.failed_index != config_.index) {
-    // Another pod's failure came first: ours, if any, is collateral.
-    gen_.peer = first;
-    gen_.peer_terminated = s.failure_class == static_cast<std::uint16_t>(FailureClass::kTerminated);
+    // Another pod's failure came first: ours, if any, is collateral (a stop
+    // signal that came first stays: the pod was preempted).
+    if (gen_.cause.kind != Cause::Kind::kStopSignal) {
+      gen_.cause = Cause::Peer(first, c == FailureClass::kTerminated);
+    }
     // A pod stopping on its own stop signal needs no word of the others'.
     if (!stop_signal_) a.log = "the leader stops the gang: " + first;
     a.stop_workers = s.diagnostics_signal;
@@ -418,31 +418,31 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
 GangActions MemberPolicy::OnLost(const gang::Lost& l) {
   GangActions a;
   // After its verdict the leader may leave first: not a failure.
-  if (gen_.restarting() || gen_.verdict() || gen_.leader_lost) return a;
-  gen_.leader_lost = true;
-  if (gen_.own) return gen_.done() ? AfterOwnFailureDone() : a;
-  if (gen_.peer || gen_.report_pending) return a;
+  if (gen_.decision != Decision::kOpen) return a;
+  gen_.decision = Decision::kLeaderLost;
+  if (gen_.cause.own()) return gen_.done() ? AfterOwnFailureDone() : a;
+  if (gen_.cause.peer() || gen_.phase == Phase::kReporting) return a;
   a.stop_workers = 0;
   if (CanRestart(FailureClass::kInfra)) {
-    gen_.decision = Generation::Decision::kRestart;
+    gen_.decision = Decision::kRestart;
     a.log = "lost the leader: " + l.why + "; stopping the workers, then rejoining (restart " +
             std::to_string(restarts_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
     if (gen_.done()) return Restart(std::move(a));  // a spare: no workers to stop
     return a;
   }
-  gen_.peer = "lost the leader: " + l.why;
-  a.log = *gen_.peer + "; stopping the workers";
+  gen_.cause = Cause::Peer("lost the leader: " + l.why, false);
+  a.log = gen_.cause.reason + "; stopping the workers";
   if (gen_.done()) return ConcludeNow(std::move(a));
   return a;
 }
 
 GangActions MemberPolicy::OnWorkersDone(const gang::WorkersDone& d) {
   if (auto a = OnWorkersDoneCommon(d)) return *a;
-  if (gen_.verdict() || gen_.peer) return ConcludeNow();
-  if (gen_.own) return AfterOwnFailureDone();
-  if (gen_.success && !stop_signal_) {
+  if (gen_.verdict() || gen_.cause.peer()) return ConcludeNow();
+  if (gen_.cause.own()) return AfterOwnFailureDone();
+  if (gen_.succeeded() && !stop_signal_) {
     // Tell the leader before leaving, so our exit is not read as a loss.
-    gen_.report_pending = true;
+    gen_.phase = Phase::kReporting;
     GangActions a;
     a.report = rendezvous::wire::Report{.index = config_.index, .ok = true, .reason = ""};
     return a;
@@ -450,40 +450,42 @@ GangActions MemberPolicy::OnWorkersDone(const gang::WorkersDone& d) {
   return ConcludeNow();
 }
 
+GangActions MemberPolicy::OnStopSignal(int signo) {
+  if (!stop_signal_) stop_signal_ = signo;
+  if (gen_.done()) {
+    // Waiting for the verdict or for the success report to be written.
+    return Conclude({}, {.kind = Kind::kTerminated,
+                         .failure_class = FailureClass::kTerminated,
+                         .stop_signal = signo});
+  }
+  if (FailureKnown()) return {};
+  return OwnFailure(Cause::StopSignal("stopped by " + exitcodes::SignalName(signo)), false);
+}
+
+bool MemberPolicy::FailureKnown() const {
+  return gen_.cause.known() || gen_.restarting() || gen_.verdict();
+}
+
 GangActions MemberPolicy::On(const GangEvent& e) {
   if (auto common = OnCommon(e)) return *common;
   if (const auto* s = std::get_if<gang::Stop>(&e)) return OnStop(s->stop);
   if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
   if (const auto* d = std::get_if<gang::WorkersDone>(&e)) return OnWorkersDone(*d);
-  const bool failure_known = gen_.own || gen_.peer || gen_.restarting() || gen_.verdict();
+  if (const auto* s = std::get_if<gang::StopSignal>(&e)) return OnStopSignal(s->signo);
   if (const auto* f = std::get_if<gang::LocalFailure>(&e)) {
-    if (failure_known || gen_.done()) return {};
-    return OwnFailure(*f);
+    if (FailureKnown() || gen_.done()) return {};
+    return OwnFailure(Cause::Own(*f), f->hang);
   }
   if (const auto* s = std::get_if<gang::OwnStall>(&e)) {
-    if (failure_known || gen_.done()) return {};
-    gen_.own_stall = true;
-    return OwnFailure({FailureClass::kInfra, s->why, false});
-  }
-  if (const auto* s = std::get_if<gang::StopSignal>(&e)) {
-    if (!stop_signal_) stop_signal_ = s->signo;
-    if (gen_.done()) {
-      // Waiting for the verdict or for the success report to be written.
-      return Conclude({}, {.kind = Kind::kTerminated,
-                           .failure_class = FailureClass::kTerminated,
-                           .stop_signal = s->signo});
-    }
-    if (failure_known) return {};
-    gen_.terminated_first = true;
-    return OwnFailure({FailureClass::kTerminated, "stopped by " + exitcodes::SignalName(s->signo),
-                       false});
+    if (FailureKnown() || gen_.done()) return {};
+    return OwnFailure(Cause::OwnStall(s->why), false);
   }
   if (std::holds_alternative<gang::ReportSent>(e)) {
-    if (!gen_.report_pending) return {};
+    if (gen_.phase != Phase::kReporting) return {};
     return ConcludeNow();
   }
   if (std::holds_alternative<gang::Timer>(e)) {
-    if (!gen_.done() || !gen_.own || gen_.verdict()) return {};
+    if (!gen_.done() || !gen_.cause.own() || gen_.verdict()) return {};
     GangActions a;
     a.log = "the leader's decision did not come; concluding with this pod's own failure";
     return ConcludeNow(std::move(a));

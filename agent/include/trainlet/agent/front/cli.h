@@ -7,7 +7,51 @@
 // Logs go to stderr; the level comes from --log-level, else SPDLOG_LEVEL.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "trainlet/agent/front/front_end.h"
+#include "trainlet/agent/front/local.h"
+#include "trainlet/agent/pod/pod.h"
+#include "trainlet/exitcodes/exit_code.h"
+#include "trainlet/exitcodes/status.h"
+
 namespace trainlet::agent {
+
+// What runs: `trainlet local`'s agents, or this pod (monostate: nothing).
+using PlannedRun = std::variant<std::monostate, LocalOptions, PodOptions>;
+
+// What the front end makes of a command line, before anything runs.
+struct FrontEnd {
+  // It ended here: --help, --version, --print-completion or a subcommand
+  // (exit-codes, probe, policy) ran and printed its output; the exit code.
+  std::optional<int> exit;
+  // Refused (not ok): Main reports it as one line and the JSON summary, and
+  // exits with the class's code from `codes`, writing `termination_log`.
+  exitcodes::Status status = exitcodes::Status::Ok();
+  exitcodes::ExitCodeTable codes;  // --exit-code's, once it parsed; else the defaults
+  std::string termination_log;     // --termination-log, once read
+  std::uint32_t pod_index = 0;     // for the summary, when a source of it parses
+  // Neither: what runs, `trainlet local`'s agents or this pod.
+  PlannedRun plan;
+};
+
+// Asks the node what the settings need (front_end.h's Probe; tests may answer instead).
+using ProbeFn = std::function<NodeFacts(const FlagValues&, const Settings&)>;
+
+// The front end without running anything: parse `argv` (argv[0] first) with
+// the environment `env` (TRAINLET_* are read by CLI11 from the process's own,
+// PET_* and the rest from `env`), then Validate -> `probe` -> Plan. Prints only
+// what ends here (--help, a subcommand's output); sets the log level and format
+// the flags ask for. Blocking as `probe` is.
+[[nodiscard]] FrontEnd PlanCommandLine(const std::vector<std::string>& argv,
+                                       const std::map<std::string, std::string>& env,
+                                       const ProbeFn& probe);
 
 // The whole program. Returns the process exit code. Call from main() after
 // BlockHandledSignals().

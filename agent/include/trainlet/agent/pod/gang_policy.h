@@ -35,7 +35,8 @@
 //  - Restarts are counted, not generations: --max-restarts bounds the
 //    generations that followed a failure or a loss (formation_policy.h
 //    NextRestarts); the count comes with each assignment.
-//  - Each generation's state is one value (Generation: a phase and a decision);
+//  - Each generation's state is one value (Generation: a phase, a decision and
+//    the first failure known);
 //    a restart replaces it whole. Events the wiring delivers for an old
 //    generation must be dropped by the wiring (it knows which objects belong to
 //    which generation: pod.cc's PodGeneration, its callbacks behind Pod::Guard).
@@ -153,44 +154,85 @@ struct GangConfig {
 // True for the classes an in-place restart may follow.
 bool RestartableClass(exitcodes::FailureClass c);
 
-// One generation's state: a restart replaces it whole (`gen_ = {}`).
+// One generation's state: a restart replaces it whole (`gen_ = {}`). Each
+// field is one value, so that no impossible combination can be written: where
+// the workers are (Phase), what the gang decided (Decision), and the first
+// failure this pod knows of (Cause).
 struct Generation {
   // Where this pod's workers are in the generation.
   enum class Phase {
-    kJoining,  // the rendezvous (first, or after a restart): no worker runs yet
-    kRunning,  // the gang formed and this pod's workers run
-    kDone,     // every worker exited and was reaped (a spare: it has none to wait for)
+    kJoining,    // the rendezvous (first, or after a restart): no worker runs yet
+    kRunning,    // the gang formed and this pod's workers run
+    kSpare,      // the gang formed; this pod waits as a hot spare: no workers to wait for
+    kExited,     // every worker exited and was reaped, not all with success (or this pod failed)
+    kSucceeded,  // every worker exited 0, nobody stopped them, and this pod did not fail
+    kReporting,  // member: kSucceeded, and its success report is being written to the leader
   };
   // What the gang decided about this generation's end.
   enum class Decision {
-    kOpen,     // nothing yet
-    kRestart,  // it ends in an in-place restart (the next generation)
-    kFinal,    // member: the leader's final Stop arrived (no restart)
-    kGrow,     // it ends in a next generation that takes in a joining pod (no restart)
+    kOpen,        // nothing yet
+    kRestart,     // it ends in an in-place restart (the next generation)
+    kFinal,       // member: the leader's final Stop arrived (no restart)
+    kLeaderLost,  // member: the leader was lost before it decided; no decision will come
+    kSucceeded,   // leader: a member's workers all succeeded: no restart any more
+    kGrow,        // it ends in a next generation that takes in a joining pod (no restart)
+  };
+  // The first failure this pod knows of in the generation; a later one is
+  // collateral. A member's own failure gives way to the leader's final word
+  // that another pod failed first (kPeer, kPeerStopped), a stop signal that
+  // came first does not.
+  struct Cause {
+    enum class Kind {
+      kNone,         // no failure known
+      kOwn,          // this pod's worker failed, or a hang was found here
+      kOwnStall,     // this pod's own event loop stalled: infra, the culprit
+      kStopSignal,   // a stop signal came before any failure was known
+      kPeer,         // another pod failed first, or the leader was lost
+      kPeerStopped,  // another pod was stopped first by a stop signal
+    };
+    Kind kind = Kind::kNone;
+    // This pod's class: kOwn's (worker, oom, ...), kInfra for kOwnStall,
+    // kTerminated for kStopSignal, kPeerFailed for kPeer and kPeerStopped.
+    exitcodes::FailureClass failure_class = exitcodes::FailureClass::kOk;
+    // This pod's words for its own failure, or the words naming the pod that
+    // failed first ("pod 2 failed first (pod 2: ...)").
+    std::string reason{};
+
+    static Cause Own(const gang::LocalFailure& f) {
+      return {Kind::kOwn, f.failure_class, f.reason};
+    }
+    static Cause OwnStall(std::string why) {
+      return {Kind::kOwnStall, exitcodes::FailureClass::kInfra, std::move(why)};
+    }
+    static Cause StopSignal(std::string why) {
+      return {Kind::kStopSignal, exitcodes::FailureClass::kTerminated, std::move(why)};
+    }
+    // `stopped`: the pod that failed first was stopped by a stop signal.
+    static Cause Peer(std::string words, bool stopped) {
+      return {stopped ? Kind::kPeerStopped : Kind::kPeer, exitcodes::FailureClass::kPeerFailed,
+              std::move(words)};
+    }
+    bool known() const { return kind != Kind::kNone; }
+    bool own() const {  // this pod's own: its worker, its loop, or a stop signal
+      return kind == Kind::kOwn || kind == Kind::kOwnStall || kind == Kind::kStopSignal;
+    }
+    bool peer() const { return kind == Kind::kPeer || kind == Kind::kPeerStopped; }
   };
   Phase phase = Phase::kJoining;
   Decision decision = Decision::kOpen;
-  bool success = false;                  // every worker exited with success (when kDone)
-  std::optional<gang::LocalFailure> own; // this pod's own failure (first, not collateral)
-  bool own_stall = false;
-  std::optional<std::string> peer;       // another pod failed first / the leader is lost
-  bool peer_terminated = false;          // ... because it got a stop signal
-  bool terminated_first = false;         // a stop signal came before any failure was known
+  Cause cause{};
   // Leader.
   std::optional<std::uint32_t> first;    // the pod whose failure was decided first
   std::set<std::uint32_t> settled;       // members that reported or were lost
-  bool member_succeeded = false;
-  // Member.
-  bool leader_lost = false;
-  bool report_pending = false;           // success report being written
-  bool spare = false;                    // a hot spare in this generation: no workers
-  std::set<std::uint32_t> spares;        // leader: the pods waiting as spares
+  std::set<std::uint32_t> spares;        // the pods waiting as spares
   std::uint32_t active = 0;              // active pods (Assigned::nnodes)
 
   bool running() const { return phase != Phase::kJoining; }  // workers started (or a spare)
-  bool done() const { return phase == Phase::kDone; }
+  bool done() const { return running() && phase != Phase::kRunning; }  // none left to wait for
+  bool succeeded() const { return phase == Phase::kSucceeded || phase == Phase::kReporting; }
   bool restarting() const { return decision == Decision::kRestart || decision == Decision::kGrow; }
   bool verdict() const { return decision == Decision::kFinal; }
+  bool leader_lost() const { return decision == Decision::kLeaderLost; }
 };
 
 // What both roles share: the state that survives restarts, and the helpers.
@@ -260,8 +302,10 @@ class MemberPolicy : public GangPolicyBase {
   GangActions OnStop(const rendezvous::wire::Stop& s);
   GangActions OnLost(const gang::Lost& l);
   GangActions OnWorkersDone(const gang::WorkersDone& d);
-  GangActions OwnFailure(gang::LocalFailure f);
+  GangActions OnStopSignal(int signo);
+  GangActions OwnFailure(Generation::Cause cause, bool hang);
   GangActions AfterOwnFailureDone();
+  bool FailureKnown() const;  // a failure, a restart or the final word already came
 };
 
 // The pod's policy: the leader's role for index 0, the member's otherwise.
