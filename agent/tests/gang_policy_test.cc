@@ -622,6 +622,24 @@ TEST(ElasticPolicyTest, AMemberFollowsAGrowingGangAndCountsNoRestart) {
   EXPECT_EQ(m.role().restarts(), 0u);
 }
 
+// A failure while the gang stops to grow, with no restart left: the leader's
+// final Stop still reaches the members stopping for the growth.
+TEST(ElasticPolicyTest, AFailureWhileGrowingWithoutRestartsLeftEndsTheGang) {
+  GangPolicy p = MakeElastic(0, 0, 0, 2, 0);
+  const wire::Stop grow = *p.On(gang::Joined{.index = 2, .grows = true}).broadcast;
+  GangActions a = p.On(gang::Report{1, FailedReport(1)});
+  ASSERT_TRUE(a.broadcast) << "a failure during the growth is still decided";
+  EXPECT_FALSE(a.broadcast->restart) << "no restart left";
+  const wire::Stop final_stop = *a.broadcast;
+  GangPolicy m = MakeElastic(2, 0, 0, 2, 0);  // a member stopping for the growth
+  EXPECT_EQ(m.On(gang::Stop{grow}).stop_workers, 0);
+  m.On(gang::Stop{final_stop});
+  a = m.On(gang::WorkersDone{false});
+  EXPECT_FALSE(a.restart) << "the final word overrides the growth";
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Conclusion::Kind::kPeerFailed);
+}
+
 TEST(ElasticPolicyTest, RestartsAreCountedNotGenerations) {
   // Generation 5 after four joins and one failure: one restart left of two.
   GangPolicy p = MakeElastic(0, 2, 5, 3, 1);

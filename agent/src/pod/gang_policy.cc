@@ -368,7 +368,10 @@ GangActions MemberPolicy::AfterOwnFailureDone() {
 
 GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   GangActions a;
-  if (gen_.verdict() || gen_.restarting()) return a;
+  // A growing gang's Stop may be followed by a failure's (counted, or final
+  // when the restarts are spent) while the workers still stop.
+  if (gen_.verdict() || gen_.decision == Decision::kRestart) return a;
+  if (gen_.decision == Decision::kGrow && s.failure_class == 0) return a;
   if (!s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
     // The gang finished: a spare (the only pod still waiting for a word) exits 0.
     gen_.decision = Decision::kFinal;
