@@ -187,7 +187,8 @@ TEST_F(AdmissionTest, ElasticGenerationsAreNotBoundedByMaxRestarts) {
   h.generation = 40;
   AdmissionState state{.own = own_, .nnodes = 4, .max_generation = std::nullopt,
                        .leader_id = leader_id_, .job_attempts = job_attempts_,
-                       .holder = std::nullopt, .free_index = 1, .peer = "10.0.0.12:41234", .address = "10.0.0.12",
+                       .holder = std::nullopt, .free_index = 1, .peer = "10.0.0.12:41234",
+                       .address = "10.0.0.12",
                        .local = "10.0.0.10:29400"};
   EXPECT_EQ(Admit(state, h).verdict, Verdict::kAdmit);
 }

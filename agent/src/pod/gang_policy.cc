@@ -79,7 +79,8 @@ GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
   // The next generation's count (the next assignment says it again).
   const bool grow = gen_.decision == Decision::kGrow;
-  restarts_ = NextRestarts(restarts_, {.joined = grow, .failed = !grow}, config_.max_restarts).restarts;
+  restarts_ =
+      NextRestarts(restarts_, {.joined = grow, .failed = !grow}, config_.max_restarts).restarts;
   gen_ = {};
   restarted_ = true;
   return a;
@@ -302,11 +303,12 @@ GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
   }
   gen_.decision = Decision::kGrow;
   const std::string why = "pod " + std::to_string(j.index) + " joined: the gang grows";
-  a.broadcast = rendezvous::wire::Stop{.failed_index = j.index,
-                                       .reason = why,
-                                       .restart = true,
-                                       .next_generation = generation_ + 1,
-                                       .failure_class = static_cast<std::uint16_t>(FailureClass::kOk)};
+  a.broadcast = rendezvous::wire::Stop{
+      .failed_index = j.index,
+      .reason = why,
+      .restart = true,
+      .next_generation = generation_ + 1,
+      .failure_class = static_cast<std::uint16_t>(FailureClass::kOk)};
   a.stop_workers = 0;
   a.log = "gang: " + why + " (generation " + std::to_string(generation_ + 1) + ", no restart)";
   return a;

@@ -307,7 +307,8 @@ class Pod {
     // (Packed: the launch configuration the peers compare, field by field.)
     return rendezvous::MakeHello(
         {.job_id = id.job_id, .attempt = id.attempt, .index = id.index, .nnodes = id.nnodes,
-         .min_nodes = id.min_pods(), .nproc_per_node = id.nproc_per_node, .master_port = options_.master_port,
+         .min_nodes = id.min_pods(), .nproc_per_node = id.nproc_per_node,
+         .master_port = options_.master_port,
          .max_restarts = options_.max_restarts, .gang = id.gang,
          .preflight = options_.gpu.preflight, .generation = gen_->join, .job_name = id.job_name,
          .job_restart_attempt = id.job_restart_attempt, .spares = id.spares,
@@ -606,7 +607,8 @@ class Pod {
             .max_restarts = options_.max_restarts,
             .role_name = id.role_name, .role_rank_base = id.role_rank_base,
             // Elastic: the one role is the whole gang of this generation.
-            .role_world_size = id.elastic() ? a.world_size : id.role_world_size, .jax_port = a.jax_port,
+            .role_world_size = id.elastic() ? a.world_size : id.role_world_size,
+            .jax_port = a.jax_port,
             .gpu_count = options_.gpu_count, .virtual_local_rank = options_.virtual_local_rank};
   }
 
