@@ -309,7 +309,7 @@ TEST(AgentBinaryTest, PlainWorkerLinesHaveNoPrefix) {
 // PORT+i) as the pod form does (its refusals are front_end_test's).
 TEST(AgentBinaryTest, LocalTakesLogFilesAndHealthPorts) {
   const std::string dir = "/tmp/cli-test-local-" + std::to_string(::getpid());
-  const std::string port = FreePort();
+  const std::string port = FreePortPair();  // agent i on PORT+i
   Outcome r = Trainlet("", "local --nnodes 2 --log-dir " + dir + " --tee 3 --local-ranks-filter 0 "
                            "--health-port " + port + " --no-python sh -c 'echo out$RANK'");
   EXPECT_EQ(r.code, 0) << r.out;
