@@ -12,9 +12,12 @@
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <random>
 #include <string>
 
 namespace trainlet_test {
@@ -62,6 +65,34 @@ inline std::string FreePort() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return std::to_string(ntohs(a.sin_port));
+}
+
+// Whether a TCP port on loopback can be bound now (closed again at once).
+inline bool CanBind(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// PORT such that PORT and PORT+1 are free on loopback now, below the kernel's
+// ephemeral range (ip(7), ip_local_port_range): FreePort's port is in that
+// range, where its neighbour may be any process's outgoing connection (the
+// second `trainlet local` agent's --health-port once was: exit 78).
+inline std::string FreePortPair() {
+  int low = 32768, high = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(10000, std::max(10001, low - 2));
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int port = pick(rng);
+    if (CanBind(port) && CanBind(port + 1)) return std::to_string(port);
+  }
+  return FreePort();
 }
 
 // A file's content ("" when missing).

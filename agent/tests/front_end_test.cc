@@ -449,7 +449,7 @@ struct Outcome {
 // starts with (pod.cc Prepare: CheckLaunch). Env's variables are also set in
 // the process environment, which CLI11 reads TRAINLET_* from (and no other
 // TRAINLET_* is there).
-Outcome Trainlet(const std::string& env, const std::string& args) {
+Outcome FrontEndOf(const std::string& env, const std::string& args) {
   for (char** e = environ; *e != nullptr;) {
     const std::string kv = *e;
     if (kv.rfind("TRAINLET_", 0) == 0) {
@@ -614,7 +614,7 @@ TEST(CommandLine, BadInputIsRefusedAsConfig) {
       {"TRAINLET_GANG=solo", "-- true", "--gang/TRAINLET_GANG='solo'"},
   };
   for (const Row& r : rows) {
-    Outcome o = Trainlet(r.env, r.args);
+    Outcome o = FrontEndOf(r.env, r.args);
     EXPECT_EQ(o.code, 78) << r.env << " " << r.args << ": " << o.out;
     EXPECT_NE(o.message.find(r.expected), std::string::npos) << r.env << " " << r.args << ": "
                                                              << o.message;
@@ -656,7 +656,7 @@ TEST(CommandLine, GpuFlagsAndTheirEnvironment) {
        "--require-gpus: no usable GPU"},
   };
   for (const Row& r : rows) {
-    Outcome o = Trainlet(r.env, r.args);
+    Outcome o = FrontEndOf(r.env, r.args);
     EXPECT_EQ(o.code, r.code) << r.env << " " << r.args << "\n" << o.out << o.message;
     EXPECT_NE(o.message.find(r.text), std::string::npos) << r.env << " " << r.args << "\n"
                                                          << o.message;
@@ -677,7 +677,7 @@ TEST(CommandLine, FlagsFromTrainletAndPetEnvironment) {
   for (const Row& r : {Row{"PET_NPROC_PER_NODE=3", "-- true", 3},
                        Row{"PET_NPROC_PER_NODE=3 TRAINLET_NPROC_PER_NODE=2", "-- true", 2},
                        Row{"TRAINLET_NPROC_PER_NODE=2", "--nproc-per-node 1 -- true", 1}}) {
-    Outcome o = Trainlet(r.env, r.args);
+    Outcome o = FrontEndOf(r.env, r.args);
     ASSERT_NE(o.pod(), nullptr) << r.env << ": " << o.message;
     EXPECT_EQ(o.pod()->identity.nproc_per_node, r.workers) << r.env << " " << r.args;
     EXPECT_EQ(o.pod()->identity.nnodes, 1u);
@@ -687,12 +687,12 @@ TEST(CommandLine, FlagsFromTrainletAndPetEnvironment) {
 // cli_test's GangFromEnvironmentGivesRoles: TRAINLET_GANG like --gang, a
 // one-pod gang whose only role is "solo" (the refusal is a BadInput row).
 TEST(CommandLine, GangFromEnvironmentGivesRoles) {
-  Outcome o = Trainlet("TRAINLET_GANG=solo=1", "--nproc-per-node 2 -- true");
+  Outcome o = FrontEndOf("TRAINLET_GANG=solo=1", "--nproc-per-node 2 -- true");
   ASSERT_NE(o.pod(), nullptr) << o.message;
   EXPECT_EQ(o.pod()->identity.role_name, "solo");
   EXPECT_EQ(o.pod()->identity.role_rank_base, 0u);
   EXPECT_EQ(o.pod()->identity.role_world_size, 2u);
-  Outcome plain = Trainlet("", "-- true");
+  Outcome plain = FrontEndOf("", "-- true");
   ASSERT_NE(plain.pod(), nullptr) << plain.message;
   EXPECT_EQ(plain.pod()->identity.role_name, "default");
   EXPECT_EQ(plain.pod()->identity.role_world_size, 1u);
@@ -705,15 +705,15 @@ TEST(CommandLine, ParsingStopsAtTheTrainerCommand) {
   // A bare first argument is a script for python (torchrun's); `sh` is none
   // here: refused, saying how to run a program, not guessed.
   Outcome r =
-      Trainlet("", "--nproc_per_node 1 sh -c 'echo args:$*' sh --log-level debug --nnodes 9");
+      FrontEndOf("", "--nproc_per_node 1 sh -c 'echo args:$*' sh --log-level debug --nnodes 9");
   EXPECT_EQ(r.code, 78) << r.out;
   EXPECT_NE(r.message.find("'sh' is a program on PATH"), std::string::npos) << r.message;
-  r = Trainlet("", "--nproc_per_node 1 --no-python sh -c 'echo args:$*' sh --log-level debug "
+  r = FrontEndOf("", "--nproc_per_node 1 --no-python sh -c 'echo args:$*' sh --log-level debug "
               "--nnodes 9");
   EXPECT_EQ(r.code, 0) << r.message;
   EXPECT_EQ(r.command(), "sh -c echo args:$* sh --log-level debug --nnodes 9");
   EXPECT_EQ(r.pod()->identity.nnodes, 1u);
-  r = Trainlet("", "-- sh -c 'echo args:$*' sh --grace-period 1");
+  r = FrontEndOf("", "-- sh -c 'echo args:$*' sh --grace-period 1");
   EXPECT_EQ(r.command(), "sh -c echo args:$* sh --grace-period 1");
   EXPECT_EQ(r.pod()->grace, kDefaultGrace);
 }
@@ -748,11 +748,11 @@ TEST(CommandLine, ScriptModuleAndRunPathRunWithPython) {
            Row{"PET_MODULE=1 TRAINLET_PYTHON=" + py, "pkg.mod", py + " -u -m pkg.mod"},
            Row{"PET_NO_PYTHON=1", "sh -c 'echo direct'", "sh -c echo direct"},
        }) {
-    Outcome o = Trainlet(r.env, r.args);
+    Outcome o = FrontEndOf(r.env, r.args);
     EXPECT_EQ(o.code, 0) << r.env << " " << r.args << ": " << o.message;
     EXPECT_EQ(o.command(), r.command) << r.env << " " << r.args;
   }
-  Outcome o = Trainlet("", "--python /usr/bin/python3 --run-path --no-python " +
+  Outcome o = FrontEndOf("", "--python /usr/bin/python3 --run-path --no-python " +
                           dir.File("t.py", "") + " a b");
   EXPECT_EQ(o.code, 0) << o.message;
   ASSERT_NE(o.pod(), nullptr);
@@ -765,14 +765,14 @@ TEST(CommandLine, ScriptModuleAndRunPathRunWithPython) {
 
 // cli_test's TorchrunFlagsInBothSpellingsAndPetVariables.
 TEST(CommandLine, TorchrunFlagsInBothSpellingsAndPetVariables) {
-  Outcome r = Trainlet("", "--nproc_per_node 2 --role trainer --rdzv_id job7 --max_restarts 0 "
+  Outcome r = FrontEndOf("", "--nproc_per_node 2 --role trainer --rdzv_id job7 --max_restarts 0 "
                       "--monitor_interval 1 --start_method fork --rdzv_backend c10d --nnodes 1:1 "
                       "--no-python true");
   ASSERT_NE(r.pod(), nullptr) << r.message;
   EXPECT_EQ(r.pod()->identity.role_name, "trainer");
   EXPECT_EQ(r.pod()->identity.job_id, "job7");
   EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
-  r = Trainlet("PET_ROLE=w PET_RDZV_ID=j PET_NPROC_PER_NODE=2 NCCL_ASYNC_ERROR_HANDLING=0",
+  r = FrontEndOf("PET_ROLE=w PET_RDZV_ID=j PET_NPROC_PER_NODE=2 NCCL_ASYNC_ERROR_HANDLING=0",
           "--no-python true");
   ASSERT_NE(r.pod(), nullptr) << r.message;
   EXPECT_EQ(r.pod()->identity.role_name, "w");
@@ -783,14 +783,14 @@ TEST(CommandLine, TorchrunFlagsInBothSpellingsAndPetVariables) {
 // cli_test's AbbreviatedTorchrunFlags: argparse's abbreviations of torchrun's
 // flags, with torchrun's meaning; `local` takes them for the torchrun flags it has.
 TEST(CommandLine, AbbreviatedTorchrunFlags) {
-  Outcome r = Trainlet("", "--nproc 2 --max_rest 0 --ro=trainer --rdzv-i job7 --no-py sh -c "
+  Outcome r = FrontEndOf("", "--nproc 2 --max_rest 0 --ro=trainer --rdzv-i job7 --no-py sh -c "
                       "'echo $ROLE_NAME/$TORCHELASTIC_RUN_ID/$WORLD_SIZE' --nproc");
   ASSERT_NE(r.pod(), nullptr) << r.message;
   EXPECT_EQ(r.pod()->identity.role_name, "trainer");
   EXPECT_EQ(r.pod()->identity.job_id, "job7");
   EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
   EXPECT_EQ(r.pod()->command.back(), "--nproc");  // the trainer's
-  r = Trainlet("", "local --nn 2 --nproc 1 --no-py sh -c 'echo $RANK/$WORLD_SIZE'");
+  r = FrontEndOf("", "local --nn 2 --nproc 1 --no-py sh -c 'echo $RANK/$WORLD_SIZE'");
   ASSERT_NE(r.local(), nullptr) << r.message;
   EXPECT_EQ(r.local()->nnodes, 2u);
   EXPECT_EQ(r.local()->nproc_per_node, 1u);
@@ -799,7 +799,7 @@ TEST(CommandLine, AbbreviatedTorchrunFlags) {
 // cli_test's StandaloneIsAGangOfOne: a gang of one on free ports, whatever
 // the environment says.
 TEST(CommandLine, StandaloneIsAGangOfOne) {
-  Outcome r = Trainlet("JOB_COMPLETION_INDEX=3 PET_STANDALONE=1", "--nproc-per-node 2 -- true");
+  Outcome r = FrontEndOf("JOB_COMPLETION_INDEX=3 PET_STANDALONE=1", "--nproc-per-node 2 -- true");
   ASSERT_NE(r.pod(), nullptr) << r.message;
   EXPECT_EQ(r.pod()->identity.index, 0u);
   EXPECT_EQ(r.pod()->identity.nnodes, 1u);
@@ -811,13 +811,13 @@ TEST(CommandLine, StandaloneIsAGangOfOne) {
 // cli_test's RepeatedTorchrunFlagsTakeTheLastValue: torchrun's flags may be
 // repeated, the last wins (argparse), and a one-letter option takes "=VALUE".
 TEST(CommandLine, RepeatedTorchrunFlagsTakeTheLastValue) {
-  Outcome r = Trainlet("", "--nproc_per_node 1 --nproc-per-node=2 --nnodes 1 --nnodes=1 "
+  Outcome r = FrontEndOf("", "--nproc_per_node 1 --nproc-per-node=2 --nnodes 1 --nnodes=1 "
                       "--role a --role b --no-python true");
   ASSERT_NE(r.pod(), nullptr) << r.message;
   EXPECT_EQ(r.pod()->identity.role_name, "b");
   EXPECT_EQ(r.pod()->identity.nproc_per_node, 2u);
   TempDir dir;
-  r = Trainlet("", "--log-dir " + dir.path + " --rdzv-id rep -r 3 -r=1 -t=2 --no-python true");
+  r = FrontEndOf("", "--log-dir " + dir.path + " --rdzv-id rep -r 3 -r=1 -t=2 --no-python true");
   ASSERT_NE(r.pod(), nullptr) << r.message;
   const WorkerLogOptions& logs = r.pod()->logs;
   EXPECT_EQ(logs.log_dir, dir.path);
@@ -853,14 +853,14 @@ TEST(CommandLine, RendezvousEndpointAndTheLeadersOtherSources) {
            Row{"PET_MASTER_ADDR=127.0.0.4", member + "-- true", "127.0.0.4", 29400,
                "PET_MASTER_ADDR"},
        }) {
-    Outcome o = Trainlet(r.env, r.args);
+    Outcome o = FrontEndOf(r.env, r.args);
     ASSERT_NE(o.pod(), nullptr) << r.env << " " << r.args << ": " << o.message;
     EXPECT_EQ(o.pod()->identity.leader_host, r.host) << r.env << " " << r.args;
     EXPECT_EQ(o.pod()->rdzv_port, r.port) << r.env << " " << r.args;
     EXPECT_EQ(o.pod()->identity.leader_source, r.source) << r.env << " " << r.args;
     EXPECT_NE(o.out.find(r.logged), std::string::npos) << r.env << " " << r.args << "\n" << o.out;
   }
-  Outcome s = Trainlet("", "--standalone -- true");
+  Outcome s = FrontEndOf("", "--standalone -- true");
   ASSERT_NE(s.pod(), nullptr) << s.message;
   EXPECT_EQ(s.pod()->identity.index, 0u);
   EXPECT_EQ(s.pod()->identity.nnodes, 1u);
@@ -946,7 +946,7 @@ TEST(CommandLine, EveryTorchrunFlagOfTheTrackedVersion) {
         const Use& u = it->second;
         const std::string args = name + (u.value.empty() ? "" : " '" + u.value + "'") + " " +
                                  u.trainer;
-        Outcome o = Trainlet("", args);
+        Outcome o = FrontEndOf("", args);
         const std::string said = o.message + "\n" + o.out + "\n" + o.command();
         EXPECT_EQ(o.code, u.code) << args << "\n" << said;
         EXPECT_EQ(said.find("unknown option"), std::string::npos) << args << "\n" << said;
@@ -954,10 +954,10 @@ TEST(CommandLine, EveryTorchrunFlagOfTheTrackedVersion) {
       }
     }
   }
-  Outcome prefix = Trainlet("", "--log-line-prefix-template '<$rank> ' -- echo hi");
+  Outcome prefix = FrontEndOf("", "--log-line-prefix-template '<$rank> ' -- echo hi");
   ASSERT_NE(prefix.pod(), nullptr) << prefix.message;
   EXPECT_EQ(prefix.pod()->logs.prefix_template, "<$rank> ");
-  Outcome virt = Trainlet("", "--virtual-local-rank -- true");
+  Outcome virt = FrontEndOf("", "--virtual-local-rank -- true");
   ASSERT_NE(virt.pod(), nullptr) << virt.message;
   EXPECT_TRUE(virt.pod()->virtual_local_rank);
 }
@@ -987,7 +987,7 @@ TEST(CommandLine, SubcommandNamesRunAsTrainersAnywhereElse) {
              Row{"PET_NO_PYTHON=1 PATH=" + dir.path + ":/usr/bin:/bin", name, name},
              Row{"", "-- " + prog, prog},
          }) {
-      Outcome o = Trainlet(r.env, r.args);
+      Outcome o = FrontEndOf(r.env, r.args);
       EXPECT_EQ(o.code, 0) << r.env << " " << r.args << "\n" << o.message;
       EXPECT_FALSE(o.front.exit) << r.env << " " << r.args << ": ran as a subcommand";
       ASSERT_NE(o.pod(), nullptr) << r.env << " " << r.args << "\n" << o.message;
@@ -1002,7 +1002,7 @@ TEST(CommandLine, SubcommandNamesRunAsTrainersAnywhereElse) {
 // files and health ports are agent_binary_test's).
 TEST(CommandLine, LocalRefusesWhatItIgnores) {
   for (const char* env : {"TRAINLET_NODE_RANK=1", "PET_MASTER_ADDR=h", "TRAINLET_RDZV_ENDPOINT=h"}) {
-    Outcome o = Trainlet(env, "local --nnodes 2 -- true");
+    Outcome o = FrontEndOf(env, "local --nnodes 2 -- true");
     EXPECT_EQ(o.code, 78) << env << ": " << o.message;
     EXPECT_NE(o.message.find(std::string(env).substr(0, std::string(env).find('=')) +
                              " is set, but `trainlet local` has no --"),
@@ -1010,7 +1010,7 @@ TEST(CommandLine, LocalRefusesWhatItIgnores) {
         << o.message;
   }
   // TRAINLET_TEE is honoured now (it was ignored without a word).
-  Outcome t = Trainlet("TRAINLET_TEE=x", "local -- true");
+  Outcome t = FrontEndOf("TRAINLET_TEE=x", "local -- true");
   EXPECT_EQ(t.code, 78) << t.message;
   EXPECT_NE(t.message.find("TRAINLET_TEE='x'"), std::string::npos) << t.message;
 }

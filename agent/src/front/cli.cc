@@ -279,6 +279,33 @@ struct CommandLine {
   SplitArgs split{};
 };
 
+// The form's options as SplitAtTrainer scanned them: an unknown or ambiguous
+// one refused, the ones written on the line noted in `f` (they win over
+// TRAINLET_*; one of trainlet's own given twice is refused). Errors: config.
+Status NoteForm(const CLI::App& form_app, const SplitArgs& scanned, FlagValues& f) {
+  if (Status s = RefuseUnknown(scanned, form_app); !s.ok()) return s;
+  return f.NoteOnLine(form_app, scanned.options);
+}
+
+// What CLI11 parses: argv[0], then the launcher's options of the pod form, or
+// those and `local` with its own, or a subcommand's whole line (the trainer's
+// part is never CLI11's).
+std::vector<std::string> Cli11Args(const std::string& argv0, const std::string& sub,
+                                   const std::vector<std::string>& args, const SplitArgs& split,
+                                   const SplitArgs& local_split) {
+  std::vector<std::string> out = {argv0};
+  if (!sub.empty() && sub != "local") {
+    out.insert(out.end(), args.begin(), args.end());
+    return out;
+  }
+  out.insert(out.end(), split.launcher.begin(), split.launcher.end());
+  if (sub == "local") {
+    out.push_back("local");
+    out.insert(out.end(), local_split.launcher.begin(), local_split.launcher.end());
+  }
+  return out;
+}
+
 // The form the arguments ask for, scanned and parsed (the subcommands other
 // than `local` are parsed by CLI11 alone).
 CommandLine ParseCommandLine(const std::vector<std::string>& argv,
@@ -306,27 +333,19 @@ CommandLine ParseCommandLine(const std::vector<std::string>& argv,
                                  local->AbbreviableNames());
   }
   UseEarlyJsonLogs(argv[0], split, local_split);
-  std::vector<std::string> cli_args = {argv[0]};
   if (sub.empty() || sub == "local") {
     const bool is_local = sub == "local";
-    CLI::App& form_app = is_local ? *local_app : *app;
-    const SplitArgs& scanned = is_local ? local_split : split;
-    if (Status s = RefuseUnknown(scanned, form_app); !s.ok()) return {{std::nullopt, s}};
-    FlagValues& f = is_local ? *local : *pod;
-    if (Status s = f.NoteOnLine(form_app, scanned.options); !s.ok()) {
+    if (Status s = NoteForm(is_local ? *local_app : *app, is_local ? local_split : split,
+                            is_local ? *local : *pod);
+        !s.ok()) {
       return {{std::nullopt, s}};
     }
-    cli_args.insert(cli_args.end(), split.launcher.begin(), split.launcher.end());
-    if (is_local) {
-      cli_args.push_back("local");
-      cli_args.insert(cli_args.end(), local_split.launcher.begin(), local_split.launcher.end());
-    }
-  } else {
-    cli_args.insert(cli_args.end(), args.begin(), args.end());
   }
   OtherSubcommands others;
   AddOtherSubcommands(*app, &others);
-  if (Ending e = Cli11Parse(*app, cli_args); e.ends()) return {e};
+  if (Ending e = Cli11Parse(*app, Cli11Args(argv[0], sub, args, split, local_split)); e.ends()) {
+    return {e};
+  }
   if (pod->Set(kPrintCompletion)) {  // torchrun's; exits, as there
     std::puts("# trainlet has no shell completion script (torchrun's --print-completion)");
     return {{0}};

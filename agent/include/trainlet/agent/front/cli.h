@@ -46,9 +46,12 @@ using ProbeFn = std::function<NodeFacts(const FlagValues&, const Settings&)>;
 
 // The front end without running anything: parse `argv` (argv[0] first) with
 // the environment `env` (TRAINLET_* are read by CLI11 from the process's own,
-// PET_* and the rest from `env`), then Validate -> `probe` -> Plan. Prints only
-// what ends here (--help, a subcommand's output); sets the log level and format
-// the flags ask for. Blocking as `probe` is.
+// PET_* and the rest from `env`), then Validate -> `probe` -> Plan. Prints what
+// ends here (--help, a subcommand's output), never a refusal (the caller's);
+// configures logging as the flags ask and logs the front end's notes (a flag
+// without effect, a source overridden). Blocking as `probe` is (Probe: GPU
+// discovery in a child, seconds at most). Not thread-safe (CLI11 reads the
+// process environment, logging is global).
 [[nodiscard]] FrontEnd PlanCommandLine(const std::vector<std::string>& argv,
                                        const std::map<std::string, std::string>& env,
                                        const ProbeFn& probe);
