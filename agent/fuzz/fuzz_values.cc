@@ -45,6 +45,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (signal.ok() && (*signal < 1 || *signal > 31 || *signal == 9 || *signal == 19)) abort();
     auto nnodes = ParseNnodes("--what", v);
     CheckNamed(nnodes);
+    if (nnodes.ok()) {  // "N" or "MIN:MAX", canonical: it parses to itself
+      auto again = ParseNnodes("--what", *nnodes);
+      if (!again.ok() || *again != *nnodes) abort();
+    }
     auto endpoint = ParseEndpoint("--what", v, 1);
     CheckNamed(endpoint);
     if (endpoint.ok() && endpoint->host.empty()) abort();

@@ -65,14 +65,16 @@ TEST(FormationPolicy, Table) {
        Kind::kForm, {}},
       {"fixed gang of 4, 3 in", Elastic(4, 4), {.joined = 3, .since_min = none}, Kind::kWait,
        kTimeout},
-      // Hot spares: whole = N + K. The first round waits for the spares until the
-      // deadline (no last call: a spare arriving later is not admitted yet).
+      // Hot spares: whole = N + K. The first round takes the last call too: a
+      // spare arriving later is admitted while the generation runs (OnLateJoin).
       {"spares: N + K forms at once", Elastic(2, 2, 1), {.joined = 3, .since_min = milliseconds(0)},
        Kind::kForm, {}},
-      {"spares: N in, the first round waits for the spare", Elastic(2, 2, 1),
-       {.joined = 2, .since_min = milliseconds(0)}, Kind::kWait, kTimeout},
-      {"spares: N in, no last call in the first round", Elastic(2, 2, 1),
-       {.joined = 2, .since_min = kLastCall, .since_start = kLastCall}, Kind::kWait,
+      {"spares: N in, the first round waits out the last call", Elastic(2, 2, 1),
+       {.joined = 2, .since_min = milliseconds(0)}, Kind::kWait, kLastCall},
+      {"spares: N in, the last call over: forms without the spare", Elastic(2, 2, 1),
+       {.joined = 2, .since_min = kLastCall, .since_start = kLastCall}, Kind::kForm, {}},
+      {"fixed gang without spares: N - 1 in after the last call still waits", Elastic(3, 3),
+       {.joined = 2, .since_min = none, .since_start = kLastCall}, Kind::kWait,
        kTimeout - kLastCall},
       {"spares: N in at the deadline forms", Elastic(2, 2, 1),
        {.joined = 2, .since_min = kLastCall, .since_start = kTimeout}, Kind::kForm, {}},
@@ -161,7 +163,7 @@ TEST(FormationPolicyProperty, RandomRounds) {
     if (d.kind != Kind::kWait) continue;
     EXPECT_GT(d.recheck_after, milliseconds(0)) << ctx;
     EXPECT_LE(r.since_start + d.recheck_after, c.timeout) << ctx;
-    if (r.since_min && (!r.first || lo < hi)) {  // a fixed gang's first round has no last call
+    if (r.since_min) {  // every round takes the last call
       EXPECT_LE(*r.since_min + d.recheck_after, c.last_call) << ctx;
     }
   }

@@ -279,6 +279,44 @@ TEST(PlanPod, RefusesWhatOnlyThePlanCanSee) {
   }
 }
 
+// torchrun's elastic --nnodes MIN:MAX: accepted with an index on every pod;
+// refused (config, one line) where it cannot mean anything.
+TEST(PlanPod, ElasticMinMax) {
+  struct Case {
+    std::vector<std::string> options;
+    std::uint32_t min, max;
+    std::string error;  // "" when accepted
+  };
+  const Case cases[] = {
+      {{"--nnodes", "2:3", "--node-rank", "2", "--master-addr", "10.0.0.1"}, 2, 3, ""},
+      {{"--nnodes", "1:4", "--node-rank", "0", "--master-addr", "10.0.0.1"}, 1, 4, ""},
+      {{"--nnodes", "3:3", "--node-rank", "1", "--master-addr", "10.0.0.1"}, 3, 3, ""},
+      {{"--nnodes", "3:2", "--node-rank", "1", "--master-addr", "10.0.0.1"}, 0, 0,
+       "--nnodes='3:2': MIN is larger than MAX; give N or N:N"},
+      {{"--nnodes", "0:2", "--node-rank", "1", "--master-addr", "10.0.0.1"}, 0, 0,
+       "--nnodes='0:2': a gang needs at least one pod"},
+      {{"--nnodes", "2:3", "--node-rank", "3", "--master-addr", "10.0.0.1"}, 0, 0,
+       "--node-rank='3' is not below the number of pods 3 "
+       "(--nnodes); indices run from 0 to 2"},
+      {{"--nnodes", "2:3", "--rdzv-endpoint", "10.0.0.1:29400"}, 0, 0,
+       "--nnodes='2:3': an elastic MIN:MAX gang needs an index on every pod "
+       "(an Indexed Job's completion index, or --node-rank) and no --gang layout"},
+  };
+  for (const Case& c : cases) {
+    auto po = PlanPodFor(c.options, {});
+    if (!c.error.empty()) {
+      ASSERT_FALSE(po.ok()) << c.options[1];
+      EXPECT_EQ(po.status().message(), c.error);
+      EXPECT_EQ(po.status().failure_class(), exitcodes::FailureClass::kConfig);
+      continue;
+    }
+    ASSERT_TRUE(po.ok()) << po.status().message();
+    EXPECT_EQ(po->identity.min_pods(), c.min) << c.options[1];
+    EXPECT_EQ(po->identity.nnodes, c.max) << c.options[1];
+    EXPECT_EQ(po->identity.elastic(), c.min < c.max) << c.options[1];
+  }
+}
+
 TEST(PlanPod, StandaloneTakesTheProbedPorts) {
   NodeFacts node = QuietNode();
   node.free_ports = {41000, 41001};
@@ -499,7 +537,7 @@ TEST(CommandLine, BadInputIsRefusedAsConfig) {
                                "script for the interpreter"},
       {"", "./run.sh", "cannot open the training script './run.sh'"},
       {"", "--no-python -m pkg.mod", "cannot be used together"},
-      {"", "--nnodes 2:4 train.py", "MIN:MAX range with MIN < MAX is not supported"},
+      {"", "--nnodes 2:4 train.py", "an elastic MIN:MAX gang needs an index on every pod"},
       {"PET_NNODES=1:3", "train.py", "PET_NNODES='1:3'"},
       {"", "--rdzv-backend zookeeper train.py", "--rdzv-backend='zookeeper'"},
       {"PET_RDZV_BACKEND=x", "train.py", "PET_RDZV_BACKEND='x'"},

@@ -570,3 +570,111 @@ TEST(MemberPolicyTest, AMemberNumberedByArrivalReportsWithTheIndexItWasGiven) {
 
 }  // namespace
 }  // namespace trainlet::agent
+
+// ---- Elastic --nnodes MIN:MAX: joins grow the gang without a restart ----
+
+namespace trainlet::agent {
+namespace {
+
+using exitcodes::FailureClass;
+namespace wire = rendezvous::wire;
+
+// --nnodes 2:3 --max-restarts `max`: generation `g` runs with `active` pods.
+GangPolicy MakeElastic(std::uint32_t index, std::uint32_t max, std::uint32_t g,
+                       std::uint32_t active, std::uint32_t restarts) {
+  GangPolicy p({.index = index, .nnodes = 3, .max_restarts = max, .hang_signal = SIGUSR1});
+  p.On(gang::Assigned{.generation = g, .nnodes = active, .restarts = restarts});
+  return p;
+}
+
+wire::Report FailedReport(std::uint32_t index) {
+  return {.index = index, .ok = false,
+          .failure_class = static_cast<std::uint16_t>(FailureClass::kWorker), .reason = "x"};
+}
+
+TEST(ElasticPolicyTest, AJoinGrowsTheGangWithoutARestart) {
+  GangPolicy p = MakeElastic(0, 0, 0, 2, 0);  // no restarts allowed at all
+  GangActions a = p.On(gang::Joined{.index = 2, .grows = true});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_TRUE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failed_index, 2u);
+  EXPECT_EQ(a.broadcast->next_generation, 1u);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kOk));
+  EXPECT_EQ(a.stop_workers, 0);
+  EXPECT_TRUE(p.role().gen().restarting());
+  // Members close their connections to rejoin: no loss, no failure.
+  EXPECT_EQ(p.On(gang::Lost{1, "its connection closed"}), GangActions{});
+  a = p.On(gang::WorkersDone{false});
+  EXPECT_TRUE(a.restart);
+  EXPECT_EQ(p.role().restarts(), 0u) << "a join is no restart";
+}
+
+TEST(ElasticPolicyTest, AMemberFollowsAGrowingGangAndCountsNoRestart) {
+  GangPolicy m = MakeElastic(1, 0, 0, 2, 0);
+  wire::Stop grow{.failed_index = 2, .reason = "pod 2 joined: the gang grows", .restart = true,
+                  .next_generation = 1, .failure_class = 0};
+  GangActions a = m.On(gang::Stop{grow});
+  EXPECT_EQ(a.stop_workers, 0);
+  EXPECT_FALSE(a.conclude);
+  a = m.On(gang::WorkersDone{false});
+  EXPECT_TRUE(a.restart);
+  EXPECT_FALSE(a.report) << "a stop for growth is no failure to report";
+  EXPECT_EQ(m.role().restarts(), 0u);
+}
+
+// A failure while the gang stops to grow, with no restart left: the leader's
+// final Stop still reaches the members stopping for the growth.
+TEST(ElasticPolicyTest, AFailureWhileGrowingWithoutRestartsLeftEndsTheGang) {
+  GangPolicy p = MakeElastic(0, 0, 0, 2, 0);
+  const wire::Stop grow = *p.On(gang::Joined{.index = 2, .grows = true}).broadcast;
+  GangActions a = p.On(gang::Report{1, FailedReport(1)});
+  ASSERT_TRUE(a.broadcast) << "a failure during the growth is still decided";
+  EXPECT_FALSE(a.broadcast->restart) << "no restart left";
+  const wire::Stop final_stop = *a.broadcast;
+  GangPolicy m = MakeElastic(2, 0, 0, 2, 0);  // a member stopping for the growth
+  EXPECT_EQ(m.On(gang::Stop{grow}).stop_workers, 0);
+  m.On(gang::Stop{final_stop});
+  a = m.On(gang::WorkersDone{false});
+  EXPECT_FALSE(a.restart) << "the final word overrides the growth";
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Conclusion::Kind::kPeerFailed);
+}
+
+TEST(ElasticPolicyTest, RestartsAreCountedNotGenerations) {
+  // Generation 5 after four joins and one failure: one restart left of two.
+  GangPolicy p = MakeElastic(0, 2, 5, 3, 1);
+  GangActions a = p.On(gang::Report{1, FailedReport(1)});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_TRUE(a.broadcast->restart) << "generation 5 > --max-restarts 2, but only 1 restart";
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+  EXPECT_EQ(p.role().restarts(), 2u);
+  p.On(gang::Assigned{.generation = 6, .nnodes = 3, .restarts = 2});
+  a = p.On(gang::Report{1, FailedReport(1)});
+  EXPECT_FALSE(a.broadcast->restart) << "the restarts are spent";
+}
+
+TEST(ElasticPolicyTest, AJoinAtMaxOrAfterAFailureGrowsNothing) {
+  GangPolicy p = MakeElastic(0, 2, 0, 3, 0);
+  GangActions a = p.On(gang::Joined{.index = 3, .grows = false});
+  EXPECT_FALSE(a.broadcast);
+  EXPECT_EQ(p.role().gen().spares, std::set<std::uint32_t>{3}) << "it waits as a spare";
+  GangPolicy q = MakeElastic(0, 2, 0, 2, 0);
+  ASSERT_TRUE(q.On(gang::Report{1, FailedReport(1)}).broadcast);
+  a = q.On(gang::Joined{.index = 2, .grows = true});
+  EXPECT_FALSE(a.broadcast) << "the restart under way takes it in";
+  EXPECT_TRUE(q.role().gen().spares.empty());
+  EXPECT_TRUE(q.On(gang::WorkersDone{false}).restart);
+  EXPECT_EQ(q.role().restarts(), 1u) << "the failure counts";
+}
+
+TEST(ElasticPolicyTest, TheGangThatSucceededIsThisGenerationsActivePods) {
+  // MAX 3, but generation 0 runs with 2: one member's success settles it.
+  GangPolicy p = MakeElastic(0, 0, 0, 2, 0);
+  p.On(Ok(1));
+  GangActions a = p.On(gang::WorkersDone{true});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Conclusion::Kind::kOk);
+}
+
+}  // namespace
+}  // namespace trainlet::agent

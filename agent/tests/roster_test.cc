@@ -39,22 +39,51 @@ TEST_F(RosterTest, WholeGangFormsAtOnceAndTheSpareWaits) {
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
 }
 
-// A fixed gang's first round has no last call: it waits for the spare until the
-// round's deadline (formation_policy.h), then forms with the N pods that came.
-TEST_F(RosterTest, FirstRoundWithoutTheSpareWaitsForItUntilTheDeadline) {
+// A fixed gang's first round takes the last call too (formation_policy.h): a
+// spare arriving later is admitted while the generation runs (AddJoined).
+TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
   Round();
-  EXPECT_FALSE(roster_.Plan({0, 1}));
-  RunFor(200ms);  // four last calls
-  EXPECT_EQ(reconsidered_, 0);
-  EXPECT_FALSE(roster_.Plan({0, 1})) << "formed without the spare before the deadline";
-  roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
-                     {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
-                      .timeout = 100ms},
-                     [this] { ++reconsidered_; });
-  EXPECT_FALSE(roster_.Plan({0, 1}));
-  RunFor(300ms);
+  EXPECT_FALSE(roster_.Plan({0, 1})) << "formed before its last call";
+  RunFor(200ms);
   EXPECT_EQ(reconsidered_, 1);
   EXPECT_EQ(roster_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
+  roster_.Adopt(0);
+  EXPECT_TRUE(roster_.spares_waiting().empty());
+  roster_.AddJoined(2, /*waiting=*/true);  // the spare, late: it waits
+  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{2});
+  EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
+}
+
+// Elastic --nnodes 2:3: a pod admitted while generation 0 runs with 2 is
+// waited for in the next round (no last call cuts it off once it is back) and
+// the gang grows to 3, node ranks in index order; a loss then shrinks it.
+TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
+  auto round = [this] {
+    roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
+                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s},
+                       [this] { ++reconsidered_; });
+  };
+  round();
+  EXPECT_FALSE(roster_.Plan({0, 2})) << "formed before its last call";
+  RunFor(200ms);
+  EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  roster_.Adopt(0);
+  roster_.AddJoined(1, /*waiting=*/false);  // joins the next generation
+  EXPECT_TRUE(roster_.spares_waiting().empty());
+  EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
+  round();
+  EXPECT_FALSE(roster_.Plan({0, 2})) << "the joiner is expected: no forming without it at once";
+  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));  // index order
+  roster_.Adopt(1);
+  roster_.AddJoined(2, /*waiting=*/false);  // rejoining early: keeps node rank 2
+  roster_.MarkLost(1);
+  round();
+  EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));  // the survivors, at once
+  roster_.Adopt(2);
+  roster_.MarkLost(2);
+  roster_.AddJoined(2, /*waiting=*/true);  // recreated after its loss: a spare, no rank
+  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{2});
+  EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 2}));
 }
 
 // A pod gone while the gang restarted (never declared lost: every connection

@@ -93,12 +93,12 @@ std::optional<Admission> LaunchFence(const AdmissionState& state, const wire::He
                        field + "=" + lv + " on pod 0 (the leader)",
                    /*retriable=*/false);
   }
-  if (hello.generation > state.max_generation) {
+  if (state.max_generation && hello.generation > *state.max_generation) {
     // No pod of this gang runs past --max-restarts: a stranger's number, or a
     // pod launched with another --max-restarts history. Never adopted.
     return Refusal("generation",
                    who + " asks for generation " + std::to_string(hello.generation) +
-                       ", beyond --max-restarts " + std::to_string(state.max_generation),
+                       ", beyond --max-restarts " + std::to_string(*state.max_generation),
                    /*retriable=*/false);
   }
   if (hello.index == wire::kNoIndex) {

@@ -3,7 +3,10 @@
 namespace trainlet::rendezvous {
 
 wire::LaunchConfig MakeLaunchConfig(const LaunchSettings& s) {
-  wire::LaunchConfig c = {{"nnodes", std::to_string(s.nnodes)},
+  const bool elastic = s.min_nodes != 0 && s.min_nodes < s.nnodes;
+  wire::LaunchConfig c = {{"nnodes", elastic ? std::to_string(s.min_nodes) + ":" +
+                                                   std::to_string(s.nnodes)
+                                             : std::to_string(s.nnodes)},
                           {"nproc_per_node", std::to_string(s.nproc_per_node)},
                           {"master_port", std::to_string(s.master_port)},
                           {"max_restarts", std::to_string(s.max_restarts)},

@@ -84,6 +84,10 @@ struct Leader::Impl {
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
   bool assigning = false;
+  // The round formed and LeaderOptions::admit_late: accepting late pods, whose
+  // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
+  bool late = false;
+  std::function<wire::Assignment(std::uint32_t, std::string)> assignment;
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
@@ -299,7 +303,7 @@ void Leader::AcceptNext() {
     if (!im.acceptor.is_open()) return;
     if (!ec) {
       self->OnAccept(std::make_shared<Conn>(std::move(s)));
-      if (!im.finished) self->AcceptNext();
+      if (!im.finished || im.late) self->AcceptNext();
       return;
     }
     // EMFILE/ENFILE/ENOBUFS persist: pause instead of spinning on them.
@@ -317,7 +321,7 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
   auto remote = conn->socket.remote_endpoint(ec);
   conn->address = ec ? "?" : AddressForPeers(remote.address());
   conn->peer = ec ? "?" : conn->address + ":" + std::to_string(remote.port());
-  if (im.finished) {
+  if (im.finished && !im.late) {
     Warn(conn, "leader: dropping connection from " + conn->peer + ": rendezvous already complete");
     conn->socket.close(ec);
     return;
@@ -529,8 +533,15 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
       break;
   }
   const std::uint32_t index = decided.index;
+  const bool late = im.finished;
   if (decided.replace_holder) {
     const auto holder_conn = im.members.at(index);
+    if (im.finished && !holder_conn->settled) {  // an active pod or a spare: lost
+      holder_conn->settled = true;
+      Deliver([self = this, index, why = "a new pod (" + conn->peer + ") claims its index"] {
+        if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
+      });
+    }
     im.log->warn("leader: index {} claimed again from {}; its holder {} has been silent for {} ms: "
                  "replacing it",
                  index, conn->peer, holder_conn->peer,
@@ -538,6 +549,10 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx())
                      .count());
     Drop(holder_conn);
+  }
+  if (late) {
+    AdmitLate(conn, index);
+    return;
   }
   conn->index = index;
   conn->generation = hello.generation;
@@ -549,6 +564,36 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   im.log->debug("leader: pod {} joined from {} ({}/{}){}", index, conn->peer, admitted(),
                 im.options.nnodes, hello.index == wire::kNoIndex ? " by arrival" : "");
   MaybeAssign();
+}
+
+// A pod admitted while the generation runs (LeaderOptions::admit_late).
+void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
+  Impl& im = *impl_;
+  const bool spare = im.channel && im.callbacks.on_join && im.callbacks.on_join(index);
+  if (!spare || !im.assignment) {
+    Refuse(conn, {wire::kNextGenerationField,
+                  "pod " + std::to_string(index) + " (" + conn->peer +
+                      ") joined while a generation runs: it joins the next generation",
+                  /*retriable=*/true});
+    return;
+  }
+  conn->index = index;
+  conn->timer.cancel();
+  NotPending(conn);
+  im.members[index] = conn;
+  conn->peer_state.Heard(std::chrono::steady_clock::now());
+  im.log->info("leader: pod {} joined from {} while the generation runs: it waits as a spare",
+               index, conn->peer);
+  Send(conn, wire::Encode(im.assignment(index, MasterAddrFor(conn))));
+}
+
+// MASTER_ADDR for a member: the leader address that member itself reached us
+// on (proven reachable from there, never loopback in a pod), or --local-addr.
+std::string Leader::MasterAddrFor(const std::shared_ptr<Conn>& conn) const {
+  if (!impl_->options.master_addr.empty()) return impl_->options.master_addr;
+  boost::system::error_code ec;
+  auto local = conn->socket.local_endpoint(ec);
+  return ec ? std::string() : AddressForPeers(local.address());
 }
 
 // A pod of a recreated Job (admission.h, rule 4): the old Job's pods still
@@ -688,8 +733,7 @@ void Leader::MaybeAssign() {
     boost::system::error_code ec;
     auto local = conn->socket.local_endpoint(ec);
     if (ec) continue;
-    targets.emplace_back(conn, im.options.master_addr.empty() ? AddressForPeers(local.address())
-                                                               : im.options.master_addr);
+    targets.emplace_back(conn, MasterAddrFor(conn));
     if (own_addr == "127.0.0.1" && !local.address().is_loopback()) own_addr = targets.back().second;
   }
   if (!im.options.master_addr.empty()) own_addr = im.options.master_addr;
@@ -698,11 +742,14 @@ void Leader::MaybeAssign() {
   if (im.options.make_nccl_ids) {
     nccl = im.options.make_nccl_ids(active * nproc, own_addr);
   }
-  make = [base = make, nccl](std::uint32_t index, std::string addr) {
+  make = [base = make, nccl, restarts = im.options.restarts](std::uint32_t index,
+                                                             std::string addr) {
     wire::Assignment a = base(index, std::move(addr));
     std::tie(a.nccl_version, a.nccl_ids) = nccl;
+    a.restarts = restarts;
     return a;
   };
+  im.assignment = make;
   for (auto& [conn, addr] : targets) {
     auto frame =
         std::make_shared<std::vector<std::uint8_t>>(wire::Encode(make(*conn->index, addr)));
@@ -723,7 +770,9 @@ void Leader::Finish(Result<wire::Assignment> result) {
   im.waiting_timer.cancel();
   im.accept_pause.cancel();
   boost::system::error_code ec;
-  im.acceptor.close(ec);  // late and stray connections are refused by the kernel now
+  im.late = result.ok() && im.options.admit_late && im.acceptor.is_open();
+  // Late and stray connections are refused by the kernel now, unless late pods are admitted.
+  if (!im.late) im.acceptor.close(ec);
   if (result.ok()) im.log->info("leader: all {} pod(s) joined", admitted());
   auto done = std::move(im.done);
   im.done = nullptr;
@@ -867,6 +916,12 @@ void Leader::Warn(const std::shared_ptr<Conn>& conn, const std::string& line) {
 void Leader::BroadcastStop(const wire::Stop& stop) {
   auto frame = wire::Encode(stop);
   for (auto& [index, conn] : impl_->members) Send(conn, frame);
+}
+
+void Leader::StopAdmitting() {
+  impl_->late = false;
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
 }
 
 std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {

@@ -381,6 +381,16 @@ void Member::OnReply(const wire::Message& msg) {
   if (const auto* reject = std::get_if<wire::Reject>(&msg)) {
     if (reject->retriable) {
       im.refusal = reject->reason;
+      if (reject->field == wire::kNextGenerationField) {
+        // Admitted at the leader's next round, which starts in moments (the
+        // gang grows for this pod, or is starting its workers): retry as a
+        // pod rejoining after a restart does, so the round does not form
+        // without it at the last call.
+        BackoffOptions rejoin = im.options.backoff;
+        rejoin.initial = tunables::kRejoinBackoffInitial;
+        rejoin.min_delay = tunables::kRejoinBackoffMin;
+        im.backoff = Backoff(rejoin, im.options.seed);
+      }
       Retry("rendezvous: leader refused this pod for now", reject->reason);
     } else {
       Finish(Status::Config("the leader refused this pod: " + reject->reason));

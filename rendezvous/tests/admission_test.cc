@@ -180,6 +180,33 @@ TEST_F(AdmissionTest, AGenerationBeyondMaxRestartsIsRefusedForGood) {
   EXPECT_FALSE(a.reject.retriable);
 }
 
+TEST_F(AdmissionTest, ElasticGenerationsAreNotBoundedByMaxRestarts) {
+  // --nnodes MIN:MAX: joins start generations that are no restarts, so the
+  // leader passes no bound and a member far past --max-restarts is admitted.
+  wire::Hello h = HelloFor(2);
+  h.generation = 40;
+  AdmissionState state{.own = own_, .nnodes = 4, .max_generation = std::nullopt,
+                       .leader_id = leader_id_, .job_attempts = job_attempts_,
+                       .holder = std::nullopt, .free_index = 1, .peer = "10.0.0.12:41234",
+                       .address = "10.0.0.12",
+                       .local = "10.0.0.10:29400"};
+  EXPECT_EQ(Admit(state, h).verdict, Verdict::kAdmit);
+}
+
+TEST_F(AdmissionTest, AnotherElasticRangeIsRefusedForGood) {
+  own_.config = {{"nnodes", "2:4"}, {"nproc_per_node", "2"}};
+  own_.fingerprint = wire::Fingerprint(own_.config);
+  wire::Hello h = HelloFor(2);
+  h.config = {{"nnodes", "3:4"}, {"nproc_per_node", "2"}};
+  h.fingerprint = wire::Fingerprint(h.config);
+  Admission a = Decide(h);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, "nnodes");
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_EQ(a.reject.reason, "launch configuration differs: nnodes=3:4 on pod 2 "
+                             "(10.0.0.12:41234), nnodes=2:4 on pod 0 (the leader)");
+}
+
 TEST_F(AdmissionTest, AnIndexOutsideTheGangIsRefusedForGood) {
   Admission a = Decide(HelloFor(4));
   EXPECT_EQ(a.verdict, Verdict::kRefuse);

@@ -911,6 +911,58 @@ TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
   EXPECT_TRUE((*got[1])->spare);
 }
 
+// LeaderOptions::admit_late: after the round formed, a pod's hello still goes
+// through Admit; on_join says whether it waits as a spare (a spare assignment
+// of this generation, then the channel) or joins the next round (refused for
+// now, field next_generation); StopAdmitting closes the door.
+TEST_F(RendezvousTest, LatePodsWaitAsSparesOrJoinTheNextGeneration) {
+  LeaderOptions o;
+  o.admit_late = true;
+  o.restarts = 3;
+  o.plan = [](const std::vector<std::uint32_t>& joined)
+      -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
+    if (joined.size() < 2) return std::nullopt;
+    return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}};
+  };
+  auto leader = MakeLeader(4, 0, "", o);
+  Outcome own;
+  leader->Start(HelloFor(0, 4), [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  auto first = MakeMember(HelloFor(1, 4), leader->port());
+  first->Start([&](auto r) { got[1] = r; });
+  RunUntil([&] { return own && got.size() == 1; });
+  ASSERT_TRUE(own && own->ok());
+  EXPECT_EQ((*own)->restarts, std::optional<std::uint32_t>(3));
+  std::vector<std::uint32_t> joins;
+  std::vector<std::uint32_t> lost;
+  leader->StartChannel({.on_report = {},
+                        .on_lost = [&](std::uint32_t i, const std::string&) { lost.push_back(i); },
+                        .on_join = [&](std::uint32_t i) {
+                          joins.push_back(i);
+                          return i == 2;
+                        }});
+  auto spare = MakeMember(HelloFor(2, 4), leader->port());
+  spare->Start([&](auto r) { got[2] = r; });
+  RunUntil([&] { return got.size() == 2; });
+  ASSERT_TRUE(got[2] && got[2]->ok()) << (got[2] ? got[2]->status().ToString() : "none");
+  EXPECT_TRUE((*got[2])->spare);
+  EXPECT_EQ((*got[2])->nnodes, 2u);
+  EXPECT_EQ((*got[2])->generation, 0u);
+  EXPECT_EQ((*got[2])->restarts, std::optional<std::uint32_t>(3));
+  auto next = MakeMember(HelloFor(3, 4), leader->port(), 1500ms);
+  next->Start([&](auto r) { got[3] = r; });
+  RunUntil([&] { return std::find(joins.begin(), joins.end(), 3u) != joins.end(); });
+  leader->StopAdmitting();
+  RunUntil([&] { return got.size() == 3; });
+  ASSERT_TRUE(got[3] && !got[3]->ok());
+  EXPECT_EQ(got[3]->status().failure_class(), FailureClass::kInfra);
+  EXPECT_NE(got[3]->status().message().find("it joins the next generation"), std::string::npos)
+      << got[3]->status().message();
+  ASSERT_FALSE(joins.empty());
+  EXPECT_EQ(joins.front(), 2u);
+  EXPECT_TRUE(lost.empty()) << "the spare is a live member of the channel";
+}
+
 // A peer that never reads cannot make the send queue grow without bound.
 TEST(FrameQueueTest, QueueIsBoundedForAPeerThatDoesNotRead) {
   asio::io_context io;

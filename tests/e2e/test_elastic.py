@@ -10,17 +10,20 @@ run until the test writes CTL/done (then exit 0).
   pod 2 joins -> every pod runs again with WORLD_SIZE 3, ranks in index order, and the join
   is no restart (TORCHELASTIC_RESTART_COUNT stays 0); pod 2 SIGKILLed -> pods 0 and 1 run
   again with WORLD_SIZE 2 and restart count 1 (a loss counts); all exit 0.
+- test_ranks_follow_indices_not_join_order: pods 0 and 2 form WORLD_SIZE 2 (pod 2 on
+  RANK 1); pod 1 joins -> pod 1 takes RANK 1 and pod 2 RANK 2: index order, not join order.
+- test_join_at_max_waits_as_a_spare: `--nnodes 2:3 --spares 1`, pods 0-2 form WORLD_SIZE 3
+  after the last call; pod 3 joins while the generation runs: at MAX it waits as a spare
+  (no worker, no new generation) and exits 0 when the gang finishes.
 - test_below_min_waits_then_exits_infra: pods 0 and 1 train; pod 1 SIGKILLed -> pod 0 is
   below MIN, waits --rdzv-timeout, then exits 75 (infra) saying what was missing.
 
-Skipped while the binary refuses MIN < MAX (the policy is in; its wiring into the leader's
-round follows the rendezvous refactor).
+Skipped for the python stand-in (it has no elastic sizes).
 """
 
 import json
 import os
 import signal
-import subprocess
 import time
 import unittest
 
@@ -42,10 +45,6 @@ def elastic_refused():
     """Why the binary cannot run these tests, or None."""
     if not BIN or os.path.basename(BIN) == "standin_trainlet.py":
         return "needs the real trainlet"
-    p = subprocess.run([BIN, "--nnodes", "2:3", "--rdzv-timeout", "1", "--", "true"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=30)
-    if p.returncode == 78 and "MIN < MAX is not supported" in p.stderr:
-        return "this trainlet refuses elastic --nnodes MIN:MAX"
     return None
 
 
@@ -76,12 +75,13 @@ class ElasticTest(PodsimTestCase):
         except FileNotFoundError:
             return []
 
-    def start(self, c, i, rdzv_timeout=30):
+    def start(self, c, i, rdzv_timeout=30, spares=0):
         cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), self.ctl(c)]
         c.start_pod(i, self.trainlet("--termination-log", os.path.join(c.workdir, f"tlog{i}"),
                                      "--max-restarts", "2", "--rdzv-conf",
-                                     "last_call_timeout=1", nnodes="2:3", grace=GRACE,
-                                     rdzv_timeout=rdzv_timeout, cmd=cmd))
+                                     "last_call_timeout=1", "--spares", str(spares),
+                                     nnodes="2:3", grace=GRACE, rdzv_timeout=rdzv_timeout,
+                                     cmd=cmd))
 
     def wait_starts(self, c, i, count, timeout=40):
         deadline = time.monotonic() + timeout
@@ -93,13 +93,17 @@ class ElasticTest(PodsimTestCase):
         self.fail(f"pod {i} started {len(self.starts(c, i))} workers, want {count}\n"
                   + c.pods[i].tail())
 
+    def form_two(self, c, first):
+        """Pods `first` start and form generation 0 with WORLD_SIZE 2 after the last call."""
+        c.publish_all()
+        for i in first:
+            self.start(c, i)
+        for rank, i in enumerate(first):
+            self.assertEqual(self.wait_starts(c, i, 1), (0, rank, 2), f"pod {i} first")
+
     def test_join_grows_and_loss_shrinks(self):
         with self.cluster(pods=3) as c:
-            c.publish_all()
-            for i in (0, 1):
-                self.start(c, i)
-            self.assertEqual(self.wait_starts(c, 0, 1), (0, 0, 2))
-            self.assertEqual(self.wait_starts(c, 1, 1), (0, 1, 2))
+            self.form_two(c, (0, 1))
             self.start(c, 2)  # a late joiner: admitted at the next generation
             for i in range(3):
                 self.assertEqual(self.wait_starts(c, i, 2 if i < 2 else 1), (0, i, 3),
@@ -111,6 +115,36 @@ class ElasticTest(PodsimTestCase):
             for i in (0, 1):
                 self.assertExit(c.pods[i], 40, 0)
             c.pods[2].wait(10)
+            self.assertNothingLeft(c)
+
+    def test_ranks_follow_indices_not_join_order(self):
+        with self.cluster(pods=3) as c:
+            self.form_two(c, (0, 2))  # pod 2 on RANK 1
+            self.start(c, 1)  # joins last, yet its index puts it before pod 2
+            self.assertEqual(self.wait_starts(c, 1, 1), (0, 1, 3))
+            self.assertEqual(self.wait_starts(c, 2, 2), (0, 2, 3))
+            self.assertEqual(self.wait_starts(c, 0, 2), (0, 0, 3))
+            open(os.path.join(self.ctl(c), "done"), "w").close()
+            for i in range(3):
+                self.assertExit(c.pods[i], 40, 0)
+            self.assertNothingLeft(c)
+
+    def test_join_at_max_waits_as_a_spare(self):
+        with self.cluster(pods=4) as c:
+            c.publish_all()
+            for i in range(3):
+                self.start(c, i, spares=1)
+            for i in range(3):
+                self.assertEqual(self.wait_starts(c, i, 1), (0, i, 3))
+            self.start(c, 3, spares=1)
+            c.pods[3].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
+            self.assertRegex(c.pods[0].stderr(), r"pod 3 joined while generation 0 runs")
+            open(os.path.join(self.ctl(c), "done"), "w").close()
+            for i in range(4):
+                self.assertExit(c.pods[i], 40, 0)
+            self.assertEqual(self.starts(c, 3), [], "the spare ran a worker")
+            for i in range(3):
+                self.assertEqual(len(self.starts(c, i)), 1, f"pod {i} restarted for a spare")
             self.assertNothingLeft(c)
 
     def test_below_min_waits_then_exits_infra(self):

@@ -91,11 +91,8 @@ Result<std::string> ParseNnodes(const std::string& what, const std::string& valu
   if (n.size() == 2 && n[0] > n[1]) {
     return Status::Config(what + "='" + value + "': MIN is larger than MAX; give N or N:N");
   }
-  if (n.size() == 2 && n[0] != n[1]) {
-    return Status::Config(
-        what + "='" + value + "': an elastic MIN:MAX range with MIN < MAX is not supported: "
-        "a trainlet gang is a fixed set of pods (the Job's completions); give N or N:N");
-  }
+  // torchrun's elastic range (torch/distributed/run.py parse_min_max_nnodes).
+  if (n.size() == 2 && n[0] != n[1]) return std::to_string(n[0]) + ":" + std::to_string(n[1]);
   return std::to_string(n[0]);
 }
 

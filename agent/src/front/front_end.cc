@@ -288,8 +288,10 @@ Status ReadPodFlags(const FlagValues& f, Settings* s) {
   if (!spares.ok()) return spares.status();
   s->spares = *spares;
   // formation_policy.h: a fixed gang forms when all its pods joined; the last
-  // call only waits for spares in a later round.
-  if (const auto& last = s->torchrun.last_call; last && s->spares == 0) {
+  // call only waits for spares, or (elastic --nnodes MIN:MAX) for pods beyond MIN.
+  auto range = ParseNnodes(f.Source(kNnodes), f.Resolved(kNnodes));
+  const bool elastic = range.ok() && range->find(':') != std::string::npos;
+  if (const auto& last = s->torchrun.last_call; last && s->spares == 0 && !elastic) {
     spdlog::info("{}: last_call_timeout={} has no effect: a gang of a fixed size without "
                  "spares (--spares) forms when all its pods have joined",
                  f.Source(kRdzvConf), std::chrono::duration<double>(*last).count());

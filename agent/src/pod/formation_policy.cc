@@ -23,15 +23,14 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
   const std::uint32_t min_nodes = std::max<std::uint32_t>(1, c.min_nodes);
   const std::uint32_t whole = std::max(min_nodes, c.max_nodes) + c.spares;
   const bool enough = round.joined >= min_nodes;
-  // A fixed gang's first round (MIN = MAX) waits for its spares too: a pod that
-  // arrives after the gang formed is not yet admitted while a generation runs,
-  // so forming without it would leave it to fail at its --rdzv-timeout.
-  const bool last_call = !round.first || min_nodes < c.max_nodes;
+  // Every round takes torch's last call, a fixed gang's first with spares too:
+  // a pod arriving after the round formed is admitted while the generation runs
+  // (as a spare, or by a next generation that takes it in: OnLateJoin).
   if (round.joined >= whole) return Form("the gang is whole (" + Count(round.joined, "pods") + ")");
   if (enough && !round.first && round.joined >= round.alive) {
     return Form("every pod still alive is back (" + Count(round.joined, "pods") + ")");
   }
-  if (last_call && enough && round.since_min && *round.since_min >= c.last_call) {
+  if (enough && round.since_min && *round.since_min >= c.last_call) {
     return Form("last call ended with " + Count(round.joined, "pods") + " (MIN " +
                 std::to_string(min_nodes) + ")");
   }
@@ -44,10 +43,10 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
                    std::to_string(min_nodes) + " needed"};
   }
   milliseconds wait = to_deadline;
-  if (last_call && enough && round.since_min) {
+  if (enough && round.since_min) {
     wait = std::min(wait, c.last_call - *round.since_min);
   }
-  std::string why = last_call && enough ? "last call: waiting up to " +
+  std::string why = enough ? "last call: waiting up to " +
                                  std::to_string(wait.count()) + " ms for more pods (" +
                                  Count(round.joined, "joined") + ", MAX " +
                                  std::to_string(whole) + ")"

@@ -1,5 +1,6 @@
 #include "trainlet/agent/pod/gang_policy.h"
 
+#include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/exitcodes/exit_code.h"
 
 namespace trainlet::agent {
@@ -31,7 +32,7 @@ std::string FirstWords(std::uint32_t index, FailureClass c, const std::string& r
 }  // namespace
 
 bool GangPolicyBase::CanRestart(FailureClass c) const {
-  return !stop_signal_ && generation_ < config_.max_restarts && RestartableClass(c);
+  return !stop_signal_ && restarts_ < config_.max_restarts && RestartableClass(c);
 }
 
 GangActions GangPolicyBase::Conclude(GangActions a, Conclusion c) {
@@ -76,6 +77,10 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
 
 GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
+  // The next generation's count (the next assignment says it again).
+  const bool grow = gen_.decision == Decision::kGrow;
+  restarts_ =
+      NextRestarts(restarts_, {.joined = grow, .failed = !grow}, config_.max_restarts).restarts;
   gen_ = {};
   restarted_ = true;
   return a;
@@ -85,9 +90,11 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
   if (concluded_) return GangActions{};
   if (const auto* a = std::get_if<gang::Assigned>(&e)) {
     generation_ = a->generation;
+    restarts_ = a->restarts.value_or(a->generation);
     // A spare has no workers to wait for, and never a success of its own.
     gen_.phase = a->spare ? Phase::kSpare : Phase::kRunning;
     gen_.spares = a->spares;
+    gen_.active = a->nnodes;
     return GangActions{};
   }
   if (const auto* f = std::get_if<gang::AgentFailed>(&e)) {
@@ -162,7 +169,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   // A member's hardware failure: it leaves and a waiting spare takes its place.
   const bool swap = c == FailureClass::kHardware && index != config_.index &&
                     !gen_.spares.empty() && !stop_signal_ &&
-                    generation_ < config_.max_restarts;
+                    restarts_ < config_.max_restarts;
   const bool restart = (CanRestart(c) || swap) && !GangSucceeded();
   const int diag = hang ? config_.hang_signal : 0;
   a.broadcast = rendezvous::wire::Stop{.failed_index = index,
@@ -174,8 +181,8 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   if (restart) {
     gen_.decision = Decision::kRestart;
     a.log = "gang: " + reason + "; restarting in place (restart " +
-            std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
-  } else if (index == config_.index && config_.nnodes == 1) {
+            std::to_string(restarts_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
+  } else if (index == config_.index && (gen_.active != 0 ? gen_.active : config_.nnodes) == 1) {
     a.log = "gang: " + reason;  // a gang of one: nobody else to stop or wait for
   } else if (index == config_.index && AllSettled()) {
     // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
@@ -223,12 +230,15 @@ GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
     return a;
   }
   if (!gen_.settled.insert(l.index).second) return {};
+  // Growing: every member closes its connection to rejoin the next round.
+  if (gen_.decision == Decision::kGrow) return {};
   return PodFailed(l.index, FailureClass::kInfra,
                    "pod " + std::to_string(l.index) + " was lost: " + l.why, false);
 }
 
 GangActions LeaderPolicy::OnLocalFailure(const gang::LocalFailure& f) {
-  if (gen_.cause.own() || gen_.first || gen_.done()) return {};  // collateral of a known failure
+  // Collateral of a known failure, or of the stop for a growing gang.
+  if (gen_.cause.own() || gen_.first || gen_.done() || gen_.restarting()) return {};
   const std::uint32_t own = config_.index;
   gen_.cause = Cause::Own(f);
   GangActions a = PodFailed(own, f.failure_class, "pod " + std::to_string(own) + ": " + f.reason,
@@ -277,8 +287,36 @@ GangActions LeaderPolicy::OnWorkersDone(const gang::WorkersDone& d) {
   return MaybeConclude();
 }
 
+// A pod admitted while the generation runs: the gang grows when it may and
+// nothing has ended the generation yet; otherwise the pod waits as a spare
+// (or, a restart under way, joins the next round with the others).
+GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
+  GangActions a;
+  a.log_info = true;
+  const bool open =
+      gen_.decision == Decision::kOpen && !gen_.first && !gen_.done() && !stop_signal_;
+  if (!j.grows || !open) {
+    if (!gen_.restarting()) gen_.spares.insert(j.index);
+    a.log = "pod " + std::to_string(j.index) + " joined; " +
+            (gen_.restarting() ? "it joins the next generation" : "it waits as a spare");
+    return a;
+  }
+  gen_.decision = Decision::kGrow;
+  const std::string why = "pod " + std::to_string(j.index) + " joined: the gang grows";
+  a.broadcast = rendezvous::wire::Stop{
+      .failed_index = j.index,
+      .reason = why,
+      .restart = true,
+      .next_generation = generation_ + 1,
+      .failure_class = static_cast<std::uint16_t>(FailureClass::kOk)};
+  a.stop_workers = 0;
+  a.log = "gang: " + why + " (generation " + std::to_string(generation_ + 1) + ", no restart)";
+  return a;
+}
+
 GangActions LeaderPolicy::On(const GangEvent& e) {
   if (auto common = OnCommon(e)) return *common;
+  if (const auto* j = std::get_if<gang::Joined>(&e)) return OnJoined(*j);
   if (const auto* r = std::get_if<gang::Report>(&e)) return OnReport(*r);
   if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
   if (const auto* f = std::get_if<gang::LocalFailure>(&e)) return OnLocalFailure(*f);
@@ -332,11 +370,23 @@ GangActions MemberPolicy::AfterOwnFailureDone() {
 
 GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   GangActions a;
-  if (gen_.verdict() || gen_.restarting()) return a;
+  // A growing gang's Stop may be followed by a failure's (counted, or final
+  // when the restarts are spent) while the workers still stop.
+  if (gen_.verdict() || gen_.decision == Decision::kRestart) return a;
+  if (gen_.decision == Decision::kGrow && s.failure_class == 0) return a;
   if (!s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
     // The gang finished: a spare (the only pod still waiting for a word) exits 0.
     gen_.decision = Decision::kFinal;
     return gen_.done() ? Conclude(std::move(a), {.kind = Kind::kOk}) : a;
+  }
+  if (s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
+    // A pod joined and the gang grows: a next generation, no failure, no restart.
+    gen_.decision = Decision::kGrow;
+    a.log = "the leader starts generation " + std::to_string(s.next_generation) + ": " + s.reason;
+    a.log_info = true;
+    if (gen_.done()) return Restart(std::move(a));
+    a.stop_workers = 0;
+    return a;
   }
   const auto c = static_cast<FailureClass>(s.failure_class);
   const std::string first = FirstWords(s.failed_index, c, s.reason);
@@ -381,7 +431,7 @@ GangActions MemberPolicy::OnLost(const gang::Lost& l) {
   if (CanRestart(FailureClass::kInfra)) {
     gen_.decision = Decision::kRestart;
     a.log = "lost the leader: " + l.why + "; stopping the workers, then rejoining (restart " +
-            std::to_string(generation_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
+            std::to_string(restarts_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
     if (gen_.done()) return Restart(std::move(a));  // a spare: no workers to stop
     return a;
   }

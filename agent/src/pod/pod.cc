@@ -203,7 +203,11 @@ class Pod {
   void Apply(const GangActions& a) {
     if (!a.log.empty()) spdlog::log(a.log_info ? spdlog::level::info : spdlog::level::warn, "{}", a.log);
     PodGeneration& g = *gen_;
-    if (a.broadcast && g.leader) g.leader->BroadcastStop(*a.broadcast);
+    if (a.broadcast && g.leader) {
+      g.leader->BroadcastStop(*a.broadcast);
+      // The generation ends: pods rejoining go to the next round's leader.
+      g.leader->StopAdmitting();
+    }
     if (a.report && g.member) {
       if (a.report->ok) {
         g.member->SendReport(*a.report, Guard([this] { Feed(gang::ReportSent{}); }));
@@ -212,10 +216,14 @@ class Pod {
       }
     }
     // trainlet_last_failure (metrics.h): the class of the failure this pod
-    // reports, or of the culprit the leader names.
-    if (a.broadcast) NoteFailureClass(a.broadcast->failure_class);
-    if (a.broadcast && a.broadcast->restart &&
-        !RestartableClass(exitcodes::FailureClass(a.broadcast->failure_class))) {
+    // reports, or of the culprit the leader names (a growing gang's is none).
+    if (a.broadcast && !(a.broadcast->restart && a.broadcast->failure_class == 0)) {
+      NoteFailureClass(a.broadcast->failure_class);
+    }
+    const auto broadcast_class =
+        exitcodes::FailureClass(a.broadcast ? a.broadcast->failure_class : 0);
+    if (a.broadcast && a.broadcast->restart && broadcast_class != exitcodes::FailureClass::kOk &&
+        !RestartableClass(broadcast_class)) {
       // A member whose failure points at its node leaves; a spare takes its place.
       roster_.MarkLeaving(a.broadcast->failed_index);
     }
@@ -244,6 +252,7 @@ class Pod {
   // culprit's class for a restart, peer_failed for a stop caused elsewhere.
   void NoteStop(const rendezvous::wire::Stop& stop) {
     if (stop.failed_index == options_.identity.index) return;  // ours: already noted
+    if (stop.restart && stop.failure_class == 0) return;       // the gang grows: no failure
     NoteFailureClass(stop.restart ? stop.failure_class
                                   : static_cast<std::uint16_t>(exitcodes::FailureClass::kPeerFailed));
   }
@@ -298,7 +307,8 @@ class Pod {
     // (Packed: the launch configuration the peers compare, field by field.)
     return rendezvous::MakeHello(
         {.job_id = id.job_id, .attempt = id.attempt, .index = id.index, .nnodes = id.nnodes,
-         .nproc_per_node = id.nproc_per_node, .master_port = options_.master_port,
+         .min_nodes = id.min_pods(), .nproc_per_node = id.nproc_per_node,
+         .master_port = options_.master_port,
          .max_restarts = options_.max_restarts, .gang = id.gang,
          .preflight = options_.gpu.preflight, .generation = gen_->join, .job_name = id.job_name,
          .job_restart_attempt = id.job_restart_attempt, .spares = id.spares,
@@ -330,10 +340,24 @@ class Pod {
     if (g.supervisor || !g.leader) return;
     std::string missing;
     for (auto i : g.leader->missing()) missing += (missing.empty() ? "" : ",") + std::to_string(i);
+    const PodIdentity& id = options_.identity;
+    const std::string joined =
+        id.elastic() ? std::to_string(g.leader->admitted()) + " pod(s) joined, at least " +
+                           std::to_string(id.min_pods()) + " needed (--nnodes " +
+                           std::to_string(id.min_pods()) + ":" + std::to_string(id.nnodes) + ")"
+                     : std::to_string(g.leader->admitted()) + " of " + std::to_string(id.nnodes) +
+                           " pods joined";
     Feed(gang::AgentFailed{Status::Infra(
         "rendezvous timed out after " + std::to_string(options_.rdzv_timeout.count() / 1000) +
-        " s: " + std::to_string(g.leader->admitted()) + " of " +
-        std::to_string(options_.identity.nnodes) + " pods joined; missing indices " + missing)});
+        " s: " + joined + "; missing indices " + (missing.empty() ? "none" : missing))});
+  }
+
+  // When the leader's round forms (formation_policy.h): MIN:MAX, the spares,
+  // torch's last call, the round's deadline.
+  FormationConfig FormationNow() const {
+    const PodIdentity& id = options_.identity;
+    return {.min_nodes = id.min_pods(), .max_nodes = id.nnodes, .spares = id.spares,
+            .last_call = options_.rdzv_last_call, .timeout = options_.rdzv_timeout};
   }
 
   rendezvous::LeaderOptions LeaderOptionsNow() {
@@ -351,19 +375,21 @@ class Pod {
     lo.deadline = round_started + options_.rdzv_timeout;
     // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
     lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
-    lo.max_generation = options_.max_restarts;
+    // Restarts are counted, not generations: with elastic sizes a join starts a
+    // generation that is no restart, so no generation number is out of bounds.
+    lo.max_generation = id.elastic() ? std::nullopt : std::optional(options_.max_restarts);
     // Busy ports are retried, until a moment before the rendezvous deadline so
     // the error names the port rather than "timed out".
     lo.bind_deadline = round_started + options_.rdzv_timeout - tun::kBindRetryCap;
     lo.check_master_port = true;  // a busy MASTER_PORT is infra, not rank 0's failure
     if (leader_id_.empty()) leader_id_ = rendezvous::NewNonce();
     lo.leader_id = leader_id_;
-    if (id.spares > 0) {  // hot spares: the membership policy places the pods (roster.h)
+    if (id.spares > 0 || id.elastic()) {  // the membership policy places the pods (roster.h)
       lo.nnodes = id.nnodes + id.spares;
       lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, lo.nnodes);
-      roster_.StartRound(io_.get_executor(), round_started,
-                         {.min_nodes = id.nnodes, .max_nodes = id.nnodes, .spares = id.spares,
-                          .last_call = options_.rdzv_last_call, .timeout = options_.rdzv_timeout},
+      lo.admit_late = true;  // as spares, or for a next generation (OnJoin)
+      lo.restarts = policy_.role().restarts();
+      roster_.StartRound(io_.get_executor(), round_started, FormationNow(),
                          [this] { if (gen_ && gen_->leader) gen_->leader->Reconsider(); });
       lo.expected = roster_.Expected();
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
@@ -469,11 +495,13 @@ class Pod {
     SetLogGeneration(g.number);
     if (g.leader) roster_.Adopt(a.generation);
     g.spare = a.spare;
+    assigned_restarts_ = a.restarts.value_or(a.generation);
     if (a.spare) {
       spdlog::info("rendezvous {:.1f} ms: generation {}: a hot spare, waiting without workers "
                    "({} active pod(s), world size {})",
                    Ms(Clock::now() - g.round_started), a.generation, a.nnodes, a.world_size);
-      Feed(gang::Assigned{.generation = a.generation, .spare = true});
+      Feed(gang::Assigned{.generation = a.generation, .spare = true, .nnodes = a.nnodes,
+                          .restarts = a.restarts});
       StartGangChannel();
       StartStallWatch();
       return;
@@ -575,9 +603,12 @@ class Pod {
             .rank_base = a.rank_base, .world_size = a.world_size,
             .master_addr = a.master_addr, .master_port = a.master_port, .run_id = a.run_id,
             .error_file = gen_->error_files[lr],
-            .restart_count = a.generation, .max_restarts = options_.max_restarts,
+            .restart_count = a.restarts.value_or(a.generation),
+            .max_restarts = options_.max_restarts,
             .role_name = id.role_name, .role_rank_base = id.role_rank_base,
-            .role_world_size = id.role_world_size, .jax_port = a.jax_port,
+            // Elastic: the one role is the whole gang of this generation.
+            .role_world_size = id.elastic() ? a.world_size : id.role_world_size,
+            .jax_port = a.jax_port,
             .gpu_count = options_.gpu_count, .virtual_local_rank = options_.virtual_local_rank};
   }
 
@@ -637,7 +668,8 @@ class Pod {
       spdlog::info("generation {}: started {} worker(s) {:.1f} ms after start", a.generation,
                    id.nproc_per_node, Ms(Clock::now() - started_));
     }
-    Feed(gang::Assigned{.generation = a.generation, .spares = roster_.spares_waiting()});
+    Feed(gang::Assigned{.generation = a.generation, .spares = roster_.spares_waiting(),
+                        .nnodes = a.nnodes, .restarts = a.restarts});
     // Only now: gang events that arrived early (replayed here) can stop workers.
     StartGangChannel();
     StartStallWatch();
@@ -715,7 +747,7 @@ class Pod {
                            : meters_.rendezvous_seconds;
       m.spare = g->spare && !g->in_rendezvous;
       m.pods_joined = g->in_rendezvous ? (g->leader ? g->leader->admitted() : 0)
-                                       : (gang_formed_ ? id.nnodes : 0);
+                                       : (gang_formed_ ? ActivePods() : 0);
       for (std::uint32_t lr = 0; g->supervisor && lr < id.nproc_per_node; ++lr) {
         m.workers_running += g->supervisor->running(static_cast<int>(lr)) ? 1 : 0;
       }
@@ -730,6 +762,12 @@ class Pod {
     }
     FillProcessStats(&m);
     return m;
+  }
+
+  // The active pods of the generation that runs (elastic: its own size).
+  std::uint32_t ActivePods() const {
+    const std::uint32_t active = policy_.role().gen().active;
+    return active != 0 ? active : options_.identity.nnodes;
   }
 
   // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)
@@ -756,7 +794,8 @@ class Pod {
              // While the gang restarts, every pod closes its connection to rejoin.
              if (!policy_.role().gen().restarting()) roster_.MarkLost(index);
              Feed(gang::Lost{index, why});
-           })},
+           }),
+           .on_join = [this](std::uint32_t index) { return OnJoin(index); }},
           heartbeat, misses);
     } else if (g.member) {
       g.member->StartChannel(
@@ -767,6 +806,20 @@ class Pod {
            .on_lost = Guard([this](const std::string& why) { Feed(gang::Lost{0, why}); })},
           heartbeat, misses);
     }
+  }
+
+  // Leader: pod `index` was admitted while this generation runs. Whether the
+  // gang grows for it (OnLateJoin, formation_policy.h) the policy decides with
+  // what it knows (a failure may have come first); the roster counts it for
+  // the next round either way. True: it waits as a spare now.
+  bool OnJoin(std::uint32_t index) {
+    if (concluded_) return false;
+    const LateJoin j = OnLateJoin(policy_.role().gen().active, FormationNow());
+    spdlog::info("pod {} joined while generation {} runs: {}", index, gen_->number, j.why);
+    Feed(gang::Joined{.index = index, .grows = j.kind == LateJoin::Kind::kNextGeneration});
+    const bool spare = !concluded_ && !policy_.role().gen().restarting();
+    roster_.AddJoined(index, spare);
+    return spare;
   }
 
   // The class a worker's failure will have, from what is known when it fails
@@ -838,10 +891,16 @@ class Pod {
 
   void BeginNextGeneration() {
     const std::uint32_t next = policy_.role().generation() + 1;
+    const std::uint32_t restarts = policy_.role().restarts();
     SetLogGeneration(next);
-    spdlog::info("restart {} of {}: joining the rendezvous for generation {}", next,
-                 options_.max_restarts, next);
-    ++meters_.restarts;
+    if (restarts > assigned_restarts_) {  // a failure or a loss ended the generation
+      spdlog::info("restart {} of {}: joining the rendezvous for generation {}", restarts,
+                   options_.max_restarts, next);
+      ++meters_.restarts;
+    } else {  // a pod joined: the gang grows (formation_policy.h)
+      spdlog::info("generation {}: joining the rendezvous (the gang grows; {} restart(s) so far)",
+                   next, restarts);
+    }
     // The old generation goes whole: its workers are gone, its sockets and
     // timers close, its files' directory is removed.
     if (Status s = StartGeneration(next); !s.ok()) Feed(gang::AgentFailed{s});
@@ -1027,6 +1086,7 @@ class Pod {
   std::map<std::string, double> phase_ms_;
   PodMeters meters_;             // metrics.h: restarts, exits, the last failure
   bool gang_formed_ = false;     // some generation's rendezvous completed
+  std::uint32_t assigned_restarts_ = 0;  // the restarts counted at the last assignment
   // The last generation's first failure (restart timing); nullopt until one is seen.
   std::optional<Clock::time_point> failed_at_;
   bool concluded_ = false;

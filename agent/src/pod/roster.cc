@@ -96,6 +96,17 @@ void Roster::Adopt(std::uint32_t generation) {
   planned_.reset();
 }
 
+void Roster::AddJoined(std::uint32_t key, bool waiting) {
+  // A pod counted alive keeps its place (it came back early for the next round).
+  auto it = pods_.find(key);
+  if (it == pods_.end() || it->second.lost || it->second.must_leave) pods_[key] = {.key = key};
+  if (waiting) {
+    spares_waiting_.insert(key);
+  } else {
+    spares_waiting_.erase(key);
+  }
+}
+
 void Roster::MarkLost(std::uint32_t key) {
   if (auto it = pods_.find(key); it != pods_.end()) it->second.lost = true;
 }

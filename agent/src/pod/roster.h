@@ -54,6 +54,12 @@ class Roster {
   // who replaced whom is logged. No plan: nothing changes.
   void Adopt(std::uint32_t generation);
 
+  // Pod `key` was admitted while a generation runs (LeaderOptions::admit_late):
+  // the next round counts it alive (it waits for it, as for the survivors);
+  // `waiting`: it waits as a spare now (spares_waiting). A key lost or leaving
+  // before (a recreated pod) starts over, with no node rank; one counted alive
+  // keeps its node rank (it rejoined early, while the generation ended).
+  void AddJoined(std::uint32_t key, bool waiting);
   // Pod `key` was lost (silent, or its connection closed); unknown keys are ignored.
   void MarkLost(std::uint32_t key);
   // Pod `key` failed with a class that points at its node: it leaves.

@@ -362,12 +362,15 @@ Status Resolution::ResolveGangSize() {
     nnodes = Sourced{"PET_NNODES", *v};
   }
   if (nnodes) {
+    std::string max_text = nnodes->value;
     if (nnodes->value.find(':') != std::string::npos) {
-      auto n = ParseNnodes(nnodes->source, nnodes->value);  // torchrun's N:N
+      auto n = ParseNnodes(nnodes->source, nnodes->value);  // torchrun's N:N or MIN:MAX
       if (!n.ok()) return n.status();
-      nnodes->value = *n;
+      const std::size_t colon = n->find(':');
+      max_text = colon == std::string::npos ? *n : n->substr(colon + 1);
+      if (colon != std::string::npos) id.min_nodes = *ParseCount("", n->substr(0, colon), kMaxPods);
     }
-    auto n = ParseCount(nnodes->source, nnodes->value, kMaxPods);
+    auto n = ParseCount(nnodes->source, max_text, kMaxPods);
     if (!n.ok()) return n.status();
     if (*n == 0) return Status::Config(nnodes->source + "='0': a gang needs at least one pod");
     if (layout && *n != layout->total_pods()) {
@@ -376,6 +379,7 @@ Status Resolution::ResolveGangSize() {
                             " pods; leave --nnodes out with --gang");
     }
     id.nnodes = *n;
+    if (id.min_nodes == 0) id.min_nodes = *n;  // a fixed gang: MIN = MAX
   } else if (layout) {
     id.nnodes = layout->total_pods();
     nnodes = Sourced{"--gang/TRAINLET_GANG", id.gang};
@@ -490,7 +494,7 @@ Status Resolution::PlaceInGang() {
     }
     id.index = *n;
     id.index_source = index->source;
-  } else if (id.nnodes > 1) {
+  } else if (id.nnodes > 1 && !id.elastic()) {
     Status s = WithoutIndex(in, nnodes->source + "=" + Quote(nnodes->value),
                             files.annotations_path, &id);
     if (!s.ok()) return s;
@@ -500,6 +504,11 @@ Status Resolution::PlaceInGang() {
   if (in.spares > 0 && layout) {
     return Status::Config("--spares with --gang: hot spares take node ranks of a plain Indexed "
                           "Job; a JobSet's roles have fixed places");
+  }
+  if (id.elastic() && (layout || !index)) {  // !index: none given, nor by arrival
+    return Status::Config(nnodes->source + "=" + Quote(nnodes->value) +
+                          ": an elastic MIN:MAX gang needs an index on every pod (an Indexed "
+                          "Job's completion index, or --node-rank) and no --gang layout");
   }
   id.spares = in.spares;
   // An index the Job controller gave (not a flag): the gang spans pods.

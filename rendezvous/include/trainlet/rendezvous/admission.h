@@ -32,7 +32,10 @@ struct IndexHolder {
 struct AdmissionState {
   const wire::Hello& own;  // the leader's own hello (index 0)
   std::uint32_t nnodes = 1;
-  std::uint32_t max_generation = 0;  // LeaderOptions::max_generation
+  // LeaderOptions::max_generation: the highest generation a hello may ask for;
+  // nullopt: no bound (elastic sizes, where a join starts a generation that is
+  // no restart, so generations are not bounded by --max-restarts).
+  std::optional<std::uint32_t> max_generation = 0;
   const std::string& leader_id;      // LeaderOptions::leader_id; empty: none
   // JobSet's job-restart-attempt, the highest seen per Job (the leader's own included).
   const std::map<std::string, std::uint32_t>& job_attempts;
@@ -82,7 +85,8 @@ struct Admission {
 //  5. another launch configuration: refuse for good, naming the first field
 //     that differs and both values (a pod with an index and one without:
 //     config "ranks", launch.h, said as such);
-//  6. a generation beyond max_generation (--max-restarts): refuse for good;
+//  6. a generation beyond max_generation (--max-restarts; none when elastic):
+//     refuse for good;
 //  7. no index (wire::kNoIndex, ranks by arrival): admit to free_index; with
 //     none free, refuse, retriable (the gang is full; a pod of it may leave);
 //     an index outside 1..nnodes-1: refuse for good;

@@ -19,7 +19,10 @@ struct LaunchSettings {
   std::string job_id;               // --job-id (or the downward-API identity)
   std::uint32_t attempt = 0;        // --attempt
   std::uint32_t index = 0;          // completion index of this pod
-  std::uint32_t nnodes = 1;         // pods in the gang (--nnodes)
+  std::uint32_t nnodes = 1;         // pods in the gang (--nnodes; elastic: MAX)
+  // Elastic --nnodes MIN:MAX: MIN (0 or nnodes: a fixed gang). Config "nnodes"
+  // is then "MIN:MAX", so pods that disagree on the range are refused as config.
+  std::uint32_t min_nodes = 0;
   std::uint32_t nproc_per_node = 1; // workers per pod (--nproc-per-node)
   std::uint16_t master_port = tunables::kMasterPort;  // trainers' store port (--master-port)
   std::uint32_t max_restarts = 0;   // --max-restarts
@@ -39,7 +42,8 @@ struct LaunchSettings {
 bool RanksByArrival(const wire::LaunchConfig& config);
 
 // The launch settings every pod must agree on, as the leader compares them:
-// {"nnodes", "nproc_per_node", "master_port", "max_restarts", "gang"}, in that
+// {"nnodes" (N, or "MIN:MAX" when elastic), "nproc_per_node", "master_port",
+// "max_restarts", "gang"}, in that
 // order, then {"preflight", "1"} when on, then {"spares", K} when K > 0. (The generation is not one of them.)
 wire::LaunchConfig MakeLaunchConfig(const LaunchSettings& s);
 

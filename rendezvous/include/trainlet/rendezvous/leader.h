@@ -55,8 +55,9 @@ struct LeaderOptions {
   std::size_t max_pending_handshakes = tunables::kMaxPendingHandshakes;
   // The highest generation a member may ask for (--max-restarts: no real pod
   // ever runs a later one). A hello asking more is refused (field
-  // "generation"); see Start for who decides the generation.
-  std::uint32_t max_generation = 0;
+  // "generation"); see Start for who decides the generation. nullopt: no bound
+  // (elastic sizes: a generation that takes in a joining pod is no restart).
+  std::optional<std::uint32_t> max_generation = 0;
   // While the rendezvous port is in use (a leftover process still holds it),
   // Listen's bind is retried with backoff (tunables kBindRetry*) until this
   // time; the default (epoch) tries once.
@@ -98,6 +99,19 @@ struct LeaderOptions {
   std::function<std::optional<std::map<std::uint32_t, std::uint32_t>>(
       const std::vector<std::uint32_t>& joined)>
       plan;
+  // Admit pods while the generation runs (hot spares, elastic sizes): after the
+  // round formed the listener stays open, a hello goes through Admit as before
+  // (a live holder's index is a clash; a silent holder's claimant replaces it,
+  // the holder reported lost), and ChannelCallbacks::on_join decides: the pod
+  // waits as a spare (an Assignment with `spare` set, then the control
+  // channel) or is refused for now (Reject field wire::kNextGenerationField,
+  // retriable: it joins the next round). Before StartChannel, and without
+  // on_join, a late pod is refused for now. false: the listener closes when
+  // the round forms (late pods find the port closed).
+  bool admit_late = false;
+  // Assignment::restarts of this round (the restarts counted so far, when
+  // they may differ from the generation: elastic sizes); nullopt: not sent.
+  std::optional<std::uint32_t> restarts;
   // This leader's random instance id (LeaderProbe's hello carries its own):
   // a hello with index 0 and this id is this leader reaching itself.
   std::string leader_id;
@@ -170,12 +184,19 @@ class Leader : public std::enable_shared_from_this<Leader> {
     std::function<void(std::uint32_t index, const wire::Report&)> on_report;
     // A member's connection closed, or went silent, before it reported success.
     std::function<void(std::uint32_t index, const std::string& why)> on_lost;
+    // LeaderOptions::admit_late: pod `index` was admitted while the generation
+    // runs. true: it waits as a spare; false: it joins the next round.
+    std::function<bool(std::uint32_t index)> on_join;
   };
   void StartChannel(ChannelCallbacks callbacks,
                     std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval,
                     int misses = tunables::kHeartbeatMisses);
   // Sends `stop` to every member still connected.
   void BroadcastStop(const wire::Stop& stop);
+  // Closes the listener (LeaderOptions::admit_late): the generation ends, and
+  // pods rejoining for the next one must reach the next round's leader, not
+  // be taken for late joins of this one. Idempotent.
+  void StopAdmitting();
   // True once every member has reported success or is gone.
   bool AllMembersSettled() const;
   // The longest this side of the control channel went without sending its
@@ -221,6 +242,8 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof);
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
+  void AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index);
+  std::string MasterAddrFor(const std::shared_ptr<Conn>& conn) const;
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
               std::function<void()> then = {});
   void DropOlderOfJob(const wire::Hello& hello);

@@ -117,6 +117,11 @@ struct Assignment {
   bool operator==(const Assignment&) const = default;
 };
 
+// Reject::field of a pod admitted while a generation runs that joins the
+// leader's next round (elastic sizes: the gang grows for it): retriable, and
+// retried at once (a rejoining pod's backoff), not after a cold start's.
+inline constexpr const char* kNextGenerationField = "next_generation";
+
 struct Reject {
   std::string field;   // the field that disagreed ("job_id", "nnodes", "index", ...)
   std::string reason;  // one human line, names both values and pods

@@ -29,9 +29,9 @@ bool IsPlainDecimal(const std::string& v);
                                                           const std::string& value,
                                                           std::uint32_t max);
 
-// `--nnodes N` or `N:N` (torchrun's MIN:MAX with MIN = MAX); MIN < MAX is
-// refused (elastic membership does not exist in trainlet: a gang is its pods).
-// Returns N as given in canonical decimal.
+// `--nnodes N`, `N:N`, or torchrun's elastic `MIN:MAX` (1 <= MIN <= MAX <=
+// kMaxPods). Returns "N" for a fixed gang (N or N:N), "MIN:MAX" for MIN < MAX,
+// in canonical decimal. Errors: config, one line naming `what` and the value.
 [[nodiscard]] exitcodes::Result<std::string> ParseNnodes(const std::string& what,
                                                         const std::string& value);
 

@@ -27,9 +27,9 @@
 //    leader still counts alive is back and at least MIN are: the leader knows
 //    who survived, so a restart does not wait out a last call.
 //  - Otherwise, with at least MIN pods, it forms `last_call` after the pod
-//    count reached MIN (torch's last call); not in a fixed gang's (MIN = MAX)
-//    first round, which waits for its spares until the deadline: a pod arriving
-//    while a generation runs is not admitted yet.
+//    count reached MIN (torch's last call), a fixed gang's (MIN = MAX) first
+//    round with spares too: a spare arriving after the round formed is
+//    admitted while the generation runs (OnLateJoin: it waits as a spare).
 //  - At the round's deadline (--rdzv-timeout): at least MIN pods form
 //    (torch would time out when its last call outlasts join_timeout; trainlet
 //    keeps the pods it has); fewer give up (the caller exits infra, 75).

@@ -26,6 +26,15 @@
 //  - A spare has no workers: it restarts at once with the gang, exits 0 when
 //    the leader says the gang finished, 76 when it stopped for good. The loss
 //    of a spare changes no generation.
+//  - A pod admitted while a generation runs (Joined): when the gang may grow
+//    (elastic --nnodes MIN:MAX below MAX: formation_policy.h OnLateJoin) and
+//    nothing failed, the leader ends the generation for a next one that takes
+//    it in: a Stop with restart and class ok, which is no restart (torch's
+//    num_nodes_waiting() restart: TORCHELASTIC_RESTART_COUNT stays). Else it
+//    waits as a spare.
+//  - Restarts are counted, not generations: --max-restarts bounds the
+//    generations that followed a failure or a loss (formation_policy.h
+//    NextRestarts); the count comes with each assignment.
 //  - Each generation's state is one value (Generation: a phase, a decision and
 //    the first failure known);
 //    a restart replaces it whole. Events the wiring delivers for an old
@@ -54,6 +63,10 @@ struct Assigned {  // the gang formed; this pod's workers have been started (or,
   // Leader: the pods waiting as spares in this generation (their loss changes
   // no generation; a hardware failure can restart only while one waits).
   std::set<std::uint32_t> spares{};
+  // Active pods in this generation (WORLD_SIZE / nproc_per_node); 0: GangConfig::nnodes.
+  std::uint32_t nnodes = 0;
+  // Restarts counted so far (Assignment::restarts); nullopt: the generation number.
+  std::optional<std::uint32_t> restarts{};
 };
 struct AgentFailed {  // before the workers ran: rendezvous, preflight, spawn
   exitcodes::Status status;
@@ -88,12 +101,17 @@ enum class TimerKind { kVerdict };  // member: the leader's verdict did not come
 struct Timer {
   TimerKind kind = TimerKind::kVerdict;
 };
+struct Joined {  // leader: pod `index` was admitted while this generation runs
+  std::uint32_t index = 0;
+  // OnLateJoin said the gang grows (fewer than MAX active); false: it is at MAX.
+  bool grows = false;
+};
 }  // namespace gang
 
 using GangEvent =
     std::variant<gang::Assigned, gang::AgentFailed, gang::Report, gang::Lost, gang::Stop,
                  gang::LocalFailure, gang::WorkersDone, gang::StopSignal, gang::OwnStall,
-                 gang::ReportSent, gang::Timer>;
+                 gang::ReportSent, gang::Timer, gang::Joined>;
 
 // How the pod ends; the wiring turns it into exitcodes::Evidence.
 struct Conclusion {
@@ -128,7 +146,7 @@ struct GangActions {
 
 struct GangConfig {
   std::uint32_t index = 0;   // this pod's completion index (0: the leader)
-  std::uint32_t nnodes = 1;  // active pods (without the spares)
+  std::uint32_t nnodes = 1;  // active pods (without the spares) until the first assignment says
   std::uint32_t max_restarts = 0;
   int hang_signal = 10;  // diagnostics signal the Stop asks for after a hang
 };
@@ -157,6 +175,7 @@ struct Generation {
     kFinal,       // member: the leader's final Stop arrived (no restart)
     kLeaderLost,  // member: the leader was lost before it decided; no decision will come
     kSucceeded,   // leader: a member's workers all succeeded: no restart any more
+    kGrow,        // it ends in a next generation that takes in a joining pod (no restart)
   };
   // The first failure this pod knows of in the generation; a later one is
   // collateral. A member's own failure gives way to the leader's final word
@@ -206,11 +225,12 @@ struct Generation {
   std::optional<std::uint32_t> first;    // the pod whose failure was decided first
   std::set<std::uint32_t> settled;       // members that reported or were lost
   std::set<std::uint32_t> spares;        // the pods waiting as spares
+  std::uint32_t active = 0;              // active pods (Assigned::nnodes)
 
   bool running() const { return phase != Phase::kJoining; }  // workers started (or a spare)
   bool done() const { return running() && phase != Phase::kRunning; }  // none left to wait for
   bool succeeded() const { return phase == Phase::kSucceeded || phase == Phase::kReporting; }
-  bool restarting() const { return decision == Decision::kRestart; }
+  bool restarting() const { return decision == Decision::kRestart || decision == Decision::kGrow; }
   bool verdict() const { return decision == Decision::kFinal; }
   bool leader_lost() const { return decision == Decision::kLeaderLost; }
 };
@@ -221,6 +241,9 @@ class GangPolicyBase {
   explicit GangPolicyBase(GangConfig config) : config_(config) {}
   bool concluded() const { return concluded_; }
   std::uint32_t generation() const { return generation_; }
+  // Restarts counted so far (TORCHELASTIC_RESTART_COUNT); once a restart is
+  // decided and the generation ended, the next generation's count.
+  std::uint32_t restarts() const { return restarts_; }
   std::optional<int> stop_signal() const { return stop_signal_; }
   const Generation& gen() const { return gen_; }
   // Ranks by arrival: a member learns its index from its first assignment.
@@ -240,6 +263,7 @@ class GangPolicyBase {
 
   GangConfig config_;
   std::uint32_t generation_ = 0;
+  std::uint32_t restarts_ = 0;
   std::optional<int> stop_signal_;  // first stop signal: no restart after it
   bool concluded_ = false;
   bool restarted_ = false;  // joining again after a restart
@@ -258,11 +282,14 @@ class LeaderPolicy : public GangPolicyBase {
   GangActions OnOwnStall(const gang::OwnStall& s);
   GangActions OnStopSignal(int signo);
   GangActions OnWorkersDone(const gang::WorkersDone& d);
+  GangActions OnJoined(const gang::Joined& j);
   GangActions PodFailed(std::uint32_t index, exitcodes::FailureClass c, const std::string& reason,
                         bool hang);
   GangActions MaybeConclude(GangActions a = {});
   bool GangSucceeded() const;
-  bool AllSettled() const { return gen_.settled.size() + 1 >= config_.nnodes; }
+  bool AllSettled() const {
+    return gen_.settled.size() + 1 >= (gen_.active != 0 ? gen_.active : config_.nnodes);
+  }
   GangActions ConcludeGang(GangActions a);
 };
 

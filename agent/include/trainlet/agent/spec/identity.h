@@ -95,7 +95,12 @@ struct IdentityInputs {
 struct PodIdentity {
   std::uint32_t index = 0;           // index in the gang (completion index without --gang); 0 is the leader
   std::string index_source;          // "--node-rank", "JOB_COMPLETION_INDEX", ...
-  std::uint32_t nnodes = 1;          // pods in the gang (active; without the spares)
+  std::uint32_t nnodes = 1;          // pods in the gang (active; without the spares); elastic: MAX
+  // Elastic --nnodes MIN:MAX (torchrun's): the fewest active pods a generation
+  // may run with; nnodes (MAX) for a fixed gang. 0 until resolved.
+  std::uint32_t min_nodes = 0;
+  bool elastic() const { return min_nodes != 0 && min_nodes < nnodes; }
+  std::uint32_t min_pods() const { return min_nodes != 0 ? min_nodes : nnodes; }
   std::uint32_t spares = 0;          // hot spares (--spares): indices nnodes.. wait at first
   std::uint32_t nproc_per_node = 1;  // workers per pod
   std::string leader_host;           // empty when this pod is the only one
