@@ -70,7 +70,7 @@ TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(1);
   EXPECT_EQ(roster_.replacements(),
-            (std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 2}}));
+            (std::vector<Replacement>{{.generation = 1, .node_rank = 1, .replaced = 1, .spare = 2}}));
   EXPECT_TRUE(roster_.spares_waiting().empty());
 }
 
@@ -83,6 +83,25 @@ TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 2}));
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   EXPECT_EQ(reconsidered_, 0);
+}
+
+// The Stop names the spare the next generation gives the leaving pod's node
+// rank: the lowest waiting index; none for a pod that keeps its rank, for a
+// waiting spare, or once no spare waits.
+TEST_F(RosterTest, PlannedReplacementIsTheLowestWaitingSpare) {
+  roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
+                     {.min_nodes = 3, .max_nodes = 3, .spares = 2, .timeout = 10s}, [] {});
+  ASSERT_EQ(roster_.Plan({0, 1, 2, 3, 4}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
+  roster_.Adopt(0);
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::nullopt) << "pod 2 has not left";
+  roster_.MarkLeaving(2);
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::optional<std::uint32_t>(3));
+  EXPECT_EQ(roster_.PlannedReplacement(1), std::nullopt);
+  roster_.MarkLost(3);  // the spare meant for it is gone too: the next one
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::optional<std::uint32_t>(4));
+  EXPECT_EQ(roster_.PlannedReplacement(3), std::nullopt) << "a spare has no rank to hand on";
+  roster_.MarkLost(4);
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::nullopt) << "no spare left";
 }
 
 TEST_F(RosterTest, CancelStopsTheTimer) {
