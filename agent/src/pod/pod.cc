@@ -208,7 +208,10 @@ class Pod {
       // A member whose failure points at its node leaves; a spare takes its place.
       roster_.MarkLeaving(a.broadcast->failed_index);
     }
-    if (a.broadcast && g.leader) g.leader->BroadcastStop(WithReplacement(*a.broadcast));
+    if (a.broadcast && g.leader) {
+      g.leader->BroadcastStop(WithReplacement(*a.broadcast));
+      if (a.broadcast->restart) ListenAhead();
+    }
     if (a.report && g.member) {
       if (a.report->ok) {
         g.member->SendReport(*a.report, Guard([this] { Feed(gang::ReportSent{}); }));
@@ -246,6 +249,16 @@ class Pod {
                    stop.next_generation, *stop.replacement, stop.failed_index);
     }
     return stop;
+  }
+
+  // Leader: the next generation's rendezvous port listens from the moment the
+  // restart is decided (leader.h, ListenAhead): members whose workers stop
+  // sooner than ours wait in its backlog instead of backing off; the next
+  // generation's Leader takes it over (Stop() closes it if none does).
+  void ListenAhead() {
+    if (options_.rdzv_listen_fd >= 0 || options_.rdzv_port == 0) return;
+    options_.rdzv_listen_fd = rendezvous::ListenAhead(
+        options_.rdzv_port, options_.identity.nnodes + options_.identity.spares);
   }
 
   // Member: what a restart's Stop says about a spare taking a pod's node
@@ -400,7 +413,8 @@ class Pod {
       lo.expected = roster_.Expected();
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
     }
-    lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);  // ranks by arrival
+    // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
+    lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
     return lo;
   }
 
@@ -1019,6 +1033,7 @@ class Pod {
   }
 
   void Stop() {
+    if (options_.rdzv_listen_fd >= 0) ::close(std::exchange(options_.rdzv_listen_fd, -1));
     if (leader_probe_) leader_probe_->Cancel();
     roster_.Cancel();
     if (gen_) gen_->Close();
