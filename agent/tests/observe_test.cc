@@ -301,9 +301,9 @@ TEST(HeartbeatWatchTest, AWorkerThatStopsTouchingItsFileIsHungAndTheWatchStops) 
 }
 
 TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
+  boost::asio::io_context io;  // first: the roster's timer is destroyed before its loop
   Roster roster;
   EXPECT_TRUE(roster.Expected().empty()) << "before the first generation: all indices";
-  boost::asio::io_context io;
   const FormationConfig two{.min_nodes = 2, .max_nodes = 2, .spares = 1};
   roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
   EXPECT_FALSE(roster.Plan({0}).has_value()) << "one pod of two: wait";
