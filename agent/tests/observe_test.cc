@@ -39,9 +39,11 @@ TEST(MetricsTest, EveryFamilyHasHelpAndTypeAndSamplesFollowThem) {
   s.step_rate = {{0, 10}, {1, 2.5}};
   s.stragglers = {1};
   s.heartbeat_age_seconds = {{0, 1.5}};
+  s.replacements = {{.generation = 1, .node_rank = 1, .replaced = 1, .spare = 3},
+                    {.generation = 2, .node_rank = 2, .replaced = 2, .spare = 4}};
   const std::string text = RenderMetrics(s);
   // Text format 0.0.4: "# HELP name text", "# TYPE name type", then samples of that family.
-  std::regex sample(R"(^([a-z_]+)(\{[a-z_]+="[^"]*"\})? (\S+)$)");
+  std::regex sample(R"(^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (\S+)$)");
   std::string family;
   int families = 0;
   std::size_t pos = 0;
@@ -76,6 +78,12 @@ TEST(MetricsTest, EveryFamilyHasHelpAndTypeAndSamplesFollowThem) {
   EXPECT_NE(text.find("\ntrainlet_last_failure{class=\"infra\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("\ntrainlet_heartbeat_rtt_seconds{pod=\"1\"} 0.00025\n"), std::string::npos);
   EXPECT_NE(text.find("\ntrainlet_straggler{pod=\"1\"} 1\n"), std::string::npos);
+  // Hot spares: which spare took which pod's node rank, per generation.
+  EXPECT_NE(text.find("\ntrainlet_gang_replacements_total 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntrainlet_gang_replacement{generation=\"2\",node_rank=\"2\",spare=\"4\","
+                      "replaced=\"2\"} 1\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("\ntrainlet_output_dropped_lines_total{stream=\"stderr\"} "),
             std::string::npos);
   // A member has no per-pod series.
@@ -293,9 +301,9 @@ TEST(HeartbeatWatchTest, AWorkerThatStopsTouchingItsFileIsHungAndTheWatchStops) 
 }
 
 TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
+  boost::asio::io_context io;  // first: the roster's timer is destroyed before its loop
   Roster roster;
   EXPECT_TRUE(roster.Expected().empty()) << "before the first generation: all indices";
-  boost::asio::io_context io;
   const FormationConfig two{.min_nodes = 2, .max_nodes = 2, .spares = 1};
   roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
   EXPECT_FALSE(roster.Plan({0}).has_value()) << "one pod of two: wait";
@@ -313,7 +321,7 @@ TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
   EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {2, 1}}));
   roster.Adopt(1);
   EXPECT_EQ(roster.replacements(),
-            (std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 2}}));
+            (std::vector<Replacement>{{.generation = 1, .node_rank = 1, .replaced = 1, .spare = 2}}));
   EXPECT_TRUE(roster.spares_waiting().empty());
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 2}));
   roster.MarkLost(7);  // unknown: ignored

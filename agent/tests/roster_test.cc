@@ -6,6 +6,8 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include <random>
+
 namespace trainlet::agent {
 namespace {
 
@@ -99,7 +101,7 @@ TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(1);
   EXPECT_EQ(roster_.replacements(),
-            (std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 2}}));
+            (std::vector<Replacement>{{.generation = 1, .node_rank = 1, .replaced = 1, .spare = 2}}));
   EXPECT_TRUE(roster_.spares_waiting().empty());
 }
 
@@ -112,6 +114,68 @@ TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 2}));
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   EXPECT_EQ(reconsidered_, 0);
+}
+
+// The Stop names the spare the next generation gives the leaving pod's node
+// rank: the lowest waiting index; none for a pod that keeps its rank, for a
+// waiting spare, or once no spare waits.
+TEST_F(RosterTest, PlannedReplacementIsTheLowestWaitingSpare) {
+  roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
+                     {.min_nodes = 3, .max_nodes = 3, .spares = 2, .timeout = 10s}, [] {});
+  ASSERT_EQ(roster_.Plan({0, 1, 2, 3, 4}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
+  roster_.Adopt(0);
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::nullopt) << "pod 2 has not left";
+  roster_.MarkLeaving(2);
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::optional<std::uint32_t>(3));
+  EXPECT_EQ(roster_.PlannedReplacement(1), std::nullopt);
+  roster_.MarkLost(3);  // the spare meant for it is gone too: the next one
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::optional<std::uint32_t>(4));
+  EXPECT_EQ(roster_.PlannedReplacement(3), std::nullopt) << "a spare has no rank to hand on";
+  roster_.MarkLost(4);
+  EXPECT_EQ(roster_.PlannedReplacement(2), std::nullopt) << "no spare left";
+}
+
+// Property: when every pod the roster still counts alive comes back, the
+// generation that forms gives the leaving (or lost) member's node rank to
+// exactly the spare PlannedReplacement named at the stop; with no spare
+// waiting it names none. Random gangs of 2..6 active pods and 0..3 spares.
+TEST_F(RosterTest, PlannedReplacementIsTheOneTheNextGenerationMakes) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 300; ++round) {
+    const std::uint32_t n = 2 + rng() % 5, k = rng() % 4;
+    const FormationConfig c{.min_nodes = n, .max_nodes = n, .spares = k, .timeout = 10s};
+    Roster roster;
+    roster.StartRound(io_.get_executor(), Roster::Clock::now(), c, [] {});
+    std::vector<std::uint32_t> all(n + k);
+    for (std::uint32_t i = 0; i < n + k; ++i) all[i] = i;
+    ASSERT_TRUE(roster.Plan(all));
+    roster.Adopt(0);
+    std::set<std::uint32_t> gone;  // a few spares lost first, then one member leaves
+    for (std::uint32_t spare = n; spare < n + k; ++spare) {
+      if (rng() % 3 == 0) {
+        roster.MarkLost(spare);
+        gone.insert(spare);
+      }
+    }
+    const std::uint32_t victim = 1 + rng() % (n - 1);
+    if (rng() % 2 == 0) roster.MarkLost(victim); else roster.MarkLeaving(victim);
+    const std::optional<std::uint32_t> planned = roster.PlannedReplacement(victim);
+    roster.StartRound(io_.get_executor(), Roster::Clock::now(), c, [] {});
+    const std::set<std::uint32_t> back = roster.Expected();
+    const auto ranks = roster.Plan(std::vector<std::uint32_t>(back.begin(), back.end()));
+    if (back.size() < n) {  // no spare left: the gang cannot keep its size
+      EXPECT_FALSE(planned) << "round " << round;
+      continue;
+    }
+    ASSERT_TRUE(ranks) << "round " << round;
+    ASSERT_TRUE(planned) << "round " << round;
+    EXPECT_FALSE(gone.contains(*planned));
+    EXPECT_EQ(ranks->at(*planned), victim) << "round " << round << ": node rank of the victim";
+    roster.Adopt(1);
+    ASSERT_EQ(roster.replacements().size(), 1u);
+    EXPECT_EQ(roster.replacements()[0].spare, *planned);
+    EXPECT_EQ(roster.replacements()[0].replaced, victim);
+  }
 }
 
 TEST_F(RosterTest, CancelStopsTheTimer) {

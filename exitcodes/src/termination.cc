@@ -47,6 +47,11 @@ std::string TerminationMessage(const TerminationInfo& info, std::size_t limit) {
                           {"exit", f.exit.Describe()}};
     tail = f.stderr_tail;
   }
+  if (info.replaced_by) {
+    j["replaced_by"] = {{"spare", info.replaced_by->spare},
+                        {"node_rank", info.replaced_by->node_rank},
+                        {"generation", info.replaced_by->generation}};
+  }
   if (!info.phase_ms.empty()) {
     nlohmann::json phases = nlohmann::json::object();
     for (const auto& [k, v] : info.phase_ms) phases[k] = std::round(v * 10) / 10;  // 0.1 ms

@@ -48,6 +48,20 @@ TEST(TerminationMessageTest, CarriesTheSummary) {
   EXPECT_EQ(j["stderr_tail"], "Traceback...\nValueError: boom\n");
 }
 
+// Hot spares: a pod that leaves names the spare that takes its node rank;
+// without one there is no such field.
+TEST(TerminationMessageTest, NamesTheSpareThatTookThePodsPlace) {
+  TerminationInfo info = Info("CUDA error: uncorrectable ECC error encountered\n");
+  info.verdict = {FailureClass::kHardware, 74, "GPU fault", "marker"};
+  EXPECT_FALSE(nlohmann::json::parse(TerminationMessage(info)).contains("replaced_by"));
+  info.replaced_by = Handover{.spare = 4, .node_rank = 1, .generation = 2};
+  auto j = nlohmann::json::parse(TerminationMessage(info));
+  EXPECT_EQ(j["class"], "hardware");
+  EXPECT_EQ(j["replaced_by"]["spare"], 4);
+  EXPECT_EQ(j["replaced_by"]["node_rank"], 1);
+  EXPECT_EQ(j["replaced_by"]["generation"], 2);
+}
+
 TEST(TerminationMessageTest, LongTailIsCutFromTheFrontWithinTheLimit) {
   std::string tail;
   for (int i = 0; i < 2000; ++i) tail += "line " + std::to_string(i) + " \xc3\xa9\xe2\x82\xac\n";

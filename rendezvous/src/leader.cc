@@ -750,16 +750,19 @@ void Leader::MaybeAssign() {
     return a;
   };
   im.assignment = make;
+  // One `make` shared by every write's completion: a copy in each would hold
+  // the whole gang's node ranks per member, O(n^2) memory (bench/RESULTS.md:
+  // a leader RSS of 7,184 MiB at 12,500 pods).
+  auto shared_make = std::make_shared<const decltype(make)>(std::move(make));
   for (auto& [conn, addr] : targets) {
-    auto frame =
-        std::make_shared<std::vector<std::uint8_t>>(wire::Encode(make(*conn->index, addr)));
     ++im.writes_in_flight;
-    Send(conn, std::move(*frame), [self = shared_from_this(), own_addr, make] {
-      Impl& im = *self->impl_;
-      if (--im.writes_in_flight == 0) self->Finish(make(0, own_addr));
-    });
+    Send(conn, wire::Encode((*shared_make)(*conn->index, addr)),
+         [self = shared_from_this(), own_addr, shared_make] {
+           Impl& im = *self->impl_;
+           if (--im.writes_in_flight == 0) self->Finish((*shared_make)(0, own_addr));
+         });
   }
-  if (im.writes_in_flight == 0) Finish(make(0, own_addr));
+  if (im.writes_in_flight == 0) Finish((*shared_make)(0, own_addr));
 }
 
 void Leader::Finish(Result<wire::Assignment> result) {

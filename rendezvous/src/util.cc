@@ -4,9 +4,11 @@
 
 #include <algorithm>
 
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 #include <spdlog/spdlog.h>
 
+#include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/tunables.h"
 
 #include "logging.h"
@@ -83,6 +85,15 @@ boost::system::error_code BindAndListen(tcp::acceptor& acceptor, std::uint16_t p
 int BacklogFor(std::uint32_t nnodes) {
   return static_cast<int>(std::min<std::size_t>(
       std::max<std::size_t>(nnodes + 64, tunables::kMinListenBacklog), 65535));
+}
+
+int ListenAhead(std::uint16_t port, std::uint32_t nnodes) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io);
+  boost::system::error_code ec = BindAndListen(acceptor, port, BacklogFor(nnodes));
+  if (ec) return -1;
+  const int fd = acceptor.release(ec);
+  return ec ? -1 : fd;
 }
 
 }  // namespace trainlet::rendezvous

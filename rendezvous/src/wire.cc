@@ -163,6 +163,12 @@ void EncodePayload(Writer& w, const Stop& m) {
   w.U16(m.restart ? 1 : 0);
   w.U32(m.next_generation);
   w.U16(m.failure_class);
+  // Only when set: a stop without one stays byte for byte what an older
+  // member decodes (it refuses trailing bytes).
+  if (m.replacement) {
+    w.U16(1);
+    w.U32(*m.replacement);
+  }
 }
 
 MessageType TypeOf(const Heartbeat&) { return MessageType::kHeartbeat; }
@@ -273,6 +279,14 @@ bool DecodePayload(Reader& r, Stop* m) {
     return false;
   }
   m->restart = (flags & 1) != 0;
+  if (r.AtEnd()) return true;  // an older leader's stop: no replacement named
+  std::uint16_t more = 0;
+  if (!r.U16(&more)) return false;
+  if ((more & 1) != 0) {
+    std::uint32_t replacement = 0;
+    if (!r.U32(&replacement)) return false;
+    m->replacement = replacement;
+  }
   return true;
 }
 

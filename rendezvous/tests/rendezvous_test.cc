@@ -1067,6 +1067,30 @@ TEST_F(RendezvousTest, TheFirstToBindTheEndpointLeadsAndTheSecondJoins) {
   ASSERT_TRUE(got && got->ok());
 }
 
+// A restart listens ahead while the leader pod's workers still stop: a member
+// that connects before the Leader exists waits in the backlog (not refused)
+// and is admitted once a Leader takes the socket over.
+TEST_F(RendezvousTest, AMemberConnectingBeforeTheLeaderListensAheadIsAdmitted) {
+  const std::uint16_t port = FreePort();
+  const int fd = ListenAhead(port, 2);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(ListenAhead(port, 2), -1) << "the port is taken: no second listener";
+  Outcome own, got;
+  auto m = MakeMember(HelloFor(1, 2), port);
+  m->Start([&](auto r) { got = r; });
+  io_.run_for(std::chrono::milliseconds(300));  // connected, its hello unread
+  if (io_.stopped()) io_.restart();
+  EXPECT_FALSE(got.has_value()) << "no Leader yet, yet the member finished";
+  LeaderOptions o;
+  o.listening_fd = fd;
+  auto leader = MakeLeader(2, 0, "", o);
+  EXPECT_EQ(leader->port(), port);
+  leader->Start(HelloFor(0, 2), [&](auto r) { own = r; });
+  RunUntil([&] { return own && got; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  ASSERT_TRUE(got && got->ok()) << got->status().ToString();
+}
+
 TEST(IsOwnHostTest, AsTorchrunsMatchesMachineHostname) {
   namespace ip = boost::asio::ip;
   const std::vector<ip::address> ours{ip::make_address("10.0.0.5")};

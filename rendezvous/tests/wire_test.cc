@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -80,6 +81,8 @@ std::vector<Message> Samples() {
           Stop{.failed_index = 2, .reason = "rank 5 exited 1", .restart = true,
                .next_generation = 4},
           Stop{.failed_index = 5, .reason = "stopped by SIGTERM", .failure_class = 7},
+          Stop{.failed_index = 1, .reason = "pod 1: CUDA error", .restart = true,
+               .next_generation = 1, .failure_class = 4, .replacement = 2},
           Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
           Proof{.proof = std::string("\0\xff\x10", 3)}};
 }
@@ -251,6 +254,27 @@ TEST(WireTest, RestartsFollowTheMembershipFlags) {
   auto truncated = without;
   truncated[truncated.size() - 1] |= 4;  // flags (u16, big-endian) say "restarts follow"
   EXPECT_FALSE(DecodeAll(truncated, 1).ok());
+}
+
+// A stop without a replacement is encoded as before `replacement` was
+// appended (an older member refuses trailing bytes); one with it adds flags
+// and the index, and flags that announce an index without it are refused.
+TEST(WireTest, AStopNamesItsReplacementOnlyWhenItHasOne) {
+  const Stop old{.failed_index = 1, .reason = "pod 1 was lost", .restart = true,
+                 .next_generation = 1, .failure_class = 3};
+  Stop swap = old;
+  swap.replacement = 2;
+  const std::vector<std::uint8_t> before = Encode(old);
+  std::vector<std::uint8_t> after = Encode(swap);
+  ASSERT_EQ(after.size(), before.size() + 6);
+  EXPECT_TRUE(std::equal(before.begin() + kHeaderSize, before.end(), after.begin() + kHeaderSize));
+  auto got = DecodeAll(before, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_FALSE(std::get<Stop>((*got)[0]).replacement.has_value());
+  after.resize(after.size() - 4);  // "a replacement follows", and nothing does
+  const auto len = static_cast<std::uint32_t>(after.size() - kHeaderSize);
+  for (int b = 0; b < 4; ++b) after[8 + b] = static_cast<std::uint8_t>(len >> (24 - 8 * b));
+  EXPECT_FALSE(DecodeAll(after, 1).ok());
 }
 
 // Writes each sample frame as a seed for the fuzzer (scripts/test passes the

@@ -12,7 +12,10 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
   after the heartbeat timeout pod 2 runs RANK 1 in generation 1; pods 0 and 2 exit 0.
 - test_hardware_failure_swaps_in_the_spare: pod 1's worker prints a GPU fault marker and exits
   1: pod 1 exits with class hardware (the Job counts and recreates that index); pod 2 takes
-  RANK 1 in generation 1; pods 0 and 2 exit 0.
+  RANK 1 in generation 1; pods 0 and 2 exit 0. Who replaced whom: pod 1's termination message
+  and last log line name spare 2 on node rank 1 in generation 1 (the leader's Stop), the
+  leader's /metrics has trainlet_gang_replacement with those labels (scraped while the
+  workers are held), and the leader's and the spare's logs say it.
 - test_worker_exit_restarts_in_place_without_a_swap: pod 1's worker exits 1 once: the gang
   restarts in place on the same pods (pod 1 keeps RANK 1 in generation 1), the spare stays a
   spare and exits 0 when the gang finishes.
@@ -24,15 +27,18 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
 import json
 import os
 import signal
+import subprocess
 import time
 
-from harness import PodsimTestCase
+from harness import BIN, PodsimTestCase
 
 GRACE = 5  # s: a slowterm worker (3 s) stops within it
+HEALTH_PORT = 8080  # each pod's own network namespace
 SWAP_BOUND = 10.0  # s: generous on a loaded 2-core box; the figure is printed
 
 # usage: sh -c WORKER trainer MARKS MODE   (MODE: ok | fail1 | hw | watchdog, the failing modes
-# only in generation 0; slowterm: its SIGTERM trap marks "term" and takes 3 s, a checkpoint)
+# only in generation 0; slowterm: its SIGTERM trap marks "term" and takes 3 s, a checkpoint).
+# While MARKS.hold exists a worker keeps running past its 3 s (at most 60 s).
 WORKER = r"""
 marks=$1 mode=$2
 echo "start $TORCHELASTIC_RESTART_COUNT $RANK $(date +%s.%N)" >> "$marks"
@@ -48,7 +54,7 @@ if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
     exit 1 ;;
   esac
 fi
-n=0; while [ $n -lt 30 ]; do sleep 0.1; n=$((n + 1)); done
+n=0; while [ $n -lt 30 ] || { [ -e "$marks.hold" ] && [ $n -lt 600 ]; }; do sleep 0.1; n=$((n + 1)); done
 exit 0
 """
 
@@ -110,6 +116,9 @@ class SparesTest(PodsimTestCase):
             for i in (0, 2):
                 self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
             self.assertRegex(c.pods[0].stderr(), r"spare pod 2 takes node rank 1 of pod 1")
+            # The lost pod is gone: the leader's Stop tells the others who takes its place.
+            self.assertRegex(c.pods[2].stderr(), r"generation 1: spare pod 2 \(this pod\) is to "
+                                                 r"take the node rank of pod 1")
             self.assertEqual([r for g, r, _ in self.starts(c, 0)], [0, 0])
             self.assertNothingLeft(c)
 
@@ -129,16 +138,43 @@ class SparesTest(PodsimTestCase):
             c.pods[1].wait(10)
             self.assertNothingLeft(c)
 
+    def scrape(self, c, i):
+        r = subprocess.run(["ip", "netns", "exec", c.pod_ns(i), BIN, "probe", "metrics",
+                            "--health-port", str(HEALTH_PORT)],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=15)
+        self.assertEqual(r.returncode, 0, f"probe metrics in pod {i}: {r.stderr}")
+        return r.stdout
+
     def test_hardware_failure_swaps_in_the_spare(self):
         with self.cluster(pods=3) as c:
-            self.start_gang(c, {1: "hw"})
+            for i in (0, 2):  # held until the leader's metrics are read
+                open(self.marks(c, i) + ".hold", "w").close()
+            self.start_gang(c, {1: "hw"}, flags=("--health-port", str(HEALTH_PORT)))
             rank, _ = self.wait_start(c, 2, 1)
             self.assertEqual(rank, 1)
             self.assertNotEqual(c.pods[1].wait(20), 0)
-            self.assertEqual(self.verdict(c, 1)["class"], "hardware", c.pods[1].tail())
+            verdict = self.verdict(c, 1)
+            self.assertEqual(verdict["class"], "hardware", c.pods[1].tail())
+            handover = {"spare": 2, "node_rank": 1, "generation": 1}
+            self.assertEqual(verdict.get("replaced_by"), handover, verdict)
+            last = [line for line in c.pods[1].stderr().splitlines() if line.strip()][-1]
+            self.assertIn('"replaced_by":{"generation":1,"node_rank":1,"spare":2}', last)
+            metrics = self.scrape(c, 0)
+            self.assertIn('\ntrainlet_gang_replacement{generation="1",node_rank="1",spare="2",'
+                          'replaced="1"} 1\n', metrics)
+            self.assertIn("\ntrainlet_gang_replacements_total 1\n", metrics)
+            for i in (0, 2):
+                os.unlink(self.marks(c, i) + ".hold")
             for i in (0, 2):
                 self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
             self.assertEqual([g for g, _, _ in self.starts(c, 1)], [0], "pod 1 ran again")
+            self.assertRegex(c.pods[0].stderr(),
+                             r"generation 1: spare pod 2 is to take the node rank of pod 1")
+            self.assertRegex(c.pods[0].stderr(), r"generation 1: spare pod 2 takes node rank 1 "
+                                                 r"of pod 1")
+            self.assertRegex(c.pods[2].stderr(), r"spare pod 2 \(this pod\) is to take the node "
+                                                 r"rank of pod 1")
+            self.assertRegex(c.pods[2].stderr(), r"a spare until now: node rank 1")
             self.assertNothingLeft(c)
 
     def test_worker_exit_restarts_in_place_without_a_swap(self):

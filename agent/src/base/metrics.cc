@@ -117,10 +117,14 @@ void RenderGang(const MetricsSnapshot& s, Writer& w) {
              "Leader: node ranks a hot spare took over from a lost or failed pod.");
     w.Sample("trainlet_gang_replacements_total", static_cast<double>(s.replacements.size()));
     w.Family("trainlet_gang_replacement", "gauge",
-             "Leader: 1 per replacement so far: the spare pod and the pod it replaced.");
-    for (const auto& [left, spare] : s.replacements) {
+             "Leader: 1 per replacement so far: the generation, the node rank, the spare pod "
+             "and the pod it replaced.");
+    for (const Replacement& r : s.replacements) {
       w.Sample("trainlet_gang_replacement", 1,
-               Label("spare", std::to_string(spare)) + "," + Label("replaced", std::to_string(left)));
+               Label("generation", std::to_string(r.generation)) + "," +
+                   Label("node_rank", std::to_string(r.node_rank)) + "," +
+                   Label("spare", std::to_string(r.spare)) + "," +
+                   Label("replaced", std::to_string(r.replaced)));
     }
   }
 }

@@ -203,10 +203,19 @@ class Pod {
   void Apply(const GangActions& a) {
     if (!a.log.empty()) spdlog::log(a.log_info ? spdlog::level::info : spdlog::level::warn, "{}", a.log);
     PodGeneration& g = *gen_;
+    const auto broadcast_class =
+        exitcodes::FailureClass(a.broadcast ? a.broadcast->failure_class : 0);
+    if (a.broadcast && a.broadcast->restart && broadcast_class != exitcodes::FailureClass::kOk &&
+        !RestartableClass(broadcast_class)) {
+      // A member whose failure points at its node leaves; a spare takes its place.
+      roster_.MarkLeaving(a.broadcast->failed_index);
+    }
     if (a.broadcast && g.leader) {
-      g.leader->BroadcastStop(*a.broadcast);
-      // The generation ends: pods rejoining go to the next round's leader.
+      g.leader->BroadcastStop(WithReplacement(*a.broadcast));
+      // The generation ends: pods rejoining go to the next round's leader,
+      // whose listener is bound at once on a restart.
       g.leader->StopAdmitting();
+      if (a.broadcast->restart) ListenAhead();
     }
     if (a.report && g.member) {
       if (a.report->ok) {
@@ -219,13 +228,6 @@ class Pod {
     // reports, or of the culprit the leader names (a growing gang's is none).
     if (a.broadcast && !(a.broadcast->restart && a.broadcast->failure_class == 0)) {
       NoteFailureClass(a.broadcast->failure_class);
-    }
-    const auto broadcast_class =
-        exitcodes::FailureClass(a.broadcast ? a.broadcast->failure_class : 0);
-    if (a.broadcast && a.broadcast->restart && broadcast_class != exitcodes::FailureClass::kOk &&
-        !RestartableClass(broadcast_class)) {
-      // A member whose failure points at its node leaves; a spare takes its place.
-      roster_.MarkLeaving(a.broadcast->failed_index);
     }
     if (a.report && !a.report->ok) NoteFailureClass(a.report->failure_class);
     if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
@@ -241,6 +243,48 @@ class Pod {
     }
     if (a.restart) PostNextGeneration();
     if (a.conclude) ConcludeWith(*a.conclude);
+  }
+
+  // Leader: the Stop of a restart names the spare the roster gives the
+  // failed pod's node rank when that pod is lost or leaves (roster.h), so the
+  // pod that leaves, the spare and the survivors can say who replaces whom.
+  rendezvous::wire::Stop WithReplacement(rendezvous::wire::Stop stop) {
+    if (!stop.restart) return stop;
+    stop.replacement = roster_.PlannedReplacement(stop.failed_index);
+    if (stop.replacement) {
+      spdlog::info("generation {}: spare pod {} is to take the node rank of pod {}",
+                   stop.next_generation, *stop.replacement, stop.failed_index);
+    }
+    return stop;
+  }
+
+  // Leader: the next generation's rendezvous port listens from the moment the
+  // restart is decided (leader.h, ListenAhead): members whose workers stop
+  // sooner than ours wait in its backlog instead of backing off; the next
+  // generation's Leader takes it over (Stop() closes it if none does).
+  void ListenAhead() {
+    if (options_.rdzv_listen_fd >= 0 || options_.rdzv_port == 0) return;
+    options_.rdzv_listen_fd = rendezvous::ListenAhead(
+        options_.rdzv_port, options_.identity.nnodes + options_.identity.spares);
+  }
+
+  // Member: what a restart's Stop says about a spare taking a pod's node
+  // rank; this pod, when it is the one leaving, names the spare when it exits.
+  void NoteReplacement(const rendezvous::wire::Stop& stop) {
+    if (!stop.restart || !stop.replacement) return;
+    const std::uint32_t own = options_.identity.index;
+    if (stop.failed_index == own) {
+      const std::uint32_t nproc = std::max(1u, options_.identity.nproc_per_node);
+      const std::uint32_t node_rank = gen_->rank_base / nproc;
+      replaced_by_ = exitcodes::Handover{.spare = *stop.replacement, .node_rank = node_rank,
+                                         .generation = stop.next_generation};
+      spdlog::warn("this pod leaves the gang; spare pod {} is to take its node rank {} in "
+                   "generation {}", *stop.replacement, node_rank, stop.next_generation);
+    } else {
+      spdlog::info("generation {}: spare pod {}{} is to take the node rank of pod {}",
+                   stop.next_generation, *stop.replacement,
+                   *stop.replacement == own ? " (this pod)" : "", stop.failed_index);
+    }
   }
 
   void NoteFailureClass(std::uint16_t failure_class) {
@@ -394,7 +438,8 @@ class Pod {
       lo.expected = roster_.Expected();
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
     }
-    lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);  // ranks by arrival
+    // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
+    lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
     return lo;
   }
 
@@ -496,6 +541,7 @@ class Pod {
     if (g.leader) roster_.Adopt(a.generation);
     g.spare = a.spare;
     assigned_restarts_ = a.restarts.value_or(a.generation);
+    const bool was_spare = std::exchange(was_spare_, a.spare);
     if (a.spare) {
       spdlog::info("rendezvous {:.1f} ms: generation {}: a hot spare, waiting without workers "
                    "({} active pod(s), world size {})",
@@ -507,9 +553,12 @@ class Pod {
       return;
     }
     spdlog::info("rendezvous {:.1f} ms: generation {}, world size {}, ranks {}..{}, "
-                 "MASTER_ADDR={} MASTER_PORT={}",
+                 "MASTER_ADDR={} MASTER_PORT={}{}",
                  Ms(Clock::now() - g.round_started), a.generation, a.world_size, a.rank_base,
-                 a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port);
+                 a.rank_base + id.nproc_per_node - 1, a.master_addr, a.master_port,
+                 was_spare ? fmt::format(" (a spare until now: node rank {})",
+                                         a.node_rank.value_or(id.index))
+                           : "");
     if (!options_.gpu.preflight) {
       // NCCL ids, socket interface (gpu_setup.h): no blocking call without the preflight.
       OnGpuPrepared(a, PrepareGpuWorkers(options_.gpu, options_.env, a, nullptr));
@@ -801,6 +850,7 @@ class Pod {
       g.member->StartChannel(
           {.on_stop = Guard([this](const rendezvous::wire::Stop& stop) {
              NoteStop(stop);
+             NoteReplacement(stop);
              Feed(gang::Stop{stop});
            }),
            .on_lost = Guard([this](const std::string& why) { Feed(gang::Lost{0, why}); })},
@@ -985,6 +1035,7 @@ class Pod {
       info.pod_index = options_.identity.index;
       info.attempt = options_.identity.attempt;
       info.phase_ms = phase_ms_;
+      info.replaced_by = replaced_by_;
       if (auto it = options_.env.find("NODE_NAME"); it != options_.env.end()) {
         info.node_name = it->second;
       }
@@ -1040,6 +1091,7 @@ class Pod {
   }
 
   void Stop() {
+    if (options_.rdzv_listen_fd >= 0) ::close(std::exchange(options_.rdzv_listen_fd, -1));
     if (leader_probe_) leader_probe_->Cancel();
     roster_.Cancel();
     if (gen_) gen_->Close();
@@ -1089,6 +1141,10 @@ class Pod {
   std::uint32_t assigned_restarts_ = 0;  // the restarts counted at the last assignment
   // The last generation's first failure (restart timing); nullopt until one is seen.
   std::optional<Clock::time_point> failed_at_;
+  // Hot spares: the spare that takes this pod's node rank as it leaves (the
+  // leader's Stop), for the termination message.
+  std::optional<exitcodes::Handover> replaced_by_;
+  bool was_spare_ = false;  // the last generation assigned this pod as a waiting spare
   bool concluded_ = false;
   int exit_code_ = 0;
   // The current generation (declared after io_: destroyed before it, so its

@@ -88,9 +88,11 @@ void Roster::Adopt(std::uint32_t generation) {
   }
   for (std::uint32_t key : planned_->waiting) pods_[key] = {.key = key};
   for (const auto& [left, spare] : planned_->replaced) {
-    replacements_.emplace_back(left, spare);
+    const std::uint32_t node_rank = *planned_->NodeRankOf(spare);
+    replacements_.push_back(
+        {.generation = generation, .node_rank = node_rank, .replaced = left, .spare = spare});
     spdlog::warn("generation {}: spare pod {} takes node rank {} of pod {}", generation, spare,
-                 *planned_->NodeRankOf(spare), left);
+                 node_rank, left);
   }
   spares_waiting_ = std::set<std::uint32_t>(planned_->waiting.begin(), planned_->waiting.end());
   planned_.reset();
@@ -105,6 +107,17 @@ void Roster::AddJoined(std::uint32_t key, bool waiting) {
   } else {
     spares_waiting_.erase(key);
   }
+}
+
+std::optional<std::uint32_t> Roster::PlannedReplacement(std::uint32_t key) const {
+  std::vector<MemberState> pods;
+  for (const auto& [k, m] : pods_) pods.push_back(m);
+  const GenerationPlan plan = PlanGeneration(
+      pods, {.min_nodes = formation_.min_nodes, .max_nodes = formation_.max_nodes});
+  for (const auto& [left, spare] : plan.replaced) {
+    if (left == key) return spare;
+  }
+  return std::nullopt;
 }
 
 void Roster::MarkLost(std::uint32_t key) {

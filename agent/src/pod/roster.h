@@ -21,6 +21,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "trainlet/agent/base/metrics.h"
 #include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
 
@@ -67,17 +68,22 @@ class Roster {
 
   // The pods waiting as spares in the generation adopted last.
   const std::set<std::uint32_t>& spares_waiting() const { return spares_waiting_; }
-  // Every replacement so far: (the pod that left, the spare), oldest first.
-  const std::vector<std::pair<std::uint32_t, std::uint32_t>>& replacements() const {
-    return replacements_;
-  }
+  // Every replacement so far, oldest first.
+  const std::vector<Replacement>& replacements() const { return replacements_; }
+
+  // The waiting spare the next generation would give `key`'s node rank if
+  // every other pod the roster counts alive came back (PlanGeneration over the
+  // roster as it stands: call after MarkLost/MarkLeaving of `key`). nullopt:
+  // `key` keeps its rank (not lost, not leaving), was not active, or no spare
+  // waits. The Stop names it (wire::Stop::replacement).
+  std::optional<std::uint32_t> PlannedReplacement(std::uint32_t key) const;
 
  private:
   bool Forms(std::uint32_t joined);
   std::map<std::uint32_t, MemberState> pods_;  // by key: the last generation's
   std::optional<GenerationPlan> planned_;      // the round being formed
   std::set<std::uint32_t> spares_waiting_;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> replacements_;
+  std::vector<Replacement> replacements_;
   // The round being formed: its formation settings, start, when MIN pods were
   // in, and the timer that reconsiders it.
   FormationConfig formation_{};

@@ -124,6 +124,18 @@ struct LeaderOptions {
   int listening_fd = -1;
 };
 
+// Binds `port` (0: the kernel's choice) on every interface and listens, with
+// a backlog for `nnodes` pods, before the Leader that will serve it exists:
+// pods that connect meanwhile wait in the kernel's backlog with their hellos
+// unread, instead of being refused and backing off. An in-place restart
+// listens ahead as soon as it is decided, while the leader pod's own workers
+// still stop (bench/spares.py: members that rejoined early were refused and
+// came back a backoff step late). Pass the fd as LeaderOptions::listening_fd;
+// the caller owns it until then (close(2) it if no Leader takes it). Returns
+// -1 when the port cannot be bound now (Leader::Listen then binds, retrying,
+// as without it). Does not block.
+int ListenAhead(std::uint16_t port, std::uint32_t nnodes);
+
 // "1-3,7,9-12": ascending indices as runs, at most `max_runs` of them, then
 // " (+N more)" for the indices left out. For log lines about many pods.
 std::string CompactIndices(const std::vector<std::uint32_t>& sorted, std::size_t max_runs);

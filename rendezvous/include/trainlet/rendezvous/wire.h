@@ -176,6 +176,15 @@ struct Stop {
   // so a pod being stopped too is preempted, not collateral). Never parsed
   // from `reason`.
   std::uint16_t failure_class = 0;
+  // Appended after failure_class (an older leader's stop ends before it: none).
+  // Hot spares: with `restart`, the waiting spare the leader's membership
+  // plan gives failed_index's node rank in generation next_generation (the
+  // lowest waiting index: membership_policy.h), so the pod that leaves can
+  // name it in its termination message; nullopt when that pod keeps its rank
+  // (an in-place restart) or no spare waits. A plan made at the stop: a spare
+  // lost before the next generation forms leaves the rank to the next one
+  // (the leader's log and metrics say who took it).
+  std::optional<std::uint32_t> replacement{};
   bool operator==(const Stop&) const = default;
 };
 

@@ -30,6 +30,15 @@ struct StreamCounters {
 // The process's counters for fd 1 (stdout) or 2 (stderr; any other fd: stdout).
 StreamCounters& OutputCounters(int fd);
 
+// Hot spares: a waiting spare took over a node rank in a generation.
+struct Replacement {
+  std::uint32_t generation = 0;  // the generation it took over in
+  std::uint32_t node_rank = 0;
+  std::uint32_t replaced = 0;    // the pod that left (lost, or failed with class hardware)
+  std::uint32_t spare = 0;       // the spare that took its node rank
+  bool operator==(const Replacement&) const = default;
+};
+
 struct MetricsSnapshot {
   bool leader = false;
   std::uint32_t generation = 0;
@@ -38,9 +47,9 @@ struct MetricsSnapshot {
   std::uint32_t pods_joined = 0;     // leader: admitted so far; member: the gang once formed
   std::uint32_t pods_expected = 0;
   // Hot spares (--spares): this pod waits as a spare now; leader: each spare
-  // that took a node rank, as (the pod it replaced, the spare), oldest first.
+  // that took a node rank, oldest first.
   bool spare = false;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> replacements;
+  std::vector<Replacement> replacements;
   std::uint32_t workers_running = 0;
   std::map<std::string, std::uint64_t> worker_exits;  // by class name ("ok", "bug", ...)
   std::optional<std::string> last_failure_class;      // the gang's last failure seen here
