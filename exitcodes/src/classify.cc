@@ -14,13 +14,16 @@
 
 namespace trainlet::exitcodes {
 
-MarkerTable MarkerTable::Defaults() {
-  MarkerTable t;
+namespace {
+
+// The default markers, strongest first (MarkerTable::Defaults).
+std::vector<Marker> DefaultMarkers() {
+  std::vector<Marker> t;
   const FailureClass hw = FailureClass::kHardware, infra = FailureClass::kInfra,
                      bug = FailureClass::kBug, config = FailureClass::kConfig;
   auto add = [&t](FailureClass c, std::initializer_list<const char*> texts,
                   MarkerMeaning meaning = MarkerMeaning::kPlain, const char* context = "") {
-    for (const char* s : texts) t.markers_.push_back({c, s, meaning, context});
+    for (const char* s : texts) t.push_back({c, s, meaning, context});
   };
   // What trainlet::Session::ReportError writes (session/include/trainlet/session.h):
   // the trainer said which class its failure is.
@@ -61,8 +64,19 @@ MarkerTable MarkerTable::Defaults() {
   // A full /dev/shm named by path; last, as "No space left on device" elsewhere
   // (a full disk) says nothing.
   add(config, {"No space left on device"}, MarkerMeaning::kSharedMemory, "/dev/shm");
-  t.Compile();
   return t;
+}
+
+}  // namespace
+
+MarkerTable MarkerTable::Defaults() {
+  // Compiled once; each copy shares it (a static: nothing here ever changes it).
+  static const MarkerTable defaults = [] {
+    MarkerTable t;
+    t.c_ = Compile(DefaultMarkers());
+    return t;
+  }();
+  return defaults;
 }
 
 Status MarkerTable::Add(const std::vector<std::string>& specs) {
@@ -86,8 +100,8 @@ Status MarkerTable::Add(const std::vector<std::string>& specs) {
     }
     added.push_back({*cls, s.substr(eq + 1)});
   }
-  markers_.insert(markers_.begin(), added.begin(), added.end());
-  Compile();
+  added.insert(added.end(), c_->markers.begin(), c_->markers.end());
+  c_ = Compile(std::move(added));
   return Status::Ok();
 }
 
@@ -111,7 +125,7 @@ double Frequency(unsigned char b) {
 
 }  // namespace
 
-void MarkerTable::Compile() {
+std::shared_ptr<const MarkerTable::Compiled> MarkerTable::Compile(std::vector<Marker> markers) {
   // Weighted set cover, greedily: the byte that anchors the most markers not
   // yet anchored per unit of cost (its frequency, plus one vector compare per
   // distinct anchor in the scanner's loop), until every marker has one; the
@@ -119,17 +133,18 @@ void MarkerTable::Compile() {
   // hold each byte from their lists of distinct bytes, not by searching every
   // text for each of the 256 bytes (0.9 ms at every start: bench/RESULTS.md).
   constexpr double kPerAnchor = 4;
-  anchors_.assign(256, {});
-  anchor_bytes_.clear();
-  longest_ = 0;
+  auto c = std::make_shared<Compiled>();
+  c->markers = std::move(markers);
+  const std::vector<Marker>& m = c->markers;
+  std::vector<std::vector<Anchor>> by_byte(256);
   // Each marker's distinct bytes; emptied once it has its anchor.
-  std::vector<std::vector<unsigned char>> bytes(markers_.size());
+  std::vector<std::vector<unsigned char>> bytes(m.size());
   std::size_t left = 0;
-  for (std::size_t i = 0; i < markers_.size(); ++i) {
-    longest_ = std::max(longest_, markers_[i].text.size());
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    c->longest = std::max(c->longest, m[i].text.size());
     std::bitset<256> seen;
-    for (char c : markers_[i].text) {
-      const auto b = static_cast<unsigned char>(c);
+    for (char ch : m[i].text) {
+      const auto b = static_cast<unsigned char>(ch);
       if (!seen[b]) bytes[i].push_back(b);
       seen.set(b);
     }
@@ -151,16 +166,22 @@ void MarkerTable::Compile() {
         best_cost = cost;
       }
     }
-    anchor_bytes_.push_back(static_cast<unsigned char>(best));
-    for (std::size_t i = 0; i < markers_.size(); ++i) {
+    c->anchor_bytes.push_back(static_cast<unsigned char>(best));
+    for (std::size_t i = 0; i < m.size(); ++i) {
       if (bytes[i].empty()) continue;
-      const std::size_t at = markers_[i].text.find(static_cast<char>(best));
+      const std::size_t at = m[i].text.find(static_cast<char>(best));
       if (at == std::string::npos) continue;
-      anchors_[best].push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(at)});
+      by_byte[best].push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(at)});
       bytes[i].clear();
       --left;
     }
   }
+  for (int b = 0; b < 256; ++b) {
+    c->first[b] = static_cast<std::uint32_t>(c->anchors.size());
+    c->anchors.insert(c->anchors.end(), by_byte[b].begin(), by_byte[b].end());
+  }
+  c->first[256] = static_cast<std::uint32_t>(c->anchors.size());
+  return c;
 }
 
 std::optional<MarkerHit> MarkerTable::Match(std::string_view text) const {

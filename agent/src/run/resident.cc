@@ -1,5 +1,6 @@
 #include "run/resident.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -35,6 +36,7 @@ std::size_t ReleaseStartupCode() {
       released += end - start;
     }
   }
+  ::malloc_trim(0);  // the free pages inside the heap, not only its top
   return released;
 }
 
