@@ -135,6 +135,7 @@ std::shared_ptr<const MarkerTable::Compiled> MarkerTable::Compile(std::vector<Ma
   constexpr double kPerAnchor = 4;
   auto c = std::make_shared<Compiled>();
   c->markers = std::move(markers);
+  c->markers.shrink_to_fit();  // kept for the whole run
   const std::vector<Marker>& m = c->markers;
   std::vector<std::vector<Anchor>> by_byte(256);
   // Each marker's distinct bytes; emptied once it has its anchor.
