@@ -140,6 +140,8 @@ std::shared_ptr<const MarkerTable::Compiled> MarkerTable::Compile(std::vector<Ma
   std::vector<std::vector<Anchor>> by_byte(256);
   // Each marker's distinct bytes; emptied once it has its anchor.
   std::vector<std::vector<unsigned char>> bytes(m.size());
+  std::array<double, 256> weight{};  // each byte's cost as an anchor
+  for (int b = 0; b < 256; ++b) weight[b] = Frequency(static_cast<unsigned char>(b)) + kPerAnchor;
   std::size_t left = 0;
   for (std::size_t i = 0; i < m.size(); ++i) {
     c->longest = std::max(c->longest, m[i].text.size());
@@ -160,8 +162,7 @@ std::shared_ptr<const MarkerTable::Compiled> MarkerTable::Compile(std::vector<Ma
     double best_cost = 0;
     for (int b = 0; b < 256; ++b) {
       if (gain[b] == 0) continue;
-      const double cost = (Frequency(static_cast<unsigned char>(b)) + kPerAnchor) /
-                          static_cast<double>(gain[b]);
+      const double cost = weight[b] / static_cast<double>(gain[b]);
       if (best < 0 || cost < best_cost) {
         best = b;
         best_cost = cost;
