@@ -7,6 +7,7 @@
 #include <utility>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -172,12 +173,29 @@ __attribute__((target("ssse3"))) std::size_t NextBlockSsse3(const unsigned char*
 struct Cpu {
   bool ssse3, avx2;
 };
-// What this CPU runs (cpuid, once).
+// What this CPU runs, asked of cpuid when the first scanner is made, not at
+// load: __builtin_cpu_init reads a dozen cpuid leaves in a constructor, and in
+// a virtual machine each one traps to the hypervisor (~50 us of every launch:
+// bench/RESULTS.md). AVX2 also needs the kernel to save the YMM registers:
+// OSXSAVE and XCR0's SSE and AVX bits (Intel SDM vol. 1, 14.3, "Detection of
+// Intel AVX instructions"), as libgcc's cpuinfo.c checks.
 Cpu ReadCpu() {
-  __builtin_cpu_init();
-  return {__builtin_cpu_supports("ssse3") != 0, __builtin_cpu_supports("avx2") != 0};
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return {false, false};
+  const bool ssse3 = (c & bit_SSSE3) != 0;
+  bool ymm_saved = false;
+  if ((c & bit_OSXSAVE) != 0) {
+    unsigned xcr0 = 0, high = 0;
+    __asm__("xgetbv" : "=a"(xcr0), "=d"(high) : "c"(0));
+    ymm_saved = (xcr0 & 6) == 6;
+  }
+  if (!ymm_saved || __get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return {ssse3, false};
+  return {ssse3, (b & bit_AVX2) != 0};
 }
-const Cpu kCpu = ReadCpu();
+const Cpu& CpuNow() {
+  static const Cpu cpu = ReadCpu();
+  return cpu;
+}
 #endif
 
 template <std::size_t... I>
@@ -195,9 +213,9 @@ bool MarkerScanner::Runs(Search search) {
       return true;
 #if defined(__x86_64__)
     case Search::kSsse3:
-      return kCpu.ssse3;
+      return CpuNow().ssse3;
     case Search::kAvx2:
-      return kCpu.avx2;
+      return CpuNow().avx2;
 #endif
     default:
       return false;

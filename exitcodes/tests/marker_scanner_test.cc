@@ -127,6 +127,17 @@ TEST(MarkerScannerTest, EachSearchIsTheOneAskedForWhereTheCpuRunsIt) {
   }
 }
 
+#if defined(__x86_64__)
+TEST(MarkerScannerTest, TheCpuChecksAgreeWithTheCompilers) {
+  // The scanner asks cpuid itself, lazily; GCC's builtins read it at load.
+  __builtin_cpu_init();
+  EXPECT_EQ(MarkerScanner::Runs(MarkerScanner::Search::kSsse3),
+            __builtin_cpu_supports("ssse3") != 0);
+  EXPECT_EQ(MarkerScanner::Runs(MarkerScanner::Search::kAvx2),
+            __builtin_cpu_supports("avx2") != 0);
+}
+#endif
+
 TEST(MarkerScannerTest, ManyUserMarkersTakeTheByteTablePathWithTheSameResult) {
   MarkerTable t = MarkerTable::Defaults();
   std::vector<std::string> specs;

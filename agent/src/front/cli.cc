@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <variant>
 
 #include <CLI/CLI.hpp>
@@ -439,7 +440,7 @@ int Main(int argc, char** argv) {
   // The parser's ~60 options are freed by now: hand the pages back to the
   // kernel before an agent that runs for days (bench/HISTORY.md: memory).
   ::malloc_trim(0);
-  return RunPod(std::get<PodOptions>(front.plan));
+  return RunPod(std::move(std::get<PodOptions>(front.plan)));
 }
 
 }  // namespace trainlet::agent

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -62,12 +63,12 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 // generation acts on a new one.
 class Pod {
  public:
-  explicit Pod(const PodOptions& o)
-      : options_(o),
-        policy_({.index = o.identity.index,
-                 .nnodes = o.identity.nnodes,
-                 .max_restarts = o.max_restarts,
-                 .hang_signal = o.hang_signal}),
+  explicit Pod(PodOptions o)
+      : options_(std::move(o)),
+        policy_({.index = options_.identity.index,
+                 .nnodes = options_.identity.nnodes,
+                 .max_restarts = options_.max_restarts,
+                 .hang_signal = options_.hang_signal}),
         release_timer_(io_) {}
 
   int Run() {
@@ -1154,8 +1155,7 @@ class Pod {
 
 }  // namespace
 
-int RunPod(const PodOptions& options) {
-  PodOptions o = options;
+int RunPod(PodOptions o) {
   if (o.identity.by_arrival) {
     // No index anywhere: the agent on the endpoint's host that binds the
     // rendezvous port first leads; the others join (rendezvous/arrival.h).
@@ -1168,7 +1168,7 @@ int RunPod(const PodOptions& options) {
       o.rdzv_listen_fd = claim.fd;
     }
   }
-  Pod pod(o);
+  Pod pod(std::move(o));  // the one copy a run keeps (its maps and tables)
   return pod.Run();
 }
 

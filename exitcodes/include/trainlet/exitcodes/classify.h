@@ -25,9 +25,12 @@
 // globals; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -82,15 +85,16 @@ class MarkerTable {
   // The documented defaults: trainlet::Session's own markers; CUDA/driver
   // faults -> hardware (an Xid by its number; an illegal memory access ->
   // worker); shared memory running out -> config; NCCL and network faults
-  // -> infra; Python import/syntax errors -> bug.
+  // -> infra; Python import/syntax errors -> bug. Built once per process;
+  // every copy shares it.
   static MarkerTable Defaults();
   // Adds "CLASS=TEXT" entries, checked before the defaults. Errors (config): no
   // '=', an unknown class, empty text or longer than kMaxMarkerText, a class
-  // that is not bug/infra/hardware/oom.
+  // that is not bug/infra/hardware/oom. Other copies of the table keep theirs.
   [[nodiscard]] Status Add(const std::vector<std::string>& specs);
   // The strongest marker in `text` (a whole text at once: MarkerScanner).
   std::optional<MarkerHit> Match(std::string_view text) const;
-  const std::vector<Marker>& markers() const { return markers_; }
+  const std::vector<Marker>& markers() const { return c_->markers; }
 
   // The prefilter MarkerScanner uses (marker_scanner.h): every marker has one
   // anchor byte; a match is looked for only where an anchor byte occurs.
@@ -98,16 +102,25 @@ class MarkerTable {
     std::uint32_t marker;  // index into markers()
     std::uint32_t offset;  // of the anchor byte in the marker's text
   };
-  const std::vector<unsigned char>& anchor_bytes() const { return anchor_bytes_; }
-  const std::vector<Anchor>& anchors_of(unsigned char b) const { return anchors_[b]; }
-  std::size_t longest() const { return longest_; }
+  const std::vector<unsigned char>& anchor_bytes() const { return c_->anchor_bytes; }
+  std::span<const Anchor> anchors_of(unsigned char b) const {
+    return std::span<const Anchor>(c_->anchors).subspan(c_->first[b],
+                                                        c_->first[b + 1] - c_->first[b]);
+  }
+  std::size_t longest() const { return c_->longest; }
 
  private:
-  void Compile();
-  std::vector<Marker> markers_;
-  std::vector<unsigned char> anchor_bytes_;      // distinct anchor bytes
-  std::vector<std::vector<Anchor>> anchors_ = std::vector<std::vector<Anchor>>(256);
-  std::size_t longest_ = 0;
+  // The markers and their anchors, never changed once built: copies of a table
+  // (the front end's, the pod's options, each generation's) share one.
+  struct Compiled {
+    std::vector<Marker> markers;
+    std::vector<unsigned char> anchor_bytes;  // distinct anchor bytes
+    std::vector<Anchor> anchors;              // by anchor byte, then marker
+    std::array<std::uint32_t, 257> first{};   // byte b's: anchors[first[b], first[b + 1])
+    std::size_t longest = 0;
+  };
+  static std::shared_ptr<const Compiled> Compile(std::vector<Marker> markers);
+  std::shared_ptr<const Compiled> c_ = Compile({});
 };
 
 // What one occurrence of marker `m` on `line` means: its class and a note

@@ -9,7 +9,8 @@
 // RunPod drives all of it on one Asio event loop in the calling thread and
 // returns the process exit code (see exitcodes/exit_code.h). Blocking: it
 // returns when the pod is done. Call once, from main, with the handled signals
-// already blocked (BlockHandledSignals).
+// already blocked (BlockHandledSignals); move the options in (the run keeps
+// them for days: no second copy).
 #pragma once
 
 #include <chrono>
@@ -99,6 +100,6 @@ struct PodOptions {
   bool virtual_local_rank = false;  // torchrun's --virtual-local-rank (WorkerPlacement)
 };
 
-int RunPod(const PodOptions& options);
+int RunPod(PodOptions options);
 
 }  // namespace trainlet::agent
