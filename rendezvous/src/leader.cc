@@ -534,22 +534,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   }
   const std::uint32_t index = decided.index;
   const bool late = im.finished;
-  if (decided.replace_holder) {
-    const auto holder_conn = im.members.at(index);
-    if (im.finished && !holder_conn->settled) {  // an active pod or a spare: lost
-      holder_conn->settled = true;
-      Deliver([self = this, index, why = "a new pod (" + conn->peer + ") claims its index"] {
-        if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
-      });
-    }
-    im.log->warn("leader: index {} claimed again from {}; its holder {} has been silent for {} ms: "
-                 "replacing it",
-                 index, conn->peer, holder_conn->peer,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx())
-                     .count());
-    Drop(holder_conn);
-  }
+  if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
     AdmitLate(conn, index);
     return;
@@ -564,6 +549,25 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   im.log->debug("leader: pod {} joined from {} ({}/{}){}", index, conn->peer, admitted(),
                 im.options.nnodes, hello.index == wire::kNoIndex ? " by arrival" : "");
   MaybeAssign();
+}
+
+// A silent holder of `index` gives way to `conn` (admission.h: replace_holder).
+void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
+  Impl& im = *impl_;
+  const auto holder_conn = im.members.at(index);
+  if (im.finished && !holder_conn->settled) {  // an active pod or a spare: lost
+    holder_conn->settled = true;
+    Deliver([self = this, index, why = "a new pod (" + conn->peer + ") claims its index"] {
+      if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
+    });
+  }
+  im.log->warn("leader: index {} claimed again from {}; its holder {} has been silent for {} ms: "
+               "replacing it",
+               index, conn->peer, holder_conn->peer,
+               std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx())
+                   .count());
+  Drop(holder_conn);
 }
 
 // A pod admitted while the generation runs (LeaderOptions::admit_late).

@@ -255,6 +255,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof);
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index);
+  void ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index);
   std::string MasterAddrFor(const std::shared_ptr<Conn>& conn) const;
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
               std::function<void()> then = {});
