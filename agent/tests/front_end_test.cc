@@ -292,7 +292,7 @@ TEST(PlanPod, ElasticMinMax) {
       {{"--nnodes", "1:4", "--node-rank", "0", "--master-addr", "10.0.0.1"}, 1, 4, ""},
       {{"--nnodes", "3:3", "--node-rank", "1", "--master-addr", "10.0.0.1"}, 3, 3, ""},
       {{"--nnodes", "3:2", "--node-rank", "1", "--master-addr", "10.0.0.1"}, 0, 0,
-       "--nnodes='3:2': MIN is larger than MAX; give N or N:N"},
+       "--nnodes='3:2': MIN is larger than MAX; give N, or MIN:MAX with MIN <= MAX"},
       {{"--nnodes", "0:2", "--node-rank", "1", "--master-addr", "10.0.0.1"}, 0, 0,
        "--nnodes='0:2': a gang needs at least one pod"},
       {{"--nnodes", "2:3", "--node-rank", "3", "--master-addr", "10.0.0.1"}, 0, 0,

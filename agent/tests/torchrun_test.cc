@@ -216,7 +216,7 @@ TEST(ParseNnodes, NAndMinMax) {
   }
   // MIN > MAX is no elastic range at all: said as it is.
   EXPECT_EQ(ParseNnodes("--nnodes", "2:1").status().message(),
-            "--nnodes='2:1': MIN is larger than MAX; give N or N:N");
+            "--nnodes='2:1': MIN is larger than MAX; give N, or MIN:MAX with MIN <= MAX");
 }
 
 TEST(ParseStd, ValuesAndMaps) {

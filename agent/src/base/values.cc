@@ -89,7 +89,7 @@ Result<std::string> ParseNnodes(const std::string& what, const std::string& valu
     n.push_back(*c);
   }
   if (n.size() == 2 && n[0] > n[1]) {
-    return Status::Config(what + "='" + value + "': MIN is larger than MAX; give N or N:N");
+    return Status::Config(what + "='" + value + "': MIN is larger than MAX; give N, or MIN:MAX with MIN <= MAX");
   }
   // torchrun's elastic range (torch/distributed/run.py parse_min_max_nnodes).
   if (n.size() == 2 && n[0] != n[1]) return std::to_string(n[0]) + ":" + std::to_string(n[1]);
