@@ -87,7 +87,7 @@ struct Leader::Impl {
   // The round formed and LeaderOptions::admit_late: accepting late pods, whose
   // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
   bool late = false;
-  std::function<wire::Assignment(std::uint32_t, std::string)> assignment;
+  std::shared_ptr<const std::function<wire::Assignment(std::uint32_t, std::string)>> assignment;
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
@@ -588,7 +588,7 @@ void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
   conn->peer_state.Heard(std::chrono::steady_clock::now());
   im.log->info("leader: pod {} joined from {} while the generation runs: it waits as a spare",
                index, conn->peer);
-  Send(conn, wire::Encode(im.assignment(index, MasterAddrFor(conn))));
+  Send(conn, wire::Encode((*im.assignment)(index, MasterAddrFor(conn))));
 }
 
 // MASTER_ADDR for a member: the leader address that member itself reached us
@@ -753,11 +753,11 @@ void Leader::MaybeAssign() {
     a.restarts = restarts;
     return a;
   };
-  im.assignment = make;
-  // One `make` shared by every write's completion: a copy in each would hold
-  // the whole gang's node ranks per member, O(n^2) memory (bench/RESULTS.md:
-  // a leader RSS of 7,184 MiB at 12,500 pods).
-  auto shared_make = std::make_shared<const decltype(make)>(std::move(make));
+  // One `make` shared by every write's completion and by late spares: a copy
+  // in each would hold the whole gang's node ranks per member, O(n^2) memory
+  // (bench/RESULTS.md: a leader RSS of 7,184 MiB at 12,500 pods).
+  im.assignment = std::make_shared<const decltype(make)>(std::move(make));
+  const auto shared_make = im.assignment;
   for (auto& [conn, addr] : targets) {
     ++im.writes_in_flight;
     Send(conn, wire::Encode((*shared_make)(*conn->index, addr)),
