@@ -117,7 +117,7 @@ std::optional<Admission> LaunchFence(const AdmissionState& state, const wire::He
   return std::nullopt;
 }
 
-// Rule 8: a second claim of an admitted index: a recreated pod whose
+// Rule 9: a second claim of an admitted index: a recreated pod whose
 // predecessor's connection has not closed yet (no FIN: keepalive or silence
 // tells later), or two live pods given one index.
 Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admission out) {
@@ -144,6 +144,27 @@ Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admis
       /*retriable=*/false);
 }
 
+// Rule 8: a pod the leader declared lost, whose node rank a spare took,
+// comes back asking for a generation it missed (hello.generation from 1 to the
+// replacement's: a frozen pod resumed, a cut link restored). A recreated pod
+// starts at generation 0, and a spare admitted since asks for a later one.
+std::optional<Admission> ReplacedIndex(const AdmissionState& state, const wire::Hello& hello) {
+  if (!state.replaced || hello.index == wire::kNoIndex || hello.generation == 0 ||
+      hello.generation > state.replaced->generation) {
+    return std::nullopt;
+  }
+  const wire::Replaced& by = *state.replaced;
+  Admission a = Refusal(
+      wire::kReplacedField,
+      "pod " + std::to_string(hello.index) + " (" + state.peer +
+          ") was declared lost; spare pod " + std::to_string(by.spare) + " took its node rank " +
+          std::to_string(by.node_rank) + " in generation " + std::to_string(by.generation) +
+          ": it leaves with its own failure (the Job recreates its index, which joins as a spare)",
+      /*retriable=*/false);
+  a.reject.replaced = by;
+  return a;
+}
+
 }  // namespace
 
 Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
@@ -168,6 +189,8 @@ Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
   Admission decided = out;
   if (auto refused = LaunchFence(state, hello)) {
     decided = *refused;
+  } else if (auto replaced = ReplacedIndex(state, hello)) {
+    decided = *replaced;
   } else if (state.holder && hello.index != wire::kNoIndex) {
     decided = HeldIndex(state, hello, out);
   }

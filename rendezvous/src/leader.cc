@@ -511,6 +511,8 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .leader_id = im.options.leader_id,
                      .job_attempts = im.job_attempts,
                      .holder = std::move(holder),
+                     .replaced = im.options.replaced_of ? im.options.replaced_of(hello.index)
+                                                        : std::nullopt,
                      .free_index = free_index,
                      .peer = conn->peer,
                      .address = conn->address,

@@ -67,6 +67,7 @@ struct Member::Impl {
   std::vector<std::string> tried;  // "10.0.0.10" of every address ever tried
   std::string logged;              // the last state logged, to log changes only
   std::string last_error;
+  std::optional<wire::Replaced> replaced;  // the leader's kReplacedField refusal
   std::string activity;  // what is under way ("connecting to 10.0.0.10"), for the timeout message
   std::string address;   // the address of the current connection
   ResolveError last_dns = ResolveError::kNone;  // of the last resolution
@@ -392,6 +393,10 @@ void Member::OnReply(const wire::Message& msg) {
         im.backoff = Backoff(rejoin, im.options.seed);
       }
       Retry("rendezvous: leader refused this pod for now", reject->reason);
+    } else if (reject->field == wire::kReplacedField) {
+      // Lost to the gang, not misconfigured: infra, as the loss itself.
+      im.replaced = reject->replaced;
+      Finish(Status::Infra("the leader refused this pod: " + reject->reason));
     } else {
       Finish(Status::Config("the leader refused this pod: " + reject->reason));
     }
@@ -595,6 +600,8 @@ void Member::ChannelHeartbeat() {
     if (!ec) self->ChannelHeartbeat();
   });
 }
+
+std::optional<wire::Replaced> Member::replaced() const { return impl_->replaced; }
 
 std::chrono::steady_clock::duration Member::heartbeat_silence() const {
   const Impl& im = *impl_;

@@ -138,7 +138,12 @@ void EncodePayload(Writer& w, const Assignment& m) {
 void EncodePayload(Writer& w, const Reject& m) {
   w.Str(m.field);
   w.Str(m.reason);
-  w.U16(m.retriable ? 1 : 0);
+  w.U16(static_cast<std::uint16_t>((m.retriable ? 1 : 0) | (m.replaced ? 2 : 0)));
+  if (m.replaced) {
+    w.U32(m.replaced->spare);
+    w.U32(m.replaced->node_rank);
+    w.U32(m.replaced->generation);
+  }
 }
 
 void EncodePayload(Writer& w, const Heartbeat& m) {
@@ -251,6 +256,10 @@ bool DecodePayload(Reader& r, Reject* m) {
   std::uint16_t flags = 0;
   if (!(r.Str(&m->field, "field") && r.Str(&m->reason, "reason") && r.U16(&flags))) return false;
   m->retriable = (flags & 1) != 0;
+  if ((flags & 2) == 0) return true;
+  Replaced by;
+  if (!(r.U32(&by.spare) && r.U32(&by.node_rank) && r.U32(&by.generation))) return false;
+  m->replaced = by;
   return true;
 }
 

@@ -29,6 +29,7 @@ class AdmissionTest : public ::testing::Test {
                                 .leader_id = leader_id_,
                                 .job_attempts = job_attempts_,
                                 .holder = std::move(holder),
+                                .replaced = replaced_,
                                 .free_index = free_index,
                                 .peer = "10.0.0.12:41234",
                                 .address = "10.0.0.12",
@@ -38,6 +39,7 @@ class AdmissionTest : public ::testing::Test {
   wire::Hello own_ = HelloFor(0);
   std::string leader_id_ = "leader-id";
   std::map<std::string, std::uint32_t> job_attempts_;
+  std::optional<wire::Replaced> replaced_;
 };
 
 TEST_F(AdmissionTest, AMatchingMemberIsAdmitted) {
@@ -187,8 +189,8 @@ TEST_F(AdmissionTest, ElasticGenerationsAreNotBoundedByMaxRestarts) {
   h.generation = 40;
   AdmissionState state{.own = own_, .nnodes = 4, .max_generation = std::nullopt,
                        .leader_id = leader_id_, .job_attempts = job_attempts_,
-                       .holder = std::nullopt, .free_index = 1, .peer = "10.0.0.12:41234",
-                       .address = "10.0.0.12",
+                       .holder = std::nullopt, .replaced = std::nullopt, .free_index = 1,
+                       .peer = "10.0.0.12:41234", .address = "10.0.0.12",
                        .local = "10.0.0.10:29400"};
   EXPECT_EQ(Admit(state, h).verdict, Verdict::kAdmit);
 }
@@ -246,6 +248,37 @@ wire::Hello ByArrival(wire::Hello h) {
   h.config.emplace_back("ranks", "arrival");
   h.fingerprint = wire::Fingerprint(h.config);
   return h;
+}
+
+// Hot spares: spare pod 4 took pod 3's node rank 3 in generation 1.
+TEST_F(AdmissionTest, AReplacedPodComingBackIsRefusedForGoodNamingTheSpare) {
+  replaced_ = wire::Replaced{.spare = 4, .node_rank = 3, .generation = 1};
+  wire::Hello back = HelloFor(3);
+  back.generation = 1;  // it restarted from generation 0 after its freeze
+  Admission a = Decide(back);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, wire::kReplacedField);
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_EQ(a.reject.replaced, replaced_);
+  EXPECT_EQ(a.reject.reason,
+            "pod 3 (10.0.0.12:41234) was declared lost; spare pod 4 took its node rank 3 in "
+            "generation 1: it leaves with its own failure (the Job recreates its index, which "
+            "joins as a spare)");
+  replaced_->generation = 2;  // it stayed frozen through one more generation
+  EXPECT_EQ(Decide(back).reject.field, wire::kReplacedField);
+}
+
+TEST_F(AdmissionTest, ARecreatedPodOfAReplacedIndexIsAdmitted) {
+  replaced_ = wire::Replaced{.spare = 4, .node_rank = 3, .generation = 1};
+  Admission fresh = Decide(HelloFor(3));  // a new pod starts at generation 0
+  EXPECT_EQ(fresh.verdict, Verdict::kAdmit);
+  wire::Hello later = HelloFor(3);
+  later.generation = 2;  // the recreated pod, a spare in generation 1, rejoins
+  EXPECT_EQ(Decide(later).verdict, Verdict::kAdmit);
+  wire::Hello other = HelloFor(2);
+  other.generation = 1;
+  replaced_.reset();  // index 2 was never replaced
+  EXPECT_EQ(Decide(other).verdict, Verdict::kAdmit);
 }
 
 TEST_F(AdmissionTest, APodWithoutAnIndexTakesTheLowestFreeOne) {

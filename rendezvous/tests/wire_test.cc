@@ -69,6 +69,8 @@ std::vector<Message> Samples() {
           WithNcclIds(1), WithNcclIds(3),
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
+          Reject{.field = kReplacedField, .reason = "pod 3 was replaced",
+                 .replaced = Replaced{.spare = 4, .node_rank = 3, .generation = 1}},
           Heartbeat{},
           Heartbeat{.sent_us = 1ULL << 40 | 7, .echo_us = 123456789, .echo_held_us = 250,
                     .step_rate_milli = 4500, .slowest_rank = 17},

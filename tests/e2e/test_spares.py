@@ -9,7 +9,9 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
   worker starts with RANK 1 in generation 1 (the time from the kill is printed; the issue's
   goal is 3 s), training finishes, pods 0 and 2 exit 0.
 - test_frozen_pod_is_replaced_by_the_spare: pod 1 SIGSTOPped (its connection open, silent):
-  after the heartbeat timeout pod 2 runs RANK 1 in generation 1; pods 0 and 2 exit 0.
+  after the heartbeat timeout pod 2 runs RANK 1 in generation 1. Resumed (SIGCONT), pod 1 is
+  refused by the leader (its place is taken) and exits 75 (infra) naming spare 2 in its
+  termination message; index 1 started again joins as a spare; pods 0, 2 and 1 exit 0.
 - test_hardware_failure_swaps_in_the_spare: pod 1's worker prints a GPU fault marker and exits
   1: pod 1 exits with class hardware (the Job counts and recreates that index); pod 2 takes
   RANK 1 in generation 1; pods 0 and 2 exit 0. Who replaced whom: pod 1's termination message
@@ -124,6 +126,8 @@ class SparesTest(PodsimTestCase):
 
     def test_frozen_pod_is_replaced_by_the_spare(self):
         with self.cluster(pods=3) as c:
+            for i in (0, 2):  # held until the recreated pod 1 has joined as a spare
+                open(self.marks(c, i) + ".hold", "w").close()
             self.start_gang(c, {})
             t_stop = time.time()
             c.pods[1].signal(signal.SIGSTOP)  # connection open, silent: lost after 2.4 s
@@ -132,10 +136,26 @@ class SparesTest(PodsimTestCase):
                   flush=True)
             self.assertEqual(rank, 1)
             self.assertLess(t - t_stop, SWAP_BOUND)
+            # Resumed, it learns from the leader that its place is taken, and leaves with
+            # its own class (infra: the Job counts and recreates index 1), not as a spare.
+            c.pods[1].signal(signal.SIGCONT)
+            self.assertEqual(c.pods[1].wait(20), 75, c.pods[1].tail())
+            verdict = self.verdict(c, 1)
+            self.assertEqual(verdict["class"], "infra", verdict)
+            self.assertEqual(verdict.get("replaced_by"),
+                             {"spare": 2, "node_rank": 1, "generation": 1}, verdict)
+            self.assertEqual([g for g, _, _ in self.starts(c, 1)], [0], "pod 1 ran again")
+            # The Job's replacement for index 1 joins as a spare while generation 1 runs.
+            cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, 1), "ok"]
+            c.start_pod(1, self.trainlet("--termination-log", self.tlog(c, 1), "--spares", "1",
+                                         "--max-restarts", "2", nnodes=2, grace=GRACE,
+                                         rdzv_timeout=30, cmd=cmd))
+            c.pods[1].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
             for i in (0, 2):
+                os.unlink(self.marks(c, i) + ".hold")
+            for i in (0, 2, 1):
                 self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
-            c.pods[1].signal(signal.SIGKILL)
-            c.pods[1].wait(10)
+            self.assertEqual([g for g, _, _ in self.starts(c, 1)], [0], "the spare ran a worker")
             self.assertNothingLeft(c)
 
     def scrape(self, c, i):

@@ -499,10 +499,11 @@ class Run:
         if fault.cls and self.summary_of(victim, key[1]).get("class") != fault.cls:
             self.violate(f"{fault.name}: pod {victim}'s termination message has class "
                          f"{self.summary_of(victim, key[1]).get('class')!r}, want {fault.cls!r}")
-        # A victim still alive (hardware) hears from the leader's Stop who takes its place.
+        # A victim still alive (hardware) hears from the leader's Stop who takes its place;
+        # a frozen one when it comes back and the leader refuses it.
         handover = {"spare": spare, "node_rank": self.rank_of[victim], "generation": nxt}
         got = self.summary_of(victim, key[1]).get("replaced_by")
-        if fault.name == "spare_swap_hardware" and got != handover:
+        if fault.name in ("spare_swap_hardware", "spare_swap_freeze") and got != handover:
             self.violate(f"{fault.name}: pod {victim}'s termination message names "
                          f"replaced_by {got!r}, want {handover!r}")
         self.rank_of, self.gen = after, nxt

@@ -438,6 +438,7 @@ class Pod {
                          [this] { if (gen_ && gen_->leader) gen_->leader->Reconsider(); });
       lo.expected = roster_.Expected();
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
+      lo.replaced_of = [this](std::uint32_t index) { return roster_.LastReplacementOf(index); };
     }
     // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
@@ -528,6 +529,10 @@ class Pod {
         std::chrono::duration<double>(Clock::now() - g.round_started).count();
     if (name_check_ && result.ok()) name_check_->Cancel();  // the members found us
     if (!result.ok()) {
+      if (auto by = g.member ? g.member->replaced() : std::nullopt) {
+        replaced_by_ = exitcodes::Handover{
+            .spare = by->spare, .node_rank = by->node_rank, .generation = by->generation};
+      }
       Feed(gang::AgentFailed{result.status()});
       return;
     }

@@ -120,6 +120,16 @@ std::optional<std::uint32_t> Roster::PlannedReplacement(std::uint32_t key) const
   return std::nullopt;
 }
 
+std::optional<rendezvous::wire::Replaced> Roster::LastReplacementOf(std::uint32_t key) const {
+  for (auto it = replacements_.rbegin(); it != replacements_.rend(); ++it) {
+    if (it->replaced == key) {
+      return rendezvous::wire::Replaced{
+          .spare = it->spare, .node_rank = it->node_rank, .generation = it->generation};
+    }
+  }
+  return std::nullopt;
+}
+
 void Roster::MarkLost(std::uint32_t key) {
   if (auto it = pods_.find(key); it != pods_.end()) it->second.lost = true;
 }

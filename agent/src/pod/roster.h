@@ -24,6 +24,7 @@
 #include "trainlet/agent/base/metrics.h"
 #include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
+#include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::agent {
 
@@ -70,6 +71,8 @@ class Roster {
   const std::set<std::uint32_t>& spares_waiting() const { return spares_waiting_; }
   // Every replacement so far, oldest first.
   const std::vector<Replacement>& replacements() const { return replacements_; }
+  // The latest replacement of pod `key` (LeaderOptions::replaced_of); nullopt: none.
+  std::optional<rendezvous::wire::Replaced> LastReplacementOf(std::uint32_t key) const;
 
   // The waiting spare the next generation would give `key`'s node rank if
   // every other pod the roster counts alive came back (PlanGeneration over the

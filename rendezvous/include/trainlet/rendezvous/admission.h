@@ -40,6 +40,9 @@ struct AdmissionState {
   // JobSet's job-restart-attempt, the highest seen per Job (the leader's own included).
   const std::map<std::string, std::uint32_t>& job_attempts;
   std::optional<IndexHolder> holder;  // the admitted member holding hello.index, if any
+  // The latest generation in which a spare took hello.index's node rank (it
+  // was lost, or left with class hardware); nullopt: never.
+  std::optional<wire::Replaced> replaced;
   // The lowest index of 1..nnodes-1 nobody holds (ranks by arrival: the one a
   // pod without an index gets); nullopt when every one is held.
   std::optional<std::uint32_t> free_index;
@@ -90,10 +93,13 @@ struct Admission {
 //  7. no index (wire::kNoIndex, ranks by arrival): admit to free_index; with
 //     none free, refuse, retriable (the gang is full; a pod of it may leave);
 //     an index outside 1..nnodes-1: refuse for good;
-//  8. the index held: by a silent holder: admit, replacing it; by a holder of
+//  8. the index replaced by a spare (`replaced`) and the hello asks for a
+//     generation from 1 up to the replacement's (the replaced pod itself, come
+//     back): refuse for good, field wire::kReplacedField, naming the spare;
+//  9. the index held: by a silent holder: admit, replacing it; by a holder of
 //     another job-restart-attempt: refuse, retriable; by a live one: a clash,
 //     refuse for good naming both pods;
-//  9. admit.
+// 10. admit.
 Admission Admit(const AdmissionState& state, const wire::Hello& hello);
 
 // The first field that differs between two launch configurations ("" when they

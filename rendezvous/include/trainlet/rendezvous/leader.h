@@ -109,6 +109,10 @@ struct LeaderOptions {
   // on_join, a late pod is refused for now. false: the listener closes when
   // the round forms (late pods find the port closed).
   bool admit_late = false;
+  // Hot spares: the latest replacement of an index by a spare (admission.h,
+  // rule 8: the replaced pod coming back is refused for good). Unset: none.
+  // Called on the executor for each hello.
+  std::function<std::optional<wire::Replaced>(std::uint32_t index)> replaced_of;
   // Assignment::restarts of this round (the restarts counted so far, when
   // they may differ from the generation: elastic sizes); nullopt: not sent.
   std::optional<std::uint32_t> restarts;

@@ -81,7 +81,9 @@ class Member : public std::enable_shared_from_this<Member> {
   // Starts joining. `done` runs exactly once on the executor with:
   //  - the Assignment (checked against this pod's hello) once the leader sends it;
   //  - class config when the leader refuses this pod (message: the leader's reason)
-  //    or sends an assignment that contradicts the hello;
+  //    or sends an assignment that contradicts the hello; class infra when the
+  //    refusal says a spare took this pod's place (wire::kReplacedField: it was
+  //    declared lost; replaced() then says who);
   //  - class infra when the deadline passes first; the message names the leader,
   //    the addresses tried, the port, the last error (never empty: what was
   //    under way when nothing failed yet) and the time spent; when the leader's
@@ -111,6 +113,10 @@ class Member : public std::enable_shared_from_this<Member> {
   // no channel runs (before StartChannel, after it ended or Close). The leader
   // gives this member up after `heartbeat * misses` without a frame from it.
   std::chrono::steady_clock::duration heartbeat_silence() const;
+
+  // After `done` reported the leader's kReplacedField refusal: the spare that
+  // took this pod's node rank, and in which generation; nullopt otherwise.
+  std::optional<wire::Replaced> replaced() const;
 
   // Stops everything; `done` is not called afterwards. The connection is closed.
   void Close();

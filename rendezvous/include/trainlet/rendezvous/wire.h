@@ -122,12 +122,30 @@ struct Assignment {
 // retried at once (a rejoining pod's backoff), not after a cold start's.
 inline constexpr const char* kNextGenerationField = "next_generation";
 
+// Reject::field of a pod the leader declared lost (silent past the heartbeat
+// timeout, or its connection closed) whose node rank a hot spare took, coming
+// back to the next round (a frozen pod resumed, a cut link restored): it
+// leaves with its own failure, as issue 22 asks of a replaced pod, so the Job
+// counts and recreates its index (the recreated pod joins as a spare). Not
+// retriable; Reject::replaced says who took its place.
+inline constexpr const char* kReplacedField = "replaced";
+
+// Who took a replaced pod's place (Reject field kReplacedField).
+struct Replaced {
+  std::uint32_t spare = 0;       // the spare's index
+  std::uint32_t node_rank = 0;   // the node rank it took
+  std::uint32_t generation = 0;  // the generation it took it in
+  bool operator==(const Replaced&) const = default;
+};
+
 struct Reject {
   std::string field;   // the field that disagreed ("job_id", "nnodes", "index", ...)
   std::string reason;  // one human line, names both values and pods
   // True when trying again later may succeed (the index is held by a connection
   // that may be stale); false when this pod can never join this leader.
   bool retriable = false;
+  // Appended after the flags (an older leader's reject ends there): field kReplacedField.
+  std::optional<Replaced> replaced{};
   bool operator==(const Reject&) const = default;
 };
 
