@@ -88,6 +88,53 @@ TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 2}));
 }
 
+// Elastic --nnodes 2:3: pod 2, declared lost while active, is left out of
+// generation 1 (the gang shrinks): LeftIn says so, for the admission to refuse
+// it when it comes back (a frozen pod resumed). A spare's replacement is not
+// "left" (LastReplacementOf says who took it), a pod gone in the restart
+// window without being declared lost is not either, and a pod active again
+// (recreated, joined) is cleared.
+TEST_F(RosterTest, ElasticLossIsRecordedAsLeftUntilThePodIsActiveAgain) {
+  auto round = [this] {
+    roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
+                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s},
+                       [this] { ++reconsidered_; });
+  };
+  round();
+  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  roster_.Adopt(0);
+  roster_.MarkLost(2);
+  round();
+  ASSERT_EQ(roster_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
+  roster_.Adopt(1);
+  EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1));
+  EXPECT_EQ(roster_.LeftIn(1), std::nullopt);
+  EXPECT_EQ(roster_.LastReplacementOf(2), std::nullopt);
+  roster_.AddJoined(2, /*waiting=*/false);  // recreated: joins the next generation
+  round();
+  ASSERT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
+  roster_.Adopt(2);
+  EXPECT_EQ(roster_.LeftIn(2), std::nullopt) << "active again";
+  round();  // pod 1 does not come back after a restart (never declared lost)
+  EXPECT_FALSE(roster_.Plan({0, 2}));
+  RunFor(200ms);
+  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  roster_.Adopt(3);
+  EXPECT_EQ(roster_.LeftIn(1), std::nullopt) << "slow, not lost: it may join again";
+}
+
+TEST_F(RosterTest, ASpareTakingALostPodsRankIsNoLeaving) {
+  Round();
+  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  roster_.Adopt(0);
+  roster_.MarkLost(1);
+  Round();
+  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  roster_.Adopt(1);
+  EXPECT_EQ(roster_.LeftIn(1), std::nullopt);
+  EXPECT_TRUE(roster_.LastReplacementOf(1));
+}
+
 // A pod gone while the gang restarted (never declared lost: every connection
 // closes to rejoin) is not waited for past the last call: the spare takes its rank.
 TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {

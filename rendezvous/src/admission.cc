@@ -165,6 +165,23 @@ std::optional<Admission> ReplacedIndex(const AdmissionState& state, const wire::
   return a;
 }
 
+// Rule 8, elastic: a pod the leader declared lost, that the gang went on
+// without (generation `state.left` formed with the rest), comes back asking
+// for a generation from 1 up to that one. A recreated pod starts at 0.
+std::optional<Admission> LeftIndex(const AdmissionState& state, const wire::Hello& hello) {
+  if (!state.left || hello.index == wire::kNoIndex || hello.generation == 0 ||
+      hello.generation > *state.left) {
+    return std::nullopt;
+  }
+  return Refusal(wire::kLeftField,
+                 "pod " + std::to_string(hello.index) + " (" + state.peer +
+                     ") was declared lost; the gang went on without it in generation " +
+                     std::to_string(*state.left) +
+                     ": it leaves with its own failure (the Job recreates its index, which "
+                     "joins as a new pod)",
+                 /*retriable=*/false);
+}
+
 }  // namespace
 
 Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
@@ -191,6 +208,8 @@ Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
     decided = *refused;
   } else if (auto replaced = ReplacedIndex(state, hello)) {
     decided = *replaced;
+  } else if (auto left = LeftIndex(state, hello)) {
+    decided = *left;
   } else if (state.holder && hello.index != wire::kNoIndex) {
     decided = HeldIndex(state, hello, out);
   }

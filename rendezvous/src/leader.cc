@@ -513,6 +513,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .holder = std::move(holder),
                      .replaced = im.options.replaced_of ? im.options.replaced_of(hello.index)
                                                         : std::nullopt,
+                     .left = im.options.left_of ? im.options.left_of(hello.index) : std::nullopt,
                      .free_index = free_index,
                      .peer = conn->peer,
                      .address = conn->address,

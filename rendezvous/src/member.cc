@@ -393,7 +393,7 @@ void Member::OnReply(const wire::Message& msg) {
         im.backoff = Backoff(rejoin, im.options.seed);
       }
       Retry("rendezvous: leader refused this pod for now", reject->reason);
-    } else if (reject->field == wire::kReplacedField) {
+    } else if (reject->field == wire::kReplacedField || reject->field == wire::kLeftField) {
       // Lost to the gang, not misconfigured: infra, as the loss itself.
       im.replaced = reject->replaced;
       Finish(Status::Infra("the leader refused this pod: " + reject->reason));

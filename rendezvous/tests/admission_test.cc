@@ -30,6 +30,7 @@ class AdmissionTest : public ::testing::Test {
                                 .job_attempts = job_attempts_,
                                 .holder = std::move(holder),
                                 .replaced = replaced_,
+                                .left = left_,
                                 .free_index = free_index,
                                 .peer = "10.0.0.12:41234",
                                 .address = "10.0.0.12",
@@ -40,6 +41,7 @@ class AdmissionTest : public ::testing::Test {
   std::string leader_id_ = "leader-id";
   std::map<std::string, std::uint32_t> job_attempts_;
   std::optional<wire::Replaced> replaced_;
+  std::optional<std::uint32_t> left_;
 };
 
 TEST_F(AdmissionTest, AMatchingMemberIsAdmitted) {
@@ -189,7 +191,8 @@ TEST_F(AdmissionTest, ElasticGenerationsAreNotBoundedByMaxRestarts) {
   h.generation = 40;
   AdmissionState state{.own = own_, .nnodes = 4, .max_generation = std::nullopt,
                        .leader_id = leader_id_, .job_attempts = job_attempts_,
-                       .holder = std::nullopt, .replaced = std::nullopt, .free_index = 1,
+                       .holder = std::nullopt, .replaced = std::nullopt, .left = std::nullopt,
+                       .free_index = 1,
                        .peer = "10.0.0.12:41234", .address = "10.0.0.12",
                        .local = "10.0.0.10:29400"};
   EXPECT_EQ(Admit(state, h).verdict, Verdict::kAdmit);
@@ -266,6 +269,25 @@ TEST_F(AdmissionTest, AReplacedPodComingBackIsRefusedForGoodNamingTheSpare) {
             "joins as a spare)");
   replaced_->generation = 2;  // it stayed frozen through one more generation
   EXPECT_EQ(Decide(back).reject.field, wire::kReplacedField);
+}
+
+// Elastic: the gang went on without pod 3 (declared lost) in generation 1.
+TEST_F(AdmissionTest, APodTheElasticGangWentOnWithoutIsRefusedForGood) {
+  left_ = 1;
+  wire::Hello back = HelloFor(3);
+  back.generation = 1;  // it rejoins after its freeze, for the generation it missed
+  Admission a = Decide(back);
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, wire::kLeftField);
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_EQ(a.reject.replaced, std::nullopt);
+  EXPECT_EQ(a.reject.reason,
+            "pod 3 (10.0.0.12:41234) was declared lost; the gang went on without it in "
+            "generation 1: it leaves with its own failure (the Job recreates its index, which "
+            "joins as a new pod)");
+  EXPECT_EQ(Decide(HelloFor(3)).verdict, Verdict::kAdmit) << "recreated: generation 0";
+  back.generation = 2;  // asks for one after: not the pod the gang left behind
+  EXPECT_EQ(Decide(back).verdict, Verdict::kAdmit);
 }
 
 TEST_F(AdmissionTest, ARecreatedPodOfAReplacedIndexIsAdmitted) {

@@ -15,6 +15,11 @@ run until the test writes CTL/done (then exit 0).
 - test_join_at_max_waits_as_a_spare: `--nnodes 2:3 --spares 1`, pods 0-2 form WORLD_SIZE 3
   after the last call; pod 3 joins while the generation runs: at MAX it waits as a spare
   (no worker, no new generation) and exits 0 when the gang finishes.
+- test_frozen_pod_left_behind_exits_infra: pods 0-2 train (WORLD_SIZE 3); pod 2 SIGSTOPped:
+  pods 0 and 1 go on with WORLD_SIZE 2 (restart count 1); pod 2, resumed, is refused (it was
+  declared lost and the gang went on without it: admission rule 8) and exits 75 (infra), the
+  one counted culprit, instead of joining again as a new generation (found by the chaos soak,
+  elastic_loss_freeze).
 - test_below_min_waits_then_exits_infra: pods 0 and 1 train; pod 1 SIGKILLed -> pod 0 is
   below MIN, waits --rdzv-timeout, then exits 75 (infra) saying what was missing.
 
@@ -145,6 +150,30 @@ class ElasticTest(PodsimTestCase):
             self.assertEqual(self.starts(c, 3), [], "the spare ran a worker")
             for i in range(3):
                 self.assertEqual(len(self.starts(c, i)), 1, f"pod {i} restarted for a spare")
+            self.assertNothingLeft(c)
+
+    def test_frozen_pod_left_behind_exits_infra(self):
+        with self.cluster(pods=3) as c:
+            c.publish_all()
+            for i in range(3):
+                self.start(c, i)
+            for i in range(3):
+                self.assertEqual(self.wait_starts(c, i, 1), (0, i, 3), f"pod {i} first")
+            c.pods[2].signal(signal.SIGSTOP)  # connection open, silent: lost after 2.4 s
+            for i in (0, 1):
+                self.assertEqual(self.wait_starts(c, i, 2), (1, i, 2), f"pod {i} after the loss")
+            c.pods[2].signal(signal.SIGCONT)
+            self.assertExit(c.pods[2], 30, 75)
+            with open(os.path.join(c.workdir, "tlog2")) as f:
+                verdict = json.loads(f.read())
+            self.assertEqual(verdict["class"], "infra")
+            self.assertIn("went on without it", c.pods[2].stderr())
+            time.sleep(1)
+            for i in (0, 1):
+                self.assertEqual(len(self.starts(c, i)), 2, f"pod {i} started again")
+            open(os.path.join(self.ctl(c), "done"), "w").close()
+            for i in (0, 1):
+                self.assertExit(c.pods[i], 40, 0)
             self.assertNothingLeft(c)
 
     def test_below_min_waits_then_exits_infra(self):

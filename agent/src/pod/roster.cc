@@ -82,6 +82,7 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
 void Roster::Adopt(std::uint32_t generation) {
   Cancel();
   if (!planned_) return;
+  RecordLeft(generation);
   pods_.clear();
   for (std::uint32_t r = 0; r < planned_->active.size(); ++r) {
     pods_[planned_->active[r]] = {.key = planned_->active[r], .node_rank = r};
@@ -96,6 +97,26 @@ void Roster::Adopt(std::uint32_t generation) {
   }
   spares_waiting_ = std::set<std::uint32_t>(planned_->waiting.begin(), planned_->waiting.end());
   planned_.reset();
+}
+
+void Roster::RecordLeft(std::uint32_t generation) {
+  for (std::uint32_t key : planned_->active) left_.erase(key);
+  for (const auto& [key, m] : pods_) {
+    if (!m.lost || !m.node_rank || planned_->NodeRankOf(key)) continue;
+    const bool spare_took_it =
+        std::any_of(planned_->replaced.begin(), planned_->replaced.end(),
+                    [key](const auto& r) { return r.first == key; });
+    if (spare_took_it) continue;  // LastReplacementOf says who
+    left_[key] = generation;
+    spdlog::warn("generation {}: pod {} was lost; the gang goes on without it ({} active)",
+                 generation, key, planned_->active.size());
+  }
+}
+
+std::optional<std::uint32_t> Roster::LeftIn(std::uint32_t key) const {
+  auto it = left_.find(key);
+  if (it == left_.end()) return std::nullopt;
+  return it->second;
 }
 
 void Roster::AddJoined(std::uint32_t key, bool waiting) {

@@ -73,6 +73,10 @@ class Roster {
   const std::vector<Replacement>& replacements() const { return replacements_; }
   // The latest replacement of pod `key` (LeaderOptions::replaced_of); nullopt: none.
   std::optional<rendezvous::wire::Replaced> LastReplacementOf(std::uint32_t key) const;
+  // Elastic: the latest generation adopted without pod `key` after it was
+  // declared lost while active (the gang shrank; LeaderOptions::left_of);
+  // nullopt: none since it was last active.
+  std::optional<std::uint32_t> LeftIn(std::uint32_t key) const;
 
   // The waiting spare the next generation would give `key`'s node rank if
   // every other pod the roster counts alive came back (PlanGeneration over the
@@ -83,10 +87,14 @@ class Roster {
 
  private:
   bool Forms(std::uint32_t joined);
+  // Adopt: the pods declared lost while active that generation `generation`
+  // formed without (no spare took their node rank) go to left_.
+  void RecordLeft(std::uint32_t generation);
   std::map<std::uint32_t, MemberState> pods_;  // by key: the last generation's
   std::optional<GenerationPlan> planned_;      // the round being formed
   std::set<std::uint32_t> spares_waiting_;
   std::vector<Replacement> replacements_;
+  std::map<std::uint32_t, std::uint32_t> left_;  // LeftIn: key -> generation
   // The round being formed: its formation settings, start, when MIN pods were
   // in, and the timer that reconsiders it.
   FormationConfig formation_{};

@@ -43,6 +43,9 @@ struct AdmissionState {
   // The latest generation in which a spare took hello.index's node rank (it
   // was lost, or left with class hardware); nullopt: never.
   std::optional<wire::Replaced> replaced;
+  // Elastic sizes: the latest generation that formed without hello.index after
+  // the leader declared it lost (the gang shrank); nullopt: never.
+  std::optional<std::uint32_t> left;
   // The lowest index of 1..nnodes-1 nobody holds (ranks by arrival: the one a
   // pod without an index gets); nullopt when every one is held.
   std::optional<std::uint32_t> free_index;
@@ -96,6 +99,8 @@ struct Admission {
 //  8. the index replaced by a spare (`replaced`) and the hello asks for a
 //     generation from 1 up to the replacement's (the replaced pod itself, come
 //     back): refuse for good, field wire::kReplacedField, naming the spare;
+//     likewise the index an elastic gang went on without (`left`): refuse for
+//     good, field wire::kLeftField;
 //  9. the index held: by a silent holder: admit, replacing it; by a holder of
 //     another job-restart-attempt: refuse, retriable; by a live one: a clash,
 //     refuse for good naming both pods;

@@ -113,6 +113,10 @@ struct LeaderOptions {
   // rule 8: the replaced pod coming back is refused for good). Unset: none.
   // Called on the executor for each hello.
   std::function<std::optional<wire::Replaced>(std::uint32_t index)> replaced_of;
+  // Elastic sizes: the latest generation that formed without an index the
+  // leader declared lost (admission.h, rule 8: that pod coming back is refused
+  // for good). Unset: none. Called on the executor for each hello.
+  std::function<std::optional<std::uint32_t>(std::uint32_t index)> left_of;
   // Assignment::restarts of this round (the restarts counted so far, when
   // they may differ from the generation: elastic sizes); nullopt: not sent.
   std::optional<std::uint32_t> restarts;

@@ -130,6 +130,15 @@ inline constexpr const char* kNextGenerationField = "next_generation";
 // retriable; Reject::replaced says who took its place.
 inline constexpr const char* kReplacedField = "replaced";
 
+// Reject::field of a pod the leader declared lost, that an elastic gang
+// (--nnodes MIN:MAX) went on without (the next generation formed with the
+// rest, at least MIN), coming back to a generation it missed (a frozen pod
+// resumed, a cut link restored): as with kReplacedField it leaves with its own
+// failure (infra), the one counted culprit of the loss, instead of joining
+// again as if nothing had happened. Not retriable. A recreated pod (generation
+// 0) joins as a new one.
+inline constexpr const char* kLeftField = "left";
+
 // Who took a replaced pod's place (Reject field kReplacedField).
 struct Replaced {
   std::uint32_t spare = 0;       // the spare's index
