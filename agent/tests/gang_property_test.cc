@@ -12,11 +12,24 @@
 //     while its gang restarted;
 //   - no restart after a stop signal, nor for bug, config, hardware, terminated;
 //   - the generation never exceeds --max-restarts.
+// Elastic gangs (--nnodes MIN:MAX, torchrun's meaning) add Joined events: a
+// pod not in the gang starts while a generation runs (the gang grows below
+// MAX, the pod waits as a spare at MAX); who is active on which node rank is
+// PlanGeneration's (membership_policy.h), and a pod the leader declared lost
+// that comes back is refused (admission rule 8: it exits infra). Checked at
+// every generation: no two pods on one rank, ranks dense (0..size-1), MIN <=
+// size <= MAX with pod 0 on rank 0, no pod the leader declared lost in the
+// active set, and a generation that followed only joins keeps the restart
+// count (joins never count as restarts); restarts never exceed --max-restarts.
 #include "trainlet/agent/pod/gang_policy.h"
+#include "trainlet/agent/pod/membership_policy.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <csignal>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <random>
@@ -47,6 +60,8 @@ struct Pod {
   FailureClass fail_class = FailureClass::kWorker;
   bool frozen = false;
   bool detected = false;   // a peer noticed the freeze
+  bool retired = false;    // elastic: gone from the gang (never started, or left behind)
+  bool spare = false;      // waits as a spare in this generation
   bool verdict_timer = false;
   bool report_sending = false;
   std::deque<GangEvent> resumed;  // what the wiring delivers first after a freeze
@@ -73,6 +88,17 @@ struct Sim {
   int replacements_left = 8;
   bool any_sigterm = false;
   int steps = 0;
+  // Elastic (--nnodes MIN:MAX): slots n = MAX + 1; the last generation's node
+  // ranks, the pods the leader declared lost in it, the restarts counted.
+  bool elastic = false;
+  std::uint32_t min_nodes = 0, max_nodes = 0;
+  std::map<int, std::uint32_t> rank_of;
+  std::set<int> declared_lost;
+  std::uint32_t restarts = 0;
+  bool joined_in_gen = false;
+  // Coverage: joins that grew the gang, joins that waited as a spare, pods
+  // refused after they were declared lost, generations that changed size.
+  std::array<int, 4> stats{};
   std::vector<std::string> violations;
   std::string trace;
 
@@ -89,6 +115,7 @@ struct Sim {
                    .max_restarts = max_restarts,
                    .hang_signal = SIGUSR1});
     pods[i] = std::move(p);
+    declared_lost.erase(i);  // a recreated pod asks for generation 0: admitted
   }
 
   void PlanWorkers(Pod& p) {
@@ -109,10 +136,35 @@ struct Sim {
     for (int i = 0; i < n; ++i) NewPod(i);
   }
 
+  // Elastic MIN:MAX: MAX + 1 slots; pod 0 and `start - 1` others start, the
+  // rest are not started yet (they may join while a generation runs).
+  void InitElastic(std::uint32_t lo, std::uint32_t hi, std::uint32_t start,
+                   std::uint32_t restarts_max) {
+    elastic = true;
+    min_nodes = lo;
+    max_nodes = hi;
+    Init(static_cast<int>(hi) + 1, restarts_max);
+    std::vector<int> others;
+    for (int i = 1; i < n; ++i) others.push_back(i);
+    std::shuffle(others.begin(), others.end(), rng);
+    for (std::size_t k = start - 1; k < others.size(); ++k) Retire(others[k]);
+  }
+
+  void Retire(int i) {
+    Pod& p = pods[i];
+    p.retired = true;
+    p.joining = false;
+    if (!p.conclusion) p.alive = false;
+    p.exited = true;
+  }
   // Feeds one event to pod i and carries out the actions, as pod.cc does.
   void Feed(int i, const GangEvent& e) {
     Pod& p = pods[i];
     if (!p.alive || p.exited) return;
+    if (const auto* l = std::get_if<gang::Lost>(&e); l && i == 0 && !p.joining &&
+                                                     !p.policy->role().gen().restarting()) {
+      declared_lost.insert(static_cast<int>(l->index));  // pod.cc: Roster::MarkLost
+    }
     GangActions a = p.policy->On(e);
     Apply(i, a);
   }
@@ -126,9 +178,11 @@ struct Sim {
     Pod& p = pods[i];
     if (a.broadcast) {
       if (i != 0) Violation("a member broadcast");
-      if (a.broadcast->restart &&
-          (!RestartableClass(static_cast<FailureClass>(a.broadcast->failure_class)) ||
-           p.got_sigterm)) {
+      const auto c = static_cast<FailureClass>(a.broadcast->failure_class);
+      // A grow (class ok) and, elastic with a spare waiting, a hardware swap restart too.
+      const bool may = RestartableClass(c) || c == FailureClass::kOk ||
+                       (elastic && c == FailureClass::kHardware);
+      if (a.broadcast->restart && (!may || p.got_sigterm)) {
         Violation("leader restarts after class " + std::to_string(a.broadcast->failure_class) +
                   (p.got_sigterm ? " / after SIGTERM" : ""));
       }
@@ -223,6 +277,7 @@ struct Sim {
   // Everyone alive is joining: the rendezvous forms (dead slots are replaced
   // first, as the Job controller does; when it cannot, the join times out).
   bool TryRendezvous() {
+    if (elastic) return TryRendezvousElastic();
     bool any_joining = false;
     for (const Pod& p : pods) {
       if (p.alive && !p.exited) {
@@ -259,6 +314,152 @@ struct Sim {
       Feed(i, gang::Assigned{g});
     }
     return true;
+  }
+
+  // Elastic: every pod alive is back; a pod the leader declared lost is
+  // refused (admission rule 8: it exits infra); PlanGeneration says who is
+  // active where, and the properties are checked before the pods start.
+  bool TryRendezvousElastic() {
+    std::vector<int> in;
+    for (int i = 0; i < n; ++i) {
+      const Pod& p = pods[i];
+      if (p.conclusion && p.conclusion->kind == Kind::kOk) return false;
+      if (!p.alive || p.exited) continue;
+      if (!p.joining) return false;
+      in.push_back(i);
+    }
+    if (in.empty()) return false;
+    // As Roster::Plan: every pod back, and the last generation's pods that are
+    // not (lost) or that the leader declared lost, with lost set.
+    std::vector<MemberState> states;
+    for (int i = 0; i < n; ++i) {
+      auto r = rank_of.find(i);
+      const bool back = std::find(in.begin(), in.end(), i) != in.end();
+      if (!back && r == rank_of.end()) continue;
+      states.push_back({.key = static_cast<std::uint32_t>(i),
+                        .node_rank = r == rank_of.end() ? std::nullopt
+                                                        : std::optional<std::uint32_t>(r->second),
+                        .lost = !back || declared_lost.contains(i)});
+    }
+    const GenerationPlan plan = PlanGeneration(states, {.min_nodes = min_nodes,
+                                                        .max_nodes = max_nodes});
+    if (!plan.ready) return ReplaceBelowMin();
+    CheckPlan(plan);
+    for (int i : in) {
+      if (!declared_lost.contains(i)) continue;
+      ++stats[2];
+      trace += " refused" + std::to_string(i) + ";";
+      Feed(i, gang::AgentFailed{exitcodes::Status::Infra("the gang went on without it")});
+    }
+    std::uint32_t g = 0;
+    for (int i : in) g = std::max(g, pods[i].join_generation);
+    StartGeneration(g, plan);
+    return true;
+  }
+
+  // Below MIN (or no pod 0): the Job controller recreates the slots of the
+  // last generation's pods that exited, bounded as in a fixed gang.
+  bool ReplaceBelowMin() {
+    bool any = false;
+    for (int i = 0; i < n; ++i) {
+      if ((pods[i].alive && !pods[i].exited) || (pods[i].retired && i != 0)) continue;
+      if (replacements_left-- <= 0) return false;
+      NewPod(i);
+      pods[i].join_generation = generation + 1;
+      trace += " replace" + std::to_string(i) + ";";
+      any = true;
+    }
+    return any;
+  }
+
+  void CheckPlan(const GenerationPlan& plan) {
+    std::set<std::uint32_t> keys;
+    for (std::uint32_t r = 0; r < plan.active.size(); ++r) {
+      const std::uint32_t k = plan.active[r];
+      if (!keys.insert(k).second) Violation("pod " + std::to_string(k) + " on two ranks");
+      if (plan.NodeRankOf(k) != r) Violation("node ranks not dense at " + std::to_string(r));
+      if (declared_lost.contains(static_cast<int>(k))) {
+        Violation("pod " + std::to_string(k) + ", declared lost, is active");
+      }
+    }
+    for (std::uint32_t k : plan.waiting) {
+      if (keys.contains(k)) Violation("pod " + std::to_string(k) + " active and waiting");
+    }
+    if (plan.active.size() < min_nodes || plan.active.size() > max_nodes ||
+        plan.active.empty() || plan.active[0] != 0) {
+      Violation("active set of " + std::to_string(plan.active.size()) + " without pod 0 on rank 0"
+                " or outside MIN:MAX");
+    }
+  }
+
+  // The restart count the leader's Assigned carries, checked: a generation
+  // that only joins ended keeps it; never beyond --max-restarts.
+  std::uint32_t NextRestarts(std::uint32_t g) {
+    if (g == 0 && rank_of.empty()) return 0;
+    const Pod& leader = pods[0];
+    std::uint32_t next = leader.policy->role().generation() + 1 == g
+                             ? leader.policy->role().restarts()
+                             : restarts + (faults_in_gen > 0 ? 1 : 0);
+    if (faults_in_gen == 0 && next != restarts) {
+      Violation("generation " + std::to_string(g) + " followed only joins (" +
+                (joined_in_gen ? "some" : "none") + ") yet counts restart " +
+                std::to_string(next));
+    }
+    if (next > max_restarts) Violation("restart " + std::to_string(next) + " > max restarts");
+    return next;
+  }
+
+  void StartGeneration(std::uint32_t g, const GenerationPlan& plan) {
+    if (!rank_of.empty() && rank_of.size() != plan.active.size()) ++stats[3];
+    restarts = NextRestarts(g);
+    generation = g;
+    rank_of.clear();
+    for (std::uint32_t r = 0; r < plan.active.size(); ++r) rank_of[plan.active[r]] = r;
+    declared_lost.clear();
+    faults_in_gen = 0;
+    joined_in_gen = false;
+    culprit_in_gen = false;
+    links.clear();
+    trace += " gen" + std::to_string(g) + "x" + std::to_string(plan.active.size()) + ";";
+    const std::set<std::uint32_t> waiting(plan.waiting.begin(), plan.waiting.end());
+    for (int i = 0; i < n; ++i) {
+      Pod& p = pods[i];
+      if (!p.alive || p.exited) {
+        Retire(i);  // left behind: its exit belonged to the generation that ended
+        continue;
+      }
+      p.joining = false;
+      p.spare = !rank_of.contains(i);
+      p.workers = p.spare ? Workers::kNone : Workers::kRunning;
+      p.own_fired.reset();
+      p.heard = false;
+      PlanWorkers(p);
+      Feed(i, gang::Assigned{.generation = g, .spare = p.spare,
+                             .spares = i == 0 ? waiting : std::set<std::uint32_t>{},
+                             .nnodes = static_cast<std::uint32_t>(plan.active.size()),
+                             .restarts = restarts});
+    }
+  }
+
+  // Elastic: pod `i` (never started, or left behind) starts while the
+  // generation runs: Joined to the leader; it waits as a spare or joins the
+  // next generation, as the leader says.
+  void Join(int i) {
+    NewPod(i);
+    joined_in_gen = true;
+    Pod& leader = pods[0];
+    const bool grows = rank_of.size() < max_nodes;
+    trace += " join" + std::to_string(i) + (grows ? "+" : "") + ";";
+    pods[i].join_generation = leader.policy->role().generation() + 1;
+    Feed(0, gang::Joined{static_cast<std::uint32_t>(i), grows});
+    ++stats[grows ? 0 : 1];
+    if (leader.policy->role().gen().spares.contains(static_cast<std::uint32_t>(i))) {
+      pods[i].joining = false;
+      pods[i].spare = true;
+      Feed(i, gang::Assigned{.generation = leader.policy->role().generation(), .spare = true,
+                             .nnodes = static_cast<std::uint32_t>(rank_of.size()),
+                             .restarts = restarts});
+    }
   }
 
   // One random enabled step; false when nothing is left to do.
@@ -300,8 +501,17 @@ struct Sim {
         });
       }
       if (!p.got_sigterm && Coin(5)) moves.push_back([this, i] { Sigterm(i); });
-      if (culprit_faults_left > 0 && faults_in_gen == 0 && !p.joining && !p.heard && Coin(5)) {
+      const bool may_lose =
+          !elastic || (i != 0 && !p.spare && rank_of.size() > min_nodes);
+      if (culprit_faults_left > 0 && faults_in_gen == 0 && !p.joining && !p.heard && may_lose &&
+          Coin(5)) {
         moves.push_back([this, i] { CulpritFault(i); });
+      }
+    }
+    const Pod& leader = pods[0];
+    if (elastic && leader.alive && !leader.exited && !leader.joining && !leader.frozen) {
+      for (int i = 1; i < n; ++i) {
+        if (pods[i].retired && Coin(3)) moves.push_back([this, i] { Join(i); });
       }
     }
     if (moves.empty()) return Stuck();
@@ -437,6 +647,7 @@ struct Sim {
     bool peer_failed = false;
     for (int i = 0; i < n; ++i) {
       const Pod& p = pods[i];
+      if (p.retired) continue;  // elastic: not in the last generation
       FailureClass c = Class(p);
       if (!p.conclusion) {
         ++killed;
@@ -478,6 +689,35 @@ TEST(GangPropertyTest, RandomInterleavingsKeepTheContract) {
       if (++failures >= 5) break;
     }
   }
+}
+
+TEST(GangPropertyTest, ElasticJoinsAndLossesKeepTheContract) {
+  int failures = 0;
+  std::array<int, 4> seen{};
+  for (std::uint64_t seed = 1; seed <= 10000; ++seed) {
+    Sim sim(seed);
+    std::mt19937_64 cfg(seed * 104729);
+    const auto lo = static_cast<std::uint32_t>(2 + cfg() % 2);
+    const auto hi = static_cast<std::uint32_t>(lo + 1 + cfg() % 2);
+    const auto start = static_cast<std::uint32_t>(lo + cfg() % (hi - lo + 1));
+    sim.InitElastic(lo, hi, start, static_cast<std::uint32_t>(cfg() % 3));
+    sim.Run();
+    for (std::size_t k = 0; k < seen.size(); ++k) seen[k] += sim.stats[k];
+    if (!sim.violations.empty()) {
+      ADD_FAILURE() << "seed " << seed << " (--nnodes " << lo << ":" << hi << ", " << start
+                    << " started, max restarts " << sim.max_restarts
+                    << "): " << sim.violations.front() << "\n  trace:" << sim.trace;
+      if (++failures >= 5) break;
+    }
+  }
+  // The runs exercise what they claim to: growth, spares at MAX, refusals of
+  // pods left behind, generations that changed size.
+  EXPECT_GT(seen[0], 500);
+  EXPECT_GT(seen[1], 100);
+  EXPECT_GT(seen[2], 10);
+  EXPECT_GT(seen[3], 200);
+  std::printf("elastic: %d grew, %d spares at MAX, %d refused, %d resized\n", seen[0], seen[1],
+              seen[2], seen[3]);
 }
 
 }  // namespace
