@@ -52,11 +52,18 @@ LEFTOVER_WAIT = 1.0    # after a pod's exit, its PID namespace must be empty wit
 # CTL/g<gen>.slow makes its TERM trap take SLOW_STOP s. Its writer (a subshell in its process
 # group, like a checkpoint writer process, with SIGTERM's default action) saves when the TERM
 # trap asks, if CTL/g<gen>.save exists: SAVE s, then the mark "saved"; the trap waits for it.
-# Started by trainlet, so RANK/LOCAL_RANK/TORCHELASTIC_RESTART_COUNT are set.
+# Started by trainlet, so RANK/LOCAL_RANK/TORCHELASTIC_RESTART_COUNT are set. The generation
+# comes from TORCHELASTIC_ERROR_FILE (--log-dir: <dir>/<run>_<suffix>/attempt_<generation>/
+# <local rank>/error.json): with elastic sizes TORCHELASTIC_RESTART_COUNT counts restarts, not
+# generations (a join's generation is no restart). Each mark ends with the restart count and
+# WORLD_SIZE.
 WORKER = r"""
 ctl=$1 marks=$2 inc=$3
-gen=${TORCHELASTIC_RESTART_COUNT:-x}
-mark() { echo "$1 $(date +%s.%N) $gen $LOCAL_RANK $inc $RANK" >> "$marks"; }
+gen=${TORCHELASTIC_ERROR_FILE%/*/*}; gen=${gen##*/attempt_}
+mark() {
+  echo "$1 $(date +%s.%N) $gen $LOCAL_RANK $inc $RANK $TORCHELASTIC_RESTART_COUNT $WORLD_SIZE" \
+    >> "$marks"
+}
 ask=$ctl/g$gen.l$LOCAL_RANK.$inc.save
 (while [ ! -e "$ask" ]; do sleep 0.1; done; sleep __SAVE__; mark saved) &
 writer=$!
@@ -110,11 +117,27 @@ FAULTS = [
     Fault("spare_swap_freeze", 1, True, 75, "infra", False, (75,)),
     Fault("spare_swap_hardware", 2, True, 74, "hardware", False, (74,)),
     Fault("spare_lost", 1, False, None, None, False, (137,)),
+    # Elastic --nnodes MIN:MAX (README "Elastic"; pods have indices): elastic_join: a pod not
+    # yet in the gang starts while a generation runs below MAX: every pod moves to the next
+    # generation with WORLD_SIZE grown, ranks in index order, the restart count unchanged, no
+    # exit. elastic_join_at_max: the same at MAX (--spares 1): it waits as a spare, nothing
+    # else happens. elastic_loss_kill / _freeze: an active member (not the leader) SIGKILLed /
+    # SIGSTOPped with more than MIN active: it exits (137; 75 once it resumes: its own loop
+    # stalled), the one counted culprit, and the rest go on in the next generation with
+    # WORLD_SIZE shrunk, the restart counted; without restarts left the gang stops as for
+    # agent_sigkill / agent_freeze.
+    Fault("elastic_join", 3, False, None, None, False, ()),
+    Fault("elastic_join_at_max", 1, False, None, None, False, ()),
+    Fault("elastic_loss_kill", 3, True, 137, None, False, (137,)),
+    Fault("elastic_loss_freeze", 1, True, 75, "infra", False, (75,)),
 ]
 # Kinds of a run with spares only, and kinds such a run does not draw (its own swap kinds cover
 # losses of active members; a lost leader waits for index 0's replacement, outside the model).
 SPARE_KINDS = {"spare_swap_kill", "spare_swap_freeze", "spare_swap_hardware", "spare_lost"}
 NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart"}
+ELASTIC_KINDS = {"elastic_join", "elastic_join_at_max", "elastic_loss_kill",
+                 "elastic_loss_freeze"}
+LAST_CALL = 2          # --rdzv-conf last_call_timeout of an elastic run
 BY_NAME = {f.name: f for f in FAULTS}
 PEER_FAILED = 76
 SKIPPED = 77  # ctest's SKIP_RETURN_CODE
@@ -160,6 +183,35 @@ class Run:
         self.rank_of = {i: i for i in range(self.nnodes)}
         self.waiting = list(range(self.nnodes, self.npods))
         self.gone = set()
+        self.pending = []  # elastic: pod indices not started yet (or lost: the Job recreates)
+        self.restarts = 0  # TORCHELASTIC_RESTART_COUNT: the generation unless elastic
+        self.elastic = None
+        if first in ELASTIC_KINDS or (first not in SPARE_KINDS | NOT_WITH_SPARES and
+                                      random.Random(seed ^ 0xE1A5).random() < 0.25):
+            self.draw_elastic(first)
+
+    def draw_elastic(self, first):
+        """An elastic run (drawn apart from `rng`): --nnodes MIN:MAX, MIN 2..3, MAX MIN+1..
+        MIN+2, --spares 0 or 1; pod 0 and others up to MIN..MAX start, the rest join later."""
+        er = random.Random(self.seed ^ 0xE1A5)
+        lo = er.randint(2, 3)
+        hi = lo + er.randint(1, 2)
+        self.elastic = (lo, hi)
+        self.spares = 1 if first == "elastic_join_at_max" else er.choice([0, 0, 1])
+        self.npods = hi + self.spares
+        k = er.randint(lo, hi)
+        if first == "elastic_join":
+            k = er.randint(lo, hi - 1)
+        elif first == "elastic_join_at_max":
+            k = hi
+        elif first in ("elastic_loss_kill", "elastic_loss_freeze"):
+            k = er.randint(lo + 1, hi)
+            self.max_restarts = max(self.max_restarts, 1)
+        initial = [0] + sorted(er.sample(range(1, hi), k - 1))
+        self.rank_of = {i: r for r, i in enumerate(initial)}
+        self.pending = sorted(set(range(self.npods)) - set(initial))
+        self.waiting = []
+        self.nnodes = f"{lo}:{hi}"
 
     # -- pods ------------------------------------------------------------------------------
     def ctl(self, i):
@@ -171,8 +223,11 @@ class Run:
     def start_pod(self, i):
         self.inc[i] += 1
         os.makedirs(self.ctl(i), exist_ok=True)
+        self.gone.discard(i)
         argv = [self.args.trainlet, "--nnodes", str(self.nnodes),
                 *(["--spares", str(self.spares)] if self.spares else []),
+                *(["--rdzv-conf", f"last_call_timeout={LAST_CALL}"] if self.elastic else []),
+                "--log-dir", os.path.join(self.c.workdir, f"logs{i}.{self.inc[i]}"),
                 "--nproc-per-node", str(self.nproc), "--grace-period", str(GRACE),
                 "--rdzv-timeout", str(RDZV_TIMEOUT), "--max-restarts", str(self.max_restarts),
                 "--termination-log", os.path.join(self.c.workdir, f"tlog{i}.{self.inc[i]}"),
@@ -201,34 +256,45 @@ class Run:
     def all_ready(self, gen):
         return all(len(self.ready(i, gen, self.inc[i])) == self.nproc for i in self.rank_of)
 
-    def ranks(self, i, gen):
-        """RANKs of pod i's workers (current incarnation) that started in gen."""
+    def starts(self, i, gen):
+        """[(RANK, restart count, WORLD_SIZE)] of pod i's workers (current incarnation) that
+        started in gen."""
         out = []
         try:
             with open(self.marks_path(i)) as f:
                 for line in f:
                     p = line.split()
-                    if len(p) == 6 and p[0] == "ready" and p[2] == str(gen) and \
+                    if len(p) == 8 and p[0] == "ready" and p[2] == str(gen) and \
                             int(p[4]) == self.inc[i]:
-                        out.append(int(p[5]))
+                        out.append((int(p[5]), p[6], p[7]))
         except FileNotFoundError:
             pass
         return out
 
     def check_ranks(self, gen):
         """Generation gen: every active pod runs the RANKs of its node rank, none held twice,
-        no other pod runs a worker in it."""
+        no other pod runs a worker in it; each worker sees the model's restart count and
+        WORLD_SIZE. Elastic: node ranks are dense and in the order of the pods' indices."""
         held = collections.Counter()
+        want_rc, want_ws = str(self.restarts), str(len(self.rank_of) * self.nproc)
         for i in range(self.npods):
-            got = self.ranks(i, gen)
+            started = self.starts(i, gen)
+            got = sorted(r for r, _, _ in started)
             held.update(got)
             want = ([self.rank_of[i] * self.nproc + lr for lr in range(self.nproc)]
                     if i in self.rank_of else [])
-            if sorted(got) != want:
-                self.violate(f"generation {gen}: pod {i} runs RANKs {sorted(got)}, want {want}")
+            if got != want:
+                self.violate(f"generation {gen}: pod {i} runs RANKs {got}, want {want}")
+            for _, rc, ws in started:
+                if (rc, ws) != (want_rc, want_ws):
+                    self.violate(f"generation {gen}: pod {i}'s worker sees restart count {rc} "
+                                 f"and WORLD_SIZE {ws}, want {want_rc} and {want_ws}")
+                    break
         twice = sorted(r for r, n in held.items() if n > 1)
         if twice:
             self.violate(f"generation {gen}: RANKs {twice} held twice")
+        if self.elastic and sorted(self.rank_of.values()) != list(range(len(self.rank_of))):
+            self.violate(f"generation {gen}: node ranks {self.rank_of} not dense")
 
     def poll_exits(self):
         """Records pods that exited since the last call; returns [(index, incarnation, code)]."""
@@ -277,10 +343,10 @@ class Run:
             self.c.start()
             self.c.publish_all()
             for i in range(self.npods):
-                self.start_pod(i)
-            self.wait_until(lambda: self.all_ready(0), FORM_TIMEOUT, "gang formation",
-                            self.fail_on_exit)
-            self.check_ranks(0)
+                if i not in self.pending:
+                    self.start_pod(i)
+            self.wait_until(self.formed, FORM_TIMEOUT, "gang formation", self.fail_on_exit)
+            self.check_ranks(self.gen)
             ended = False
             for n in range(self.nfaults):
                 fault = BY_NAME[self.first] if self.first and n == 0 else self.draw()
@@ -304,6 +370,15 @@ class Run:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
         return kinds
+
+    def formed(self):
+        """Every active pod runs generation 0. Elastic: the latest generation any worker
+        started in (a pod that came in after the last call made a join's generation)."""
+        if self.elastic:
+            gens = [int(g) for i in self.rank_of for ev, _, g, _, _ in self.marks(i)
+                    if ev == "ready" and g.isdigit()]
+            self.gen = max(gens, default=0)
+        return self.all_ready(self.gen)
 
     def check_workers_stopped(self):
         """Once every pod has exited: each worker that started ended on its own (fail,
@@ -335,31 +410,52 @@ class Run:
                              "writer never saved (killed before the grace period allowed)")
 
     def describe(self):
-        return (f"{self.npods} pods x {self.nproc}, --spares {self.spares}, "
-                f"--max-restarts {self.max_restarts}, generation {self.gen}")
+        return (f"{self.npods} pods x {self.nproc}, --nnodes {self.nnodes}, "
+                f"--spares {self.spares}, --max-restarts {self.max_restarts}, "
+                f"generation {self.gen}, restarts {self.restarts}")
 
     def fail_on_exit(self):
         for i, n, code in self.poll_exits():
             raise Violation(f"pod {i}.{n} exited {code} while the gang should run")
 
     def draw(self):
-        restarts_left = self.max_restarts - self.gen
+        restarts_left = self.max_restarts - self.restarts
         table = [f for f in FAULTS if f.name != "sigterm_mid_restart" or restarts_left >= 1]
         if not self.spares:
             table = [f for f in table if f.name not in SPARE_KINDS]
         else:
             table = [f for f in table if f.name not in NOT_WITH_SPARES and
                      (f.name not in SPARE_KINDS or self.waiting)]
+        if not self.elastic:
+            table = [f for f in table if f.name not in ELASTIC_KINDS]
+        else:
+            table = [f for f in table if f.name not in NOT_WITH_SPARES and self.elastic_ok(f)]
         return self.rng.choices(table, weights=[f.weight for f in table])[0]
+
+    def elastic_ok(self, fault):
+        """Whether an elastic run can have `fault` now: a join needs a pod not yet in the
+        gang (below MAX: it grows; at MAX: a spare); a loss more than MIN active pods and
+        no waiting spare (with one, that is a swap)."""
+        active, (lo, hi) = len(self.rank_of), self.elastic
+        if fault.name == "elastic_join":
+            return bool(self.pending) and active < hi
+        if fault.name == "elastic_join_at_max":
+            return bool(self.pending) and active == hi and self.spares > len(self.waiting)
+        if fault.name in ("elastic_loss_kill", "elastic_loss_freeze"):
+            return active > lo and not self.waiting
+        return True
 
     def pick_victim(self, fault):
         """The fault's pod: any pod without spares (as before); with spares, the waiting
-        spare for spare_lost, an active member (not the leader) for a swap, else an active pod."""
-        if not self.spares:
+        spare for spare_lost, an active member (not the leader) for a swap, else an active pod.
+        Elastic: a join's pod is one not yet in the gang; a loss's an active member."""
+        if fault.name in ("elastic_join", "elastic_join_at_max"):
+            return self.rng.choice(self.pending)
+        if not self.spares and not self.elastic:
             return self.rng.randrange(self.npods)
         if fault.name == "spare_lost":
             return self.rng.choice(self.waiting)
-        if fault.name in SPARE_KINDS:
+        if fault.name in SPARE_KINDS | ELASTIC_KINDS:
             return self.rng.choice(sorted(i for i in self.rank_of if i != 0))
         return self.rng.choice(sorted(self.rank_of))
 
@@ -367,7 +463,7 @@ class Run:
         """The host pid of pod i's worker `local_rank` in the current generation."""
         pod = self.c.pods[i]
         for p in pod.processes_with_env(LOCAL_RANK=str(local_rank),
-                                        TORCHELASTIC_RESTART_COUNT=str(self.gen)):
+                                        TORCHELASTIC_RESTART_COUNT=str(self.restarts)):
             # trainlet's child, not its writer (a subshell: the same command line)
             if p.comm == "sh" and p.state != "Z" and p.ppid == pod.pid1:
                 return p.pid
@@ -387,7 +483,9 @@ class Run:
         local_rank = rng.randrange(self.nproc)
         time.sleep(rng.uniform(*SETTLE))
         self.fail_on_exit()
-        restart = fault.retriable and self.gen < self.max_restarts
+        if fault.name in ("elastic_join", "elastic_join_at_max"):
+            return self.join(fault, victim)
+        restart = fault.retriable and self.restarts < self.max_restarts
         pod = self.c.pods[victim]
         key = (victim, self.inc[victim])
         freeze = rng.uniform(*FREEZE)
@@ -404,7 +502,8 @@ class Run:
             os.kill(pid, signal.SIGKILL)
         elif fault.name.startswith("worker_exit_"):
             self.control(victim, self.gen, local_rank, "exit" + fault.name.rsplit("_", 1)[1])
-        elif fault.name in ("agent_sigkill", "spare_swap_kill", "spare_lost"):
+        elif fault.name in ("agent_sigkill", "spare_swap_kill", "spare_lost",
+                            "elastic_loss_kill"):
             self.exempt.add((victim, str(self.gen), None, key[1]))
             pod.signal(signal.SIGKILL)
         elif fault.name in ("agent_sigterm", "preempt_save"):
@@ -414,7 +513,7 @@ class Run:
                     pass
             self.sigtermed.add(key)
             pod.signal(signal.SIGTERM)
-        elif fault.name in ("agent_freeze", "spare_swap_freeze"):
+        elif fault.name in ("agent_freeze", "spare_swap_freeze", "elastic_loss_freeze"):
             pod.signal(signal.SIGSTOP)
             timers.append((t0 + freeze, lambda: pod.signal(signal.SIGCONT)))
         elif fault.name == "spare_swap_hardware":
@@ -462,6 +561,8 @@ class Run:
             return self.expect_nothing(fault, victim, key, t0, tick)
         if restart and fault.name in SPARE_KINDS:
             return self.expect_swap(fault, victim, key, t0, tick, flush_timers)
+        if restart and fault.name in ELASTIC_KINDS:
+            return self.expect_shrink(fault, victim, key, t0, tick, flush_timers)
         if restart:
             return self.expect_restart(fault, victim, key, t0, tick, flush_timers)
         return self.expect_final(fault, victim, key, t0, tick, flush_timers)
@@ -473,6 +574,32 @@ class Run:
         nxt, spare = self.gen + 1, self.waiting[0]
         after = dict(self.rank_of)
         after[spare] = after.pop(victim)
+        self.wait_culprit_and(fault, victim, key, after, tick, flush_timers,
+                              f"spare pod {spare} and the others")
+        if fault.cls and self.summary_of(victim, key[1]).get("class") != fault.cls:
+            self.violate(f"{fault.name}: pod {victim}'s termination message has class "
+                         f"{self.summary_of(victim, key[1]).get('class')!r}, want {fault.cls!r}")
+        # A victim still alive (hardware) hears from the leader's Stop who takes its place;
+        # a frozen one when it comes back and the leader refuses it.
+        handover = {"spare": spare, "node_rank": self.rank_of[victim], "generation": nxt}
+        got = self.summary_of(victim, key[1]).get("replaced_by")
+        if fault.name in ("spare_swap_hardware", "spare_swap_freeze") and got != handover:
+            self.violate(f"{fault.name}: pod {victim}'s termination message names "
+                         f"replaced_by {got!r}, want {handover!r}")
+        self.rank_of, self.gen = after, nxt
+        self.restarts += 1
+        self.waiting.pop(0)
+        self.gone.add(victim)
+        self.check_ranks(nxt)
+        for i in self.rank_of:
+            self.record_code(fault.name, "spare" if i == spare else "restarted", "in place")
+        return self.restarted(fault, victim, t0)
+
+    def wait_culprit_and(self, fault, victim, key, after, tick, flush_timers, who):
+        """Waits for the victim's exit with one of its kind's codes (no other pod exits) and
+        every pod of `after` running the next generation's workers. No pod starts the
+        generation after that meanwhile (a lost pod joining again instead of exiting)."""
+        nxt = self.gen + 1
 
         def step():
             tick()
@@ -485,6 +612,10 @@ class Run:
                     raise Violation(f"{fault.name}: pod {i} exited {code}, want one of "
                                     f"{fault.restart_exits}")
                 self.record_code(fault.name, "culprit", code)
+            for i in self.c.pods:
+                if self.ready(i, nxt + 1, self.inc[i]):
+                    raise Violation(f"{fault.name} on pod {victim}: pod {i} started generation "
+                                    f"{nxt + 1} before pod {victim} exited")
 
         def done():
             return key in self.exits and all(
@@ -492,27 +623,80 @@ class Run:
 
         try:
             self.wait_until(done, PHASE_TIMEOUT,
-                            f"{fault.name} on pod {victim}: spare pod {spare} and the others "
-                            f"running generation {nxt}", step)
+                            f"{fault.name} on pod {victim}: {who} running generation {nxt}",
+                            step)
         finally:
             flush_timers()
-        if fault.cls and self.summary_of(victim, key[1]).get("class") != fault.cls:
+
+    def expect_shrink(self, fault, victim, key, t0, tick, flush_timers):
+        """Elastic: an active member lost with more than MIN active: it exits with its
+        kind's code (the one counted culprit; a frozen one once it resumes: it must not join
+        again by itself); the rest run the next generation with WORLD_SIZE shrunk, ranks
+        dense in index order, the restart counted. The Job may recreate its index later (an
+        elastic_join)."""
+        nxt = self.gen + 1
+        after = {i: r for r, i in enumerate(sorted(i for i in self.rank_of if i != victim))}
+        self.wait_culprit_and(fault, victim, key, after, tick, flush_timers, "the others")
+        got = self.summary_of(victim, key[1]).get("class")
+        if fault.cls and got != fault.cls:
             self.violate(f"{fault.name}: pod {victim}'s termination message has class "
-                         f"{self.summary_of(victim, key[1]).get('class')!r}, want {fault.cls!r}")
-        # A victim still alive (hardware) hears from the leader's Stop who takes its place;
-        # a frozen one when it comes back and the leader refuses it.
-        handover = {"spare": spare, "node_rank": self.rank_of[victim], "generation": nxt}
-        got = self.summary_of(victim, key[1]).get("replaced_by")
-        if fault.name in ("spare_swap_hardware", "spare_swap_freeze") and got != handover:
-            self.violate(f"{fault.name}: pod {victim}'s termination message names "
-                         f"replaced_by {got!r}, want {handover!r}")
+                         f"{got!r}, want {fault.cls!r}")
         self.rank_of, self.gen = after, nxt
-        self.waiting.pop(0)
+        self.restarts += 1
         self.gone.add(victim)
+        self.pending = sorted([*self.pending, victim])
         self.check_ranks(nxt)
-        for i in self.rank_of:
-            self.record_code(fault.name, "spare" if i == spare else "restarted", "in place")
+        for _ in self.rank_of:
+            self.record_code(fault.name, "restarted", "in place")
         return self.restarted(fault, victim, t0)
+
+    def join(self, fault, joiner):
+        """Elastic: pod `joiner` (never started, or lost and now recreated by the Job)
+        starts while a generation runs."""
+        self.pending.remove(joiner)
+        self.c.event(f"soak: fault {fault.name}: pod {joiner} starts, generation {self.gen}")
+        t0 = time.time()
+        self.start_pod(joiner)
+        if fault.name == "elastic_join_at_max":
+            return self.expect_spare_join(fault, joiner, t0)
+        nxt = self.gen + 1
+        after = {i: r for r, i in enumerate(sorted([*self.rank_of, joiner]))}
+        self.wait_until(lambda: all(len(self.ready(i, nxt, self.inc[i])) == self.nproc
+                                    for i in after), PHASE_TIMEOUT,
+                        f"{fault.name}: pod {joiner} and the others running generation {nxt}",
+                        lambda: self.no_exit(fault, joiner, nxt))
+        self.rank_of, self.gen = after, nxt
+        self.check_ranks(nxt)  # the restart count unchanged: a join is no restart
+        for i in after:
+            self.record_code(fault.name, "joined" if i == joiner else "restarted", "in place")
+        return self.restarted(fault, joiner, t0)
+
+    def no_exit(self, fault, joiner, nxt):
+        for i, n, code in self.poll_exits():
+            raise Violation(f"{fault.name} (pod {joiner}): pod {i} exited {code}")
+        for i in self.c.pods:
+            if self.ready(i, nxt + 1, self.inc[i]):
+                raise Violation(f"{fault.name} (pod {joiner}): pod {i} started generation "
+                                f"{nxt + 1}")
+
+    def expect_spare_join(self, fault, joiner, t0):
+        """Elastic at MAX: the joiner waits as a spare; no generation, no exit."""
+        nxt = self.gen + 1
+        self.wait_until(lambda: "a hot spare, waiting without workers" in
+                        self.c.pods[joiner].stderr(), PHASE_TIMEOUT,
+                        f"{fault.name}: pod {joiner} waiting as a spare",
+                        lambda: self.no_exit(fault, joiner, self.gen))
+        quiet = time.monotonic() + 1.0
+        self.wait_until(lambda: time.monotonic() > quiet, 5, "a quiet second",
+                        lambda: self.no_exit(fault, joiner, self.gen))
+        for i in self.c.pods:
+            if self.ready(i, nxt):
+                self.violate(f"{fault.name}: pod {i} started generation {nxt}")
+        self.waiting = sorted([*self.waiting, joiner])
+        self.record_code(fault.name, "joined", "spare")
+        self.stats.times[(fault.name, "final")].append(time.time() - t0)
+        self.stats.faults[fault.name] += 1
+        return False
 
     def expect_nothing(self, fault, victim, key, t0, tick):
         """A waiting spare lost: it exits (SIGKILLed), the gang runs on untouched."""
@@ -573,8 +757,9 @@ class Run:
         if fault.name == "sigterm_mid_restart" and key not in self.exits:
             self.violate(f"{fault.name}: pod {victim} did not exit after its SIGTERM")
         self.gen = nxt
+        self.restarts += 1
         self.check_ranks(nxt)
-        for i in range(self.npods):
+        for i in sorted(self.c.pods):
             if i != victim or key not in self.exits:
                 self.record_code(fault.name, "restarted", "in place")
         return self.restarted(fault, victim, t0)
@@ -584,8 +769,9 @@ class Run:
         self.stats.times[(fault.name, "restart")].append(time.time() - t0)
         self.record_term_times(fault.name, "restart", victim, t0, self.gen - 1)
         # Generations beyond --max-restarts never start.
-        if self.gen > self.max_restarts:
-            self.violate(f"generation {self.gen} started with --max-restarts {self.max_restarts}")
+        if self.restarts > self.max_restarts:
+            self.violate(f"generation {self.gen} (restart {self.restarts}) started with "
+                         f"--max-restarts {self.max_restarts}")
         self.stats.faults[fault.name] += 1
         return False
 
@@ -645,7 +831,7 @@ class Run:
 
     def in_gang(self):
         """Pods still in the gang (not gone for good: a swapped-out or lost spare pod)."""
-        return [i for i in range(self.npods) if i not in self.gone]
+        return [i for i in sorted(self.c.pods) if i not in self.gone]
 
     def finish(self):
         """Every worker of the current generation exits 0: every pod must exit 0 (the spares
