@@ -137,6 +137,8 @@ SPARE_KINDS = {"spare_swap_kill", "spare_swap_freeze", "spare_swap_hardware", "s
 NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart"}
 ELASTIC_KINDS = {"elastic_join", "elastic_join_at_max", "elastic_loss_kill",
                  "elastic_loss_freeze"}
+ELASTIC_ORDER = ["elastic_join", "elastic_loss_kill", "elastic_join_at_max",
+                 "elastic_loss_freeze"]
 LAST_CALL = 2          # --rdzv-conf last_call_timeout of an elastic run
 BY_NAME = {f.name: f for f in FAULTS}
 PEER_FAILED = 76
@@ -921,6 +923,8 @@ def main():
     p.add_argument("--cover", action="store_true",
                    help="run r's first fault is kind r of the table (every kind in a short run)")
     p.add_argument("--ci", action="store_true", help="short: print only failing runs")
+    p.add_argument("--elastic", action="store_true",
+                   help="every run elastic, its first fault the elastic kinds in turn")
     args = p.parse_args()
     args.trainlet = os.path.abspath(args.trainlet)
     missing = podsim.requirements_missing()
@@ -942,6 +946,8 @@ def main():
         run_seed = seeds[r] if seeds else args.seed * 100003 + r
         r += 1
         first = FAULTS[(r - 1) % len(FAULTS)].name if args.cover and not seeds else args.first
+        if args.elastic and not seeds:
+            first = ELASTIC_ORDER[(r - 1) % len(ELASTIC_ORDER)]
         run = Run(args, run_seed, stats, log, first)
         t = time.monotonic()
         try:
