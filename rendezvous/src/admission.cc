@@ -200,6 +200,15 @@ Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
   return decided;
 }
 
+std::optional<std::uint32_t> LowestFreeIndex(std::uint32_t nnodes,
+                                             const std::function<bool(std::uint32_t)>& held,
+                                             const std::set<std::uint32_t>& reserved) {
+  for (std::uint32_t i = 1; i < nnodes; ++i) {
+    if (!held(i) && !reserved.contains(i)) return i;
+  }
+  return std::nullopt;
+}
+
 std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,
                             std::string* leader_value, std::string* member_value) {
   std::map<std::string, std::string> a(leader.begin(), leader.end());

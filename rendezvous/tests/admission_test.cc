@@ -308,6 +308,22 @@ TEST_F(AdmissionTest, APodNumberedByArrivalRejoinsWithItsIndex) {
   EXPECT_TRUE(a.replace_holder);
 }
 
+// LowestFreeIndex: what a pod without an index gets. Elastic sizes keep the
+// indices of the pods expected back (the generation that ended, and pods
+// admitted for the next one); a lost pod's index is free again.
+TEST(LowestFreeIndexTest, SkipsHeldAndReservedIndicesAndNeverGivesZero) {
+  std::set<std::uint32_t> held{0, 1};
+  auto holds = [&held](std::uint32_t i) { return held.contains(i); };
+  EXPECT_EQ(LowestFreeIndex(4, holds, {}), 2u);
+  EXPECT_EQ(LowestFreeIndex(4, holds, {0, 2}), 3u) << "2 is kept for a pod expected back";
+  EXPECT_EQ(LowestFreeIndex(4, holds, {2, 3}), std::nullopt);
+  held.erase(1);  // pod 1 lost: neither held nor expected back
+  EXPECT_EQ(LowestFreeIndex(4, holds, {0, 2, 3}), 1u);
+  EXPECT_EQ(LowestFreeIndex(1, [](std::uint32_t) { return false; }, {}), std::nullopt)
+      << "index 0 is the leader's";
+  EXPECT_EQ(LowestFreeIndex(3, [](std::uint32_t) { return false; }, {}), 1u);
+}
+
 TEST_F(AdmissionTest, PodsWithAndWithoutAnIndexNeverShareAGang) {
   Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)));  // the leader has indices
   EXPECT_EQ(a.verdict, Verdict::kRefuse);
