@@ -83,7 +83,8 @@ class Pod {
       ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     }
     spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}' attempt {}, {}{}",
-                 id.index, id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
+                 id.index == rendezvous::wire::kNoIndex ? "?" : std::to_string(id.index),
+                 id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
                  ::getpid() == 1 ? "PID 1" : "child subreaper",
                  options_.interpreter.empty() ? "" : ", python " + options_.interpreter);
     PlanMemory();
