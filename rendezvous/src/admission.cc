@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "trainlet/rendezvous/launch.h"
+
 namespace trainlet::rendezvous {
 
 namespace {
@@ -134,6 +136,16 @@ Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admis
     // Another Job attempt: the holder is on its way out; the claimant may retry.
     return Refusal("index", index + " is held by " + holder.peer + " of another Job attempt",
                    /*retriable=*/true);
+  }
+  if (RanksByArrival(state.own.config)) {
+    // The leader gave every index itself: the claimant lost it (declared
+    // lost, its index given to the next pod to arrive) and came back (a
+    // frozen pod resumed, a cut link restored). Lost, not misconfigured.
+    return Refusal(wire::kReplacedField,
+                   "pod " + std::to_string(hello.index) + " (" + state.peer +
+                       ") was declared lost; its index, numbered by arrival, is " +
+                       holder.peer + "'s now: it leaves with its own failure",
+                   /*retriable=*/false);
   }
   return Refusal(
       "index",

@@ -100,7 +100,9 @@ struct Admission {
 //     back): refuse for good, field wire::kReplacedField, naming the spare;
 //  9. the index held: by a silent holder: admit, replacing it; by a holder of
 //     another job-restart-attempt: refuse, retriable; by a live one: a clash,
-//     refuse for good naming both pods;
+//     refuse for good naming both pods; ranks by arrival, where the leader
+//     gave every index: the claimant was declared lost and its index given
+//     away, refuse for good, field wire::kReplacedField (it exits infra);
 // 10. admit.
 Admission Admit(const AdmissionState& state, const wire::Hello& hello);
 
