@@ -211,6 +211,15 @@ class Pod {
       // A member whose failure points at its node leaves; a spare takes its place.
       roster_.MarkLeaving(a.broadcast->failed_index);
     }
+    if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
+      g.failure_seen = true;
+      failed_at_ = Clock::now();
+    }
+    // The leader's own workers get their signal before the members' Stops go
+    // out: on a busy node each member woken by its Stop may run before the
+    // leader's next step, and the next round waits for the leader's workers
+    // too (bench/RESULTS.md, hot spares). A member reports first.
+    if (a.stop_workers && g.leader) StopWorkers(*a.stop_workers);
     if (a.broadcast && g.leader) {
       g.leader->BroadcastStop(WithReplacement(*a.broadcast));
       // The generation ends: pods rejoining go to the next round's leader,
@@ -231,11 +240,7 @@ class Pod {
       NoteFailureClass(a.broadcast->failure_class);
     }
     if (a.report && !a.report->ok) NoteFailureClass(a.report->failure_class);
-    if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
-      g.failure_seen = true;
-      failed_at_ = Clock::now();
-    }
-    if (a.stop_workers) StopWorkers(*a.stop_workers);
+    if (a.stop_workers && !g.leader) StopWorkers(*a.stop_workers);
     if (a.arm_verdict_timer) {
       g.verdict_timer.expires_after(kVerdictTimeout);
       g.verdict_timer.async_wait(Guard([this](boost::system::error_code ec) {
@@ -439,6 +444,7 @@ class Pod {
       lo.expected = roster_.Expected();
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
       lo.replaced_of = [this](std::uint32_t index) { return roster_.LastReplacementOf(index); };
+      lo.assign_first = [this](std::uint32_t index) { return roster_.NewlyActive(index); };
     }
     // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
