@@ -211,15 +211,6 @@ class Pod {
       // A member whose failure points at its node leaves; a spare takes its place.
       roster_.MarkLeaving(a.broadcast->failed_index);
     }
-    if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
-      g.failure_seen = true;
-      failed_at_ = Clock::now();
-    }
-    // The leader's own workers get their signal before the members' Stops go
-    // out: on a busy node each member woken by its Stop may run before the
-    // leader's next step, and the next round waits for the leader's workers
-    // too (bench/RESULTS.md, hot spares). A member reports first.
-    if (a.stop_workers && g.leader) StopWorkers(*a.stop_workers);
     if (a.broadcast && g.leader) {
       g.leader->BroadcastStop(WithReplacement(*a.broadcast));
       // The generation ends: pods rejoining go to the next round's leader,
@@ -240,7 +231,11 @@ class Pod {
       NoteFailureClass(a.broadcast->failure_class);
     }
     if (a.report && !a.report->ok) NoteFailureClass(a.report->failure_class);
-    if (a.stop_workers && !g.leader) StopWorkers(*a.stop_workers);
+    if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
+      g.failure_seen = true;
+      failed_at_ = Clock::now();
+    }
+    if (a.stop_workers) StopWorkers(*a.stop_workers);
     if (a.arm_verdict_timer) {
       g.verdict_timer.expires_after(kVerdictTimeout);
       g.verdict_timer.async_wait(Guard([this](boost::system::error_code ec) {
