@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -298,9 +299,15 @@ TEST(PlanPod, ElasticMinMax) {
       {{"--nnodes", "2:3", "--node-rank", "3", "--master-addr", "10.0.0.1"}, 0, 0,
        "--node-rank='3' is not below the number of pods 3 "
        "(--nnodes); indices run from 0 to 2"},
-      {{"--nnodes", "2:3", "--rdzv-endpoint", "10.0.0.1:29400"}, 0, 0,
-       "--nnodes='2:3': an elastic MIN:MAX gang needs an index on every pod "
-       "(an Indexed Job's completion index, or --node-rank) and no --gang layout"},
+      // torchrun's elastic c10d line, no index anywhere: numbered by arrival.
+      {{"--nnodes", "2:3", "--rdzv-endpoint", "10.0.0.1:29400"}, 2, 3, ""},
+      {{"--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "10.0.0.1:29400"}, 1, 4,
+       ""},
+      {{"--nnodes", "2:3"}, 0, 0,
+       "--nnodes='2:3' but this pod has no index: run it in an Indexed Job "
+       "(JOB_COMPLETION_INDEX), set --node-rank / PET_NODE_RANK, mount the job-completion-index "
+       "annotation at /etc/podinfo/annotations, or give --rdzv-endpoint (its host leads, the "
+       "others are numbered as they join)"},
   };
   for (const Case& c : cases) {
     auto po = PlanPodFor(c.options, {});
@@ -314,6 +321,9 @@ TEST(PlanPod, ElasticMinMax) {
     EXPECT_EQ(po->identity.min_pods(), c.min) << c.options[1];
     EXPECT_EQ(po->identity.nnodes, c.max) << c.options[1];
     EXPECT_EQ(po->identity.elastic(), c.min < c.max) << c.options[1];
+    const bool indexed = std::find(c.options.begin(), c.options.end(), "--node-rank") !=
+                         c.options.end();
+    EXPECT_EQ(po->identity.by_arrival, !indexed) << c.options[1];
   }
 }
 
@@ -537,7 +547,7 @@ TEST(CommandLine, BadInputIsRefusedAsConfig) {
                                "script for the interpreter"},
       {"", "./run.sh", "cannot open the training script './run.sh'"},
       {"", "--no-python -m pkg.mod", "cannot be used together"},
-      {"", "--nnodes 2:4 train.py", "an elastic MIN:MAX gang needs an index on every pod"},
+      {"", "--nnodes 2:4 train.py", "--nnodes='2:4' but this pod has no index"},
       {"PET_NNODES=1:3", "train.py", "PET_NNODES='1:3'"},
       {"", "--rdzv-backend zookeeper train.py", "--rdzv-backend='zookeeper'"},
       {"PET_RDZV_BACKEND=x", "train.py", "PET_RDZV_BACKEND='x'"},

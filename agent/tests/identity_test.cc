@@ -653,5 +653,42 @@ TEST(IdentityTest, AnEndpointWithoutAnyIndexNumbersThePodsByArrival) {
   EXPECT_TRUE(id->is_leader());
 }
 
+// Elastic --nnodes MIN:MAX with no index but an endpoint (torchrun's elastic
+// c10d line) is numbered by arrival too; with --gang it stays refused (a
+// JobSet's roles have fixed places).
+TEST(IdentityTest, ElasticWithoutAnIndexIsNumberedByArrivalButNeverWithAGang) {
+  IdentityInputs in;
+  in.nnodes = "2:3";
+  in.nnodes_source = "--nnodes";
+  in.master_addr = "10.0.0.10";
+  in.master_addr_source = "--rdzv-endpoint";
+  in.leader_from_endpoint = true;
+  in.hostname = "node7";
+  in.etc_hosts = "127.0.0.1 localhost\n";
+  in.read_file = [](const std::string&) { return std::optional<std::string>(); };
+  auto id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_TRUE(id->by_arrival);
+  EXPECT_TRUE(id->elastic());
+  EXPECT_EQ(id->min_pods(), 2u);
+  EXPECT_EQ(id->nnodes, 3u);
+  in.leader_from_endpoint = false;  // no endpoint: nothing numbers the pods
+  id = ResolveIdentity(in);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("--nnodes='2:3' but this pod has no index"),
+            std::string::npos)
+      << id.status().message();
+
+  JobSetPod pod("workers", 0, 1);
+  pod.in.nnodes = "2:5";  // MAX: the layout's 5 pods
+  pod.in.nnodes_source = "--nnodes";
+  auto gang = ResolveIdentity(pod.in);
+  ASSERT_FALSE(gang.ok());
+  EXPECT_EQ(gang.status().failure_class(), exitcodes::FailureClass::kConfig);
+  EXPECT_NE(gang.status().message().find("an elastic MIN:MAX gang cannot have a --gang layout"),
+            std::string::npos)
+      << gang.status().message();
+}
+
 }  // namespace
 }  // namespace trainlet::agent

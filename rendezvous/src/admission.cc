@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "trainlet/rendezvous/launch.h"
+
 namespace trainlet::rendezvous {
 
 namespace {
@@ -135,6 +137,16 @@ Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admis
     return Refusal("index", index + " is held by " + holder.peer + " of another Job attempt",
                    /*retriable=*/true);
   }
+  if (RanksByArrival(state.own.config)) {
+    // The leader gave every index itself: the claimant lost it (declared
+    // lost, its index given to the next pod to arrive) and came back (a
+    // frozen pod resumed, a cut link restored). Lost, not misconfigured.
+    return Refusal(wire::kReplacedField,
+                   "pod " + std::to_string(hello.index) + " (" + state.peer +
+                       ") was declared lost; its index, numbered by arrival, is " +
+                       holder.peer + "'s now: it leaves with its own failure",
+                   /*retriable=*/false);
+  }
   return Refusal(
       "index",
       "two live pods claim " + index + " of job '" + hello.job_id + "' attempt " +
@@ -198,6 +210,15 @@ Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
   decided.record_job_attempt = out.record_job_attempt;
   decided.drop_older_of_job = out.drop_older_of_job;
   return decided;
+}
+
+std::optional<std::uint32_t> LowestFreeIndex(std::uint32_t nnodes,
+                                             const std::function<bool(std::uint32_t)>& held,
+                                             const std::set<std::uint32_t>& reserved) {
+  for (std::uint32_t i = 1; i < nnodes; ++i) {
+    if (!held(i) && !reserved.contains(i)) return i;
+  }
+  return std::nullopt;
 }
 
 std::string FirstDifference(const wire::LaunchConfig& leader, const wire::LaunchConfig& member,

@@ -88,6 +88,9 @@ struct Leader::Impl {
   // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
   bool late = false;
   std::shared_ptr<const std::function<wire::Assignment(std::uint32_t, std::string)>> assignment;
+  // Ranks by arrival: indices given to pods without one that were admitted
+  // while the generation runs, for the next round (they are not members here).
+  std::set<std::uint32_t> given_late;
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
@@ -500,10 +503,10 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   if (auto ep = conn->socket.local_endpoint(ec); !ec) {
     local = AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
   }
-  std::optional<std::uint32_t> free_index;
-  for (std::uint32_t i = 1; i < im.options.nnodes && !free_index; ++i) {
-    if (!im.members.contains(i)) free_index = i;
-  }
+  const std::optional<std::uint32_t> free_index = LowestFreeIndex(
+      im.options.nnodes,
+      [&im](std::uint32_t i) { return im.members.contains(i) || im.given_late.contains(i); },
+      im.options.expected);
   const Admission decided = rendezvous::Admit(
       AdmissionState{.own = *im.own,
                      .nnodes = im.options.nnodes,
@@ -538,7 +541,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   const bool late = im.finished;
   if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
-    AdmitLate(conn, index);
+    AdmitLate(conn, index, hello.index == wire::kNoIndex);
     return;
   }
   conn->index = index;
@@ -573,14 +576,22 @@ void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t inde
 }
 
 // A pod admitted while the generation runs (LeaderOptions::admit_late).
-void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
+// `by_arrival`: the pod had no index; `index` is the one it was given, which it
+// keeps (the Reject or the Assignment tells it).
+void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, bool by_arrival) {
   Impl& im = *impl_;
-  const bool spare = im.channel && im.callbacks.on_join && im.callbacks.on_join(index);
+  const bool told = im.channel && im.callbacks.on_join;  // the next round expects it
+  const bool spare = told && im.callbacks.on_join(index);
   if (!spare || !im.assignment) {
-    Refuse(conn, {wire::kNextGenerationField,
-                  "pod " + std::to_string(index) + " (" + conn->peer +
-                      ") joined while a generation runs: it joins the next generation",
-                  /*retriable=*/true});
+    wire::Reject next{wire::kNextGenerationField,
+                      "pod " + std::to_string(index) + " (" + conn->peer +
+                          ") joined while a generation runs: it joins the next generation",
+                      /*retriable=*/true};
+    if (by_arrival && told) {
+      next.index = index;
+      im.given_late.insert(index);  // no other newcomer gets it meanwhile
+    }
+    Refuse(conn, std::move(next));
     return;
   }
   conn->index = index;
@@ -690,6 +701,20 @@ void Leader::Reconsider() {
   if (impl_ && impl_->own) MaybeAssign();
 }
 
+// The gang's generation is the leader's own. Only a fresh leader (a replaced
+// leader pod, at 0) cannot know the count: it continues the survivors' (they
+// ask for their last generation + 1; Admit bounds it by --max-restarts).
+std::uint32_t Leader::RoundGeneration() const {
+  const Impl& im = *impl_;
+  std::uint32_t generation = im.own->generation;
+  if (generation == 0) {
+    for (const auto& [index, conn] : im.members) {
+      generation = std::max(generation, conn->generation);
+    }
+  }
+  return generation;
+}
+
 std::vector<std::pair<std::shared_ptr<Leader::Conn>, std::string>> Leader::AssignmentTargets(
     std::string* own_addr) {
   Impl& im = *impl_;
@@ -724,18 +749,12 @@ void Leader::MaybeAssign() {
   const auto active = static_cast<std::uint32_t>(ranks->size());
   // The node rank goes in the assignment where it is not the member's own
   // index: a membership plan, or pods numbered by arrival (launch.h).
-  const bool membership = im.options.plan || RanksByArrival(im.own->config);
-  // The gang's generation is the leader's own. Only a fresh leader (a replaced
-  // leader pod, at 0) cannot know the count: it continues the survivors' (they
-  // ask for their last generation + 1; Admit bounds it by --max-restarts).
-  std::uint32_t generation = im.own->generation;
-  if (generation == 0) {
-    for (const auto& [index, conn] : im.members) {
-      generation = std::max(generation, conn->generation);
-    }
-  }
+  const bool by_arrival = RanksByArrival(im.own->config);
+  const bool membership = im.options.plan || by_arrival;
+  const std::uint32_t generation = RoundGeneration();
   std::function<wire::Assignment(std::uint32_t, std::string)> make =
-      [nproc, generation, active, ranks = *ranks, membership, port = im.options.master_port,
+      [nproc, generation, active, ranks = *ranks, membership, by_arrival,
+       port = im.options.master_port,
        jax_port = im.options.jax_port, run_id = im.options.run_id, job_id = im.own->job_id,
        attempt = im.own->attempt](std::uint32_t index, std::string master_addr) {
     auto node = ranks.find(index);
@@ -753,7 +772,8 @@ void Leader::MaybeAssign() {
                             .nccl_ids = {},
                             .jax_port = jax_port,
                             .node_rank = membership ? std::optional(node_rank) : std::nullopt,
-                            .spare = node == ranks.end()};
+                            .spare = node == ranks.end(),
+                            .index = by_arrival ? std::optional(index) : std::nullopt};
   };
   std::string own_addr;
   const std::vector<std::pair<std::shared_ptr<Conn>, std::string>> targets =

@@ -391,6 +391,13 @@ void Member::OnReply(const wire::Message& msg) {
         rejoin.initial = tunables::kRejoinBackoffInitial;
         rejoin.min_delay = tunables::kRejoinBackoffMin;
         im.backoff = Backoff(rejoin, im.options.seed);
+        if (reject->index && im.options.hello.index == wire::kNoIndex) {
+          // Ranks by arrival: the leader gave this pod an index for that round.
+          im.options.hello.index = *reject->index;
+          im.hello_frame = wire::Encode(im.options.hello);
+          im.log->info("rendezvous: the leader gave this pod index {} for its next generation",
+                       *reject->index);
+        }
       }
       Retry("rendezvous: leader refused this pod for now", reject->reason);
     } else if (reject->field == wire::kReplacedField) {

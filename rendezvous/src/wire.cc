@@ -131,19 +131,22 @@ void EncodePayload(Writer& w, const Assignment& m) {
   w.U16(m.jax_port);
   w.U32(m.node_rank.value_or(0));
   w.U16(static_cast<std::uint16_t>((m.node_rank ? 1 : 0) | (m.spare ? 2 : 0) |
-                                   (m.restarts ? 4 : 0)));
+                                   (m.restarts ? 4 : 0) | (m.index ? 8 : 0)));
   if (m.restarts) w.U32(*m.restarts);
+  if (m.index) w.U32(*m.index);
 }
 
 void EncodePayload(Writer& w, const Reject& m) {
   w.Str(m.field);
   w.Str(m.reason);
-  w.U16(static_cast<std::uint16_t>((m.retriable ? 1 : 0) | (m.replaced ? 2 : 0)));
+  w.U16(static_cast<std::uint16_t>((m.retriable ? 1 : 0) | (m.replaced ? 2 : 0) |
+                                   (m.index ? 4 : 0)));
   if (m.replaced) {
     w.U32(m.replaced->spare);
     w.U32(m.replaced->node_rank);
     w.U32(m.replaced->generation);
   }
+  if (m.index) w.U32(*m.index);
 }
 
 void EncodePayload(Writer& w, const Heartbeat& m) {
@@ -241,6 +244,11 @@ bool DecodeMembership(Reader& r, Assignment* m) {
     if (!r.U32(&restarts)) return false;
     m->restarts = restarts;
   }
+  if ((flags & 8) != 0) {  // ranks by arrival: the index the leader gave this pod
+    std::uint32_t index = 0;
+    if (!r.U32(&index)) return false;
+    m->index = index;
+  }
   return true;
 }
 
@@ -256,10 +264,16 @@ bool DecodePayload(Reader& r, Reject* m) {
   std::uint16_t flags = 0;
   if (!(r.Str(&m->field, "field") && r.Str(&m->reason, "reason") && r.U16(&flags))) return false;
   m->retriable = (flags & 1) != 0;
-  if ((flags & 2) == 0) return true;
-  Replaced by;
-  if (!(r.U32(&by.spare) && r.U32(&by.node_rank) && r.U32(&by.generation))) return false;
-  m->replaced = by;
+  if ((flags & 2) != 0) {
+    Replaced by;
+    if (!(r.U32(&by.spare) && r.U32(&by.node_rank) && r.U32(&by.generation))) return false;
+    m->replaced = by;
+  }
+  if ((flags & 4) != 0) {  // ranks by arrival: the index given for the next generation
+    std::uint32_t index = 0;
+    if (!r.U32(&index)) return false;
+    m->index = index;
+  }
   return true;
 }
 

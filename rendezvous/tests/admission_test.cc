@@ -308,6 +308,37 @@ TEST_F(AdmissionTest, APodNumberedByArrivalRejoinsWithItsIndex) {
   EXPECT_TRUE(a.replace_holder);
 }
 
+// Ranks by arrival: a live pod holds index 2, given to it after the pod that
+// had it was declared lost; that pod, come back (resumed), is no clash of two
+// launches (config) but a lost pod: field replaced, which its member exits infra.
+TEST_F(AdmissionTest, APodNumberedByArrivalWhoseIndexWasGivenAwayLeavesAsLost) {
+  own_ = ByArrival(HelloFor(0));
+  Admission a = Decide(ByArrival(HelloFor(2)), IndexHolder{"10.0.0.13:1", true, "", std::nullopt});
+  EXPECT_EQ(a.verdict, Verdict::kRefuse);
+  EXPECT_EQ(a.reject.field, wire::kReplacedField);
+  EXPECT_FALSE(a.reject.retriable);
+  EXPECT_FALSE(a.reject.replaced) << "no spare took it";
+  EXPECT_EQ(a.reject.reason,
+            "pod 2 (10.0.0.12:41234) was declared lost; its index, numbered by arrival, is "
+            "10.0.0.13:1's now: it leaves with its own failure");
+}
+
+// LowestFreeIndex: what a pod without an index gets. Elastic sizes keep the
+// indices of the pods expected back (the generation that ended, and pods
+// admitted for the next one); a lost pod's index is free again.
+TEST(LowestFreeIndexTest, SkipsHeldAndReservedIndicesAndNeverGivesZero) {
+  std::set<std::uint32_t> held{0, 1};
+  auto holds = [&held](std::uint32_t i) { return held.contains(i); };
+  EXPECT_EQ(LowestFreeIndex(4, holds, {}), 2u);
+  EXPECT_EQ(LowestFreeIndex(4, holds, {0, 2}), 3u) << "2 is kept for a pod expected back";
+  EXPECT_EQ(LowestFreeIndex(4, holds, {2, 3}), std::nullopt);
+  held.erase(1);  // pod 1 lost: neither held nor expected back
+  EXPECT_EQ(LowestFreeIndex(4, holds, {0, 2, 3}), 1u);
+  EXPECT_EQ(LowestFreeIndex(1, [](std::uint32_t) { return false; }, {}), std::nullopt)
+      << "index 0 is the leader's";
+  EXPECT_EQ(LowestFreeIndex(3, [](std::uint32_t) { return false; }, {}), 1u);
+}
+
 TEST_F(AdmissionTest, PodsWithAndWithoutAnIndexNeverShareAGang) {
   Admission a = Decide(ByArrival(HelloFor(wire::kNoIndex)));  // the leader has indices
   EXPECT_EQ(a.verdict, Verdict::kRefuse);

@@ -1060,6 +1060,65 @@ TEST_F(RendezvousTest, PodsWithoutAnIndexGetNodeRanksInJoinOrder) {
   EXPECT_EQ((*second)->world_size, 6u);
 }
 
+// Elastic sizes numbered by arrival: the indices of the pods expected back
+// (LeaderOptions::expected) are kept, so a newcomer takes the lowest other
+// one; its assignment names that index beside its node rank (dense over the
+// generation's pods). A pod arriving while the generation runs is given the
+// next free index for the next round (on_join sees it), and with none left a
+// further one is refused for now without reaching on_join.
+TEST_F(RendezvousTest, ElasticByArrivalKeepsExpectedIndicesAndNamesTheIndex) {
+  auto by_arrival = [](std::uint32_t index) {
+    wire::Hello h = HelloFor(index, 4);
+    h.config.emplace_back("ranks", "arrival");
+    h.fingerprint = wire::Fingerprint(h.config);
+    return h;
+  };
+  LeaderOptions o;
+  o.admit_late = true;
+  o.expected = {0, 1};  // pod 1 of the generation that ended rejoins later
+  o.plan = [](const std::vector<std::uint32_t>& joined)
+      -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
+    if (joined.size() < 2) return std::nullopt;
+    std::map<std::uint32_t, std::uint32_t> ranks;
+    for (std::uint32_t key : joined) ranks.emplace(key, 0);
+    std::uint32_t r = 0;
+    for (auto& [key, rank] : ranks) rank = r++;
+    return ranks;
+  };
+  auto leader = MakeLeader(4, 0, "", o);
+  Outcome own;
+  std::map<int, Outcome> got;
+  leader->Start(by_arrival(0), [&](auto r) { own = r; });
+  auto newcomer = MakeMember(by_arrival(wire::kNoIndex), leader->port());
+  newcomer->Start([&](auto r) { got[0] = r; });
+  RunUntil([&] { return own && got.size() == 1; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  ASSERT_TRUE(got[0] && got[0]->ok()) << (got[0] ? got[0]->status().ToString() : "none");
+  EXPECT_EQ((*got[0])->index, std::optional<std::uint32_t>(2)) << "index 1 is kept for pod 1";
+  EXPECT_EQ((*got[0])->node_rank, std::optional<std::uint32_t>(1));
+  EXPECT_EQ((*own)->index, std::optional<std::uint32_t>(0));
+  std::vector<std::uint32_t> joins;
+  leader->StartChannel({.on_report = {}, .on_lost = {}, .on_join = [&](std::uint32_t i) {
+                          joins.push_back(i);
+                          return false;  // the gang grows: the next generation
+                        }});
+  auto late = MakeMember(by_arrival(wire::kNoIndex), leader->port(), 1500ms);
+  late->Start([&](auto r) { got[1] = r; });
+  RunUntil([&] { return !joins.empty(); });
+  auto full = MakeMember(by_arrival(wire::kNoIndex), leader->port(), 1500ms);
+  full->Start([&](auto r) { got[2] = r; });
+  RunUntil([&] { return got.size() == 3; });
+  ASSERT_FALSE(joins.empty());
+  for (std::uint32_t i : joins) EXPECT_EQ(i, 3u) << "1 kept, 2 held, 3 given; then none";
+  ASSERT_TRUE(got[1] && !got[1]->ok()) << "it retries with index 3 until its deadline";
+  EXPECT_NE(got[1]->status().message().find("it joins the next generation"), std::string::npos)
+      << got[1]->status().message();
+  ASSERT_TRUE(got[2] && !got[2]->ok());
+  EXPECT_NE(got[2]->status().message().find("finds every node rank 1..3 taken"),
+            std::string::npos)
+      << got[2]->status().message();
+}
+
 // A pod with an index and a leader numbering by arrival: refused for good.
 TEST_F(RendezvousTest, APodWithAnIndexCannotJoinAGangNumberedByArrival) {
   wire::Hello own_hello = HelloFor(0, 2);

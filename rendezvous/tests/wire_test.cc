@@ -62,15 +62,19 @@ std::vector<Message> Samples() {
   grown.generation = 3;
   grown.node_rank = 2;
   grown.restarts = 2;
+  Assignment arrived = grown;  // ranks by arrival: index 3 on node rank 2
+  arrived.index = 3;
   Hello elastic = SampleHello();
   elastic.config = {{"nnodes", "2:3"}, {"nproc_per_node", "2"}, {"spares", "1"}};
   elastic.fingerprint = Fingerprint(elastic.config);
   return {SampleHello(), jobset, probe, elastic, SampleAssignment(), spare, moved, grown,
-          WithNcclIds(1), WithNcclIds(3),
+          arrived, WithNcclIds(1), WithNcclIds(3),
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},
           Reject{.field = kReplacedField, .reason = "pod 3 was replaced",
                  .replaced = Replaced{.spare = 4, .node_rank = 3, .generation = 1}},
+          Reject{.field = kNextGenerationField, .reason = "joins the next generation",
+                 .retriable = true, .index = 2},
           Heartbeat{},
           Heartbeat{.sent_us = 1ULL << 40 | 7, .echo_us = 123456789, .echo_held_us = 250,
                     .step_rate_milli = 4500, .slowest_rank = 17},
@@ -256,6 +260,37 @@ TEST(WireTest, RestartsFollowTheMembershipFlags) {
   auto truncated = without;
   truncated[truncated.size() - 1] |= 4;  // flags (u16, big-endian) say "restarts follow"
   EXPECT_FALSE(DecodeAll(truncated, 1).ok());
+}
+
+// Ranks by arrival: the index the leader gave travels only when set, after the
+// restarts in an assignment and after `replaced` in a reject; flags that
+// announce it without its 4 bytes are refused.
+TEST(WireTest, AnArrivalIndexFollowsItsFlag) {
+  Assignment a = SampleAssignment();
+  a.node_rank = 1;
+  a.restarts = 0;
+  const auto without = Encode(a);
+  a.index = 2;
+  const auto with = Encode(a);
+  EXPECT_EQ(with.size(), without.size() + 4);
+  auto decoded = DecodeAll(with, 1);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  EXPECT_EQ(std::get<Assignment>((*decoded)[0]).index, std::optional<std::uint32_t>(2));
+  auto truncated = without;
+  truncated[truncated.size() - 5] |= 8;  // the flags' low byte, before the restarts
+  EXPECT_FALSE(DecodeAll(truncated, 1).ok());
+
+  Reject r{.field = kNextGenerationField, .reason = "next", .retriable = true};
+  const auto plain = Encode(r);
+  r.index = 0;  // present and 0 differs from absent
+  const auto given = Encode(r);
+  EXPECT_EQ(given.size(), plain.size() + 4);
+  auto got = DecodeAll(given, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(std::get<Reject>((*got)[0]).index, std::optional<std::uint32_t>(0));
+  auto short_reject = plain;
+  short_reject[short_reject.size() - 1] |= 4;  // flags (last) say "an index follows"
+  EXPECT_FALSE(DecodeAll(short_reject, 1).ok());
 }
 
 // A stop without a replacement is encoded as before `replacement` was

@@ -15,6 +15,12 @@ run until the test writes CTL/done (then exit 0).
 - test_join_at_max_waits_as_a_spare: `--nnodes 2:3 --spares 1`, pods 0-2 form WORLD_SIZE 3
   after the last call; pod 3 joins while the generation runs: at MAX it waits as a spare
   (no worker, no new generation) and exits 0 when the gang finishes.
+- test_by_arrival_join_grows_and_loss_shrinks: torchrun's elastic c10d line without indices
+  (`--nnodes 2:3 --rdzv-backend c10d --rdzv-endpoint <pod 0>:29400`, no JOB_COMPLETION_INDEX):
+  pod 0 (the endpoint's host) leads, pod 1 gets index 1, WORLD_SIZE 2; pod 2 joins -> index 2,
+  generation with WORLD_SIZE 3 (no restart); pod 1 SIGKILLed -> pods 0 and 2 run with
+  WORLD_SIZE 2, pod 2 on RANK 1 (dense), restart count 1; a new pod 1 takes the freed index 1
+  (WORLD_SIZE 3, pod 2 back on RANK 2); all still running exit 0.
 - test_below_min_waits_then_exits_infra: pods 0 and 1 train; pod 1 SIGKILLed -> pod 0 is
   below MIN, waits --rdzv-timeout, then exits 75 (infra) saying what was missing.
 
@@ -75,13 +81,17 @@ class ElasticTest(PodsimTestCase):
         except FileNotFoundError:
             return []
 
-    def start(self, c, i, rdzv_timeout=30, spares=0):
+    def start(self, c, i, rdzv_timeout=30, spares=0, arrival=False):
+        """Starts pod i; `arrival`: no index, pod 0's address as the c10d endpoint."""
         cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), self.ctl(c)]
+        flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{c.pod_ip(0)}:29400",
+                 "--rdzv-id", "42"] if arrival else []
         c.start_pod(i, self.trainlet("--termination-log", os.path.join(c.workdir, f"tlog{i}"),
                                      "--max-restarts", "2", "--rdzv-conf",
-                                     "last_call_timeout=1", "--spares", str(spares),
+                                     "last_call_timeout=1", "--spares", str(spares), *flags,
                                      nnodes="2:3", grace=GRACE, rdzv_timeout=rdzv_timeout,
-                                     cmd=cmd))
+                                     cmd=cmd),
+                    env={"JOB_COMPLETION_INDEX": None} if arrival else None)
 
     def wait_starts(self, c, i, count, timeout=40):
         deadline = time.monotonic() + timeout
@@ -145,6 +155,32 @@ class ElasticTest(PodsimTestCase):
             self.assertEqual(self.starts(c, 3), [], "the spare ran a worker")
             for i in range(3):
                 self.assertEqual(len(self.starts(c, i)), 1, f"pod {i} restarted for a spare")
+            self.assertNothingLeft(c)
+
+    def test_by_arrival_join_grows_and_loss_shrinks(self):
+        with self.cluster(pods=3) as c:
+            c.publish_all()
+            self.start(c, 0, arrival=True)
+            c.pods[0].wait_for_output(r"ranks by arrival: this agent leads", 10, "stderr")
+            self.start(c, 1, arrival=True)
+            self.assertEqual(self.wait_starts(c, 0, 1), (0, 0, 2), "pod 0 first")
+            self.assertEqual(self.wait_starts(c, 1, 1), (0, 1, 2), "pod 1 first")
+            self.start(c, 2, arrival=True)  # joins while generation 0 runs: grows the gang
+            for i in range(3):
+                self.assertEqual(self.wait_starts(c, i, 2 if i < 2 else 1), (0, i, 3),
+                                 f"pod {i} after the join")
+            self.assertRegex(c.pods[2].stderr(), r"index 2 for its next generation")
+            c.pods[1].signal(signal.SIGKILL)  # a loss: pods 0 and 2 go on, ranks dense
+            self.assertEqual(self.wait_starts(c, 0, 3), (1, 0, 2), "pod 0 after the loss")
+            self.assertEqual(self.wait_starts(c, 2, 2), (1, 1, 2), "pod 2 after the loss")
+            c.pods[1].wait(10)
+            self.start(c, 1, arrival=True)  # a new pod: takes the lost pod's index 1
+            self.assertEqual(self.wait_starts(c, 1, 3), (1, 1, 3), "the new pod 1")
+            self.assertEqual(self.wait_starts(c, 2, 3), (1, 2, 3), "pod 2 after the rejoin")
+            self.assertEqual(self.wait_starts(c, 0, 4), (1, 0, 3), "pod 0 after the rejoin")
+            open(os.path.join(self.ctl(c), "done"), "w").close()
+            for i in range(3):
+                self.assertExit(c.pods[i], 40, 0)
             self.assertNothingLeft(c)
 
     def test_below_min_waits_then_exits_infra(self):

@@ -83,7 +83,8 @@ class Pod {
       ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     }
     spdlog::info("pod index {} of {} ({}), {} worker(s) per pod, job '{}' attempt {}, {}{}",
-                 id.index, id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
+                 id.index == rendezvous::wire::kNoIndex ? "?" : std::to_string(id.index),
+                 id.nnodes, id.index_source, id.nproc_per_node, id.job_id, id.attempt,
                  ::getpid() == 1 ? "PID 1" : "child subreaper",
                  options_.interpreter.empty() ? "" : ", python " + options_.interpreter);
     PlanMemory();
@@ -497,12 +498,18 @@ class Pod {
 
   // Another pod acting as this gang's leader (leader_probe.h): both stop, config.
   // Ranks by arrival (rendezvous/arrival.h): the leader numbered this member
-  // as it joined; it keeps that index for every later generation.
-  void AdoptArrivalIndex(std::uint32_t index) {
+  // as it joined; it keeps that index for every later generation (its node
+  // rank follows the generation's size with elastic --nnodes MIN:MAX).
+  void AdoptArrivalIndex(std::uint32_t index, std::optional<std::uint32_t> node_rank) {
     options_.identity.index = index;
     options_.identity.index_source = "arrival (the leader's order of joining)";
     policy_.AdoptIndex(index);
     SetLogPod(index);
+    if (node_rank && *node_rank != index) {
+      spdlog::info("index {} by arrival (node rank {} in this generation): the leader numbers "
+                   "the pods as they join", index, *node_rank);
+      return;
+    }
     spdlog::info("node rank {} by arrival: the leader numbers the pods as they join", index);
   }
 
@@ -539,7 +546,9 @@ class Pod {
     }
     const auto& a = *result;
     const PodIdentity& id = options_.identity;
-    if (id.index == rendezvous::wire::kNoIndex && a.node_rank) AdoptArrivalIndex(*a.node_rank);
+    if (id.index == rendezvous::wire::kNoIndex && (a.index || a.node_rank)) {
+      AdoptArrivalIndex(a.index.value_or(a.node_rank.value_or(0)), a.node_rank);
+    }
     gang_formed_ = true;
     if (a.generation == 0 && g.join == 0) phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
     g.rank_base = a.rank_base;

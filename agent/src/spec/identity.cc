@@ -494,7 +494,7 @@ Status Resolution::PlaceInGang() {
     }
     id.index = *n;
     id.index_source = index->source;
-  } else if (id.nnodes > 1 && !id.elastic()) {
+  } else if (id.nnodes > 1) {  // elastic MIN:MAX too: MAX > 1
     Status s = WithoutIndex(in, nnodes->source + "=" + Quote(nnodes->value),
                             files.annotations_path, &id);
     if (!s.ok()) return s;
@@ -505,10 +505,12 @@ Status Resolution::PlaceInGang() {
     return Status::Config("--spares with --gang: hot spares take node ranks of a plain Indexed "
                           "Job; a JobSet's roles have fixed places");
   }
-  if (id.elastic() && (layout || !index)) {  // !index: none given, nor by arrival
+  if (id.elastic() && layout) {
     return Status::Config(nnodes->source + "=" + Quote(nnodes->value) +
-                          ": an elastic MIN:MAX gang needs an index on every pod (an Indexed "
-                          "Job's completion index, or --node-rank) and no --gang layout");
+                          ": an elastic MIN:MAX gang cannot have a --gang layout (a JobSet's "
+                          "roles have fixed places): give each pod an index (an Indexed Job's "
+                          "completion index, or --node-rank), or none and --rdzv-endpoint "
+                          "(numbered by arrival)");
   }
   id.spares = in.spares;
   // An index the Job controller gave (not a flag): the gang spans pods.

@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "trainlet/rendezvous/wire.h"
@@ -98,9 +100,21 @@ struct Admission {
 //     back): refuse for good, field wire::kReplacedField, naming the spare;
 //  9. the index held: by a silent holder: admit, replacing it; by a holder of
 //     another job-restart-attempt: refuse, retriable; by a live one: a clash,
-//     refuse for good naming both pods;
+//     refuse for good naming both pods; ranks by arrival, where the leader
+//     gave every index: the claimant was declared lost and its index given
+//     away, refuse for good, field wire::kReplacedField (it exits infra);
 // 10. admit.
 Admission Admit(const AdmissionState& state, const wire::Hello& hello);
+
+// Ranks by arrival: the index a pod without one gets (AdmissionState::free_index):
+// the lowest of 1..nnodes-1 that no admitted member holds (`held`) and that is
+// not kept for a pod expected back (`reserved`: with elastic sizes, the pods
+// of the generation that ended, which rejoin the next round with their
+// indices, and pods admitted while it ran for the next one). A lost pod's
+// index is in neither, so it is free again. nullopt: none free.
+std::optional<std::uint32_t> LowestFreeIndex(std::uint32_t nnodes,
+                                             const std::function<bool(std::uint32_t)>& held,
+                                             const std::set<std::uint32_t>& reserved);
 
 // The first field that differs between two launch configurations ("" when they
 // agree), with the leader's and the member's value ("(absent)" when missing).

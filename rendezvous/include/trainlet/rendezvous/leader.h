@@ -5,7 +5,10 @@
 // and launch configuration, and once every pod is in, sends each member its
 // Assignment (global ranks, world size, where the trainers' store listens).
 // Pods without an index (ranks by arrival, launch.h) take the lowest free one
-// as they are admitted: node ranks in the order they join (admission.h).
+// as they are admitted: node ranks in the order they join (admission.h); with
+// a membership plan (elastic sizes) the indices of LeaderOptions::expected stay
+// kept for the pods of the generation that ended, and the pod learns its
+// index from the Assignment (or, admitted for the next round, the Reject).
 // The leader's own pod joins in-process through Start(); members join over TCP.
 // Admitted connections stay open for the life of the Leader.
 //
@@ -266,7 +269,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void OnHello(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof);
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
-  void AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index);
+  void AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, bool by_arrival);
   void ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index);
   std::string MasterAddrFor(const std::shared_ptr<Conn>& conn) const;
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
@@ -276,6 +279,8 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void NotPending(const std::shared_ptr<Conn>& conn);  // it left the handshake (admitted or closed)
   void EvictPending();  // all pending slots taken: make room (see leader.cc)
   void MaybeAssign();
+  // The generation the round that forms runs (the leader's, or a fresh leader's survivors').
+  std::uint32_t RoundGeneration() const;
   // The members an assignment round writes to, with the MASTER_ADDR each is
   // given, in the order of the writes (LeaderOptions::assign_first); sets
   // *own_addr to the leader pod's own MASTER_ADDR.

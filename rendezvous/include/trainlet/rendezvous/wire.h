@@ -114,6 +114,11 @@ struct Assignment {
   // restarts its workers for num_nodes_waiting() without spending one:
   // torch/distributed/elastic/agent/server/api.py). Absent: `generation`.
   std::optional<std::uint32_t> restarts{};
+  // Ranks by arrival (launch.h): the index the leader gave this pod (it says
+  // hello with it from then on). It differs from node_rank once the gang's
+  // size changed (elastic sizes: ranks are dense over the active indices).
+  // Absent: the pod has an index of its own (or an older leader: node_rank).
+  std::optional<std::uint32_t> index{};
   bool operator==(const Assignment&) const = default;
 };
 
@@ -146,6 +151,10 @@ struct Reject {
   bool retriable = false;
   // Appended after the flags (an older leader's reject ends there): field kReplacedField.
   std::optional<Replaced> replaced{};
+  // Appended after `replaced`: field kNextGenerationField for a pod without an
+  // index (ranks by arrival, launch.h): the index the leader gave it for the
+  // next generation, which it says hello with from then on.
+  std::optional<std::uint32_t> index{};
   bool operator==(const Reject&) const = default;
 };
 
