@@ -68,9 +68,14 @@ def wait_for(predicate, path, procs, timeout, what):
         time.sleep(0.005)
 
 
-def once(binary, pods, spare, fault, logs=None):
+def once(binary, pods, spare, fault, logs=None, detail=None):
     """ms from the fault to the figure (see the module doc). `logs`: a folder for the
-    agents' stderr (log level info), to read a run's timeline."""
+    agents' stderr (log level info), to read a run's timeline. `detail` (a dict), in a
+    spare run: gets "first_term" and "last_term", ms from the fault to the first and the
+    last worker's SIGTERM trap (the leader's Stop arriving; its detection varies with
+    where the fault fell between the lost pod's heartbeats), so the restart alone is the
+    figure minus "first_term"; and "started_before": how many other workers of the next
+    generation had started before the spare's."""
     agents = pods + (1 if spare else 0)
     rdzv, master = common.free_ports(2)
     extra = ["--spares", "1", "--max-restarts", "1"] if spare else []
@@ -83,7 +88,7 @@ def once(binary, pods, spare, fault, logs=None):
                 err = open(os.path.join(logs, f"pod{i}.log"), "w") if logs else subprocess.DEVNULL
                 procs.append(subprocess.Popen(
                     common.agent_argv(binary, i, pods, rdzv, master, ["sh", "-c", TRAINER],
-                                      extra=extra, log_level="info" if logs else "warn"),
+                                      extra=extra, log_level=os.environ.get("SPARES_LOG_LEVEL", "info") if logs else "warn"),
                     stdout=sink, stderr=err, env=env()))
 
         def gang(o):
@@ -100,6 +105,14 @@ def once(binary, pods, spare, fault, logs=None):
                 s = [int(t) for c, r, _, t in START.findall(o) if c == "1" and r == "1"]
                 return s[0] if s else None
             t = wait_for(swapped, out, procs, 60, "the spare's worker")
+            if detail is not None:
+                o = read(out)
+                detail["started_before"] = sum(
+                    1 for c, r, _, x in START.findall(o) if c == "1" and r != "1" and int(x) < t)
+                terms = [int(x) for r, x in TERM.findall(o) if r != "1"]
+                if terms:
+                    detail["first_term"] = (min(terms) - t0) / 1e6
+                    detail["last_term"] = (max(terms) - t0) / 1e6
         else:
             def stopped(o):
                 s = [int(t) for r, t in TERM.findall(o) if r != "1"]
@@ -118,7 +131,10 @@ def once(binary, pods, spare, fault, logs=None):
                 os.kill(int(line[2]), signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        os.unlink(out)
+        if logs:
+            os.replace(out, os.path.join(logs, "workers.out"))
+        else:
+            os.unlink(out)
 
 
 def run(binary, pods, runs, fault, log=print, logs=None):

@@ -163,6 +163,27 @@ TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
   EXPECT_EQ(reconsidered_, 0);
 }
 
+// The assignments of pods that start workers from nothing go out first
+// (LeaderOptions::assign_first): every pod of the first generation, then only
+// the spare taking a lost pod's node rank; not a survivor, a waiting spare,
+// or a pod the round leaves out.
+TEST_F(RosterTest, NewlyActiveIsTheSpareTakingANodeRank) {
+  Round();
+  EXPECT_FALSE(roster_.NewlyActive(0)) << "no round formed yet";
+  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  EXPECT_TRUE(roster_.NewlyActive(0));
+  EXPECT_TRUE(roster_.NewlyActive(1));
+  EXPECT_FALSE(roster_.NewlyActive(2)) << "waits as a spare";
+  roster_.Adopt(0);
+  EXPECT_FALSE(roster_.NewlyActive(0)) << "no round being formed";
+  roster_.MarkLost(1);
+  Round();
+  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  EXPECT_FALSE(roster_.NewlyActive(0)) << "a survivor";
+  EXPECT_TRUE(roster_.NewlyActive(2)) << "the spare taking node rank 1";
+  EXPECT_FALSE(roster_.NewlyActive(1)) << "lost";
+}
+
 // The Stop names the spare the next generation gives the leaving pod's node
 // rank: the lowest waiting index; none for a pod that keeps its rank, for a
 // waiting spare, or once no spare waits.

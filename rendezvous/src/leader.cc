@@ -716,6 +716,30 @@ std::uint32_t Leader::RoundGeneration() const {
   return generation;
 }
 
+std::vector<std::pair<std::shared_ptr<Leader::Conn>, std::string>> Leader::AssignmentTargets(
+    std::string* own_addr) {
+  Impl& im = *impl_;
+  // MASTER_ADDR for each member is the leader address that member itself
+  // reached us on: proven reachable from there, and never loopback in a pod.
+  *own_addr = "127.0.0.1";  // single-pod gang: nobody else needs to reach us
+  std::vector<std::pair<std::shared_ptr<Conn>, std::string>> targets;
+  for (auto& [index, conn] : im.members) {
+    boost::system::error_code ec;
+    auto local = conn->socket.local_endpoint(ec);
+    if (ec) continue;
+    targets.emplace_back(conn, MasterAddrFor(conn));
+    if (*own_addr == "127.0.0.1" && !local.address().is_loopback()) {
+      *own_addr = targets.back().second;
+    }
+  }
+  if (!im.options.master_addr.empty()) *own_addr = im.options.master_addr;
+  if (const auto& first = im.options.assign_first) {
+    std::stable_partition(targets.begin(), targets.end(),
+                          [&first](const auto& t) { return first(*t.first->index); });
+  }
+  return targets;
+}
+
 void Leader::MaybeAssign() {
   Impl& im = *impl_;
   if (im.finished || im.assigning) return;
@@ -752,18 +776,9 @@ void Leader::MaybeAssign() {
                             .spare = node == ranks.end(),
                             .index = by_arrival ? std::optional(index) : std::nullopt};
   };
-  // MASTER_ADDR for each member is the leader address that member itself
-  // reached us on: proven reachable from there, and never loopback in a pod.
-  std::string own_addr = "127.0.0.1";  // single-pod gang: nobody else needs to reach us
-  std::vector<std::pair<std::shared_ptr<Conn>, std::string>> targets;
-  for (auto& [index, conn] : im.members) {
-    boost::system::error_code ec;
-    auto local = conn->socket.local_endpoint(ec);
-    if (ec) continue;
-    targets.emplace_back(conn, MasterAddrFor(conn));
-    if (own_addr == "127.0.0.1" && !local.address().is_loopback()) own_addr = targets.back().second;
-  }
-  if (!im.options.master_addr.empty()) own_addr = im.options.master_addr;
+  std::string own_addr;
+  const std::vector<std::pair<std::shared_ptr<Conn>, std::string>> targets =
+      AssignmentTargets(&own_addr);
   // Fresh NCCL ids for this round, the same for every pod (gpu/nccl.h; NVIDIA/nccl#1038).
   std::pair<std::uint32_t, std::vector<std::string>> nccl;
   if (im.options.make_nccl_ids) {

@@ -911,6 +911,43 @@ TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
   EXPECT_TRUE((*got[1])->spare);
 }
 
+// LeaderOptions::assign_first orders the assignment writes only: it is asked
+// about each member once the plan formed the round, and every member still
+// gets its own assignment (who is written first is not observable here: one
+// event loop reads all the members).
+TEST_F(RendezvousTest, AssignFirstOrdersTheWritesOnly) {
+  LeaderOptions o;
+  bool formed = false;
+  std::vector<std::uint32_t> asked;
+  o.plan = [&](const std::vector<std::uint32_t>& joined)
+      -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
+    if (joined.size() < 4) return std::nullopt;
+    formed = true;
+    return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {3, 2}};
+  };
+  o.assign_first = [&](std::uint32_t index) {
+    EXPECT_TRUE(formed) << "asked before the plan formed the round";
+    asked.push_back(index);
+    return index == 3;
+  };
+  auto leader = MakeLeader(4, 0, "", o);
+  Outcome own;
+  leader->Start(HelloFor(0, 4), [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  auto members = StartMembers(*this, 4, leader->port(), &got);
+  RunUntil([&] { return own && got.size() == 3; });
+  ASSERT_TRUE(own && own->ok());
+  std::sort(asked.begin(), asked.end());
+  EXPECT_EQ(asked, (std::vector<std::uint32_t>{1, 2, 3}));
+  ASSERT_TRUE(got[3] && got[3]->ok());
+  EXPECT_EQ((*got[3])->node_rank, std::optional<std::uint32_t>(2));
+  EXPECT_FALSE((*got[3])->spare);
+  ASSERT_TRUE(got[1] && got[1]->ok());
+  EXPECT_EQ((*got[1])->node_rank, std::optional<std::uint32_t>(1));
+  ASSERT_TRUE(got[2] && got[2]->ok());
+  EXPECT_TRUE((*got[2])->spare);
+}
+
 // LeaderOptions::admit_late: after the round formed, a pod's hello still goes
 // through Admit; on_join says whether it waits as a spare (a spare assignment
 // of this generation, then the channel) or joins the next round (refused for

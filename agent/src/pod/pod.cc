@@ -441,6 +441,7 @@ class Pod {
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
       lo.replaced_of = [this](std::uint32_t index) { return roster_.LastReplacementOf(index); };
       lo.left_of = [this](std::uint32_t index) { return roster_.LeftIn(index); };
+      lo.assign_first = [this](std::uint32_t index) { return roster_.NewlyActive(index); };
     }
     // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);

@@ -130,6 +130,12 @@ void Roster::AddJoined(std::uint32_t key, bool waiting) {
   }
 }
 
+bool Roster::NewlyActive(std::uint32_t key) const {
+  if (!planned_ || !planned_->NodeRankOf(key)) return false;
+  auto it = pods_.find(key);
+  return it == pods_.end() || !it->second.node_rank;
+}
+
 std::optional<std::uint32_t> Roster::PlannedReplacement(std::uint32_t key) const {
   std::vector<MemberState> pods;
   for (const auto& [k, m] : pods_) pods.push_back(m);

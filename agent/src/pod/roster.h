@@ -78,6 +78,13 @@ class Roster {
   // nullopt: none since it was last active.
   std::optional<std::uint32_t> LeftIn(std::uint32_t key) const;
 
+  // Whether the round being formed (the last Plan that formed) makes pod
+  // `key` active although the generation adopted last did not: a spare taking
+  // a node rank, a pod that joined, every pod of the first generation. Their
+  // assignments are written first (LeaderOptions::assign_first): their
+  // workers start from nothing.
+  bool NewlyActive(std::uint32_t key) const;
+
   // The waiting spare the next generation would give `key`'s node rank if
   // every other pod the roster counts alive came back (PlanGeneration over the
   // roster as it stands: call after MarkLost/MarkLeaving of `key`). nullopt:

@@ -112,6 +112,14 @@ struct LeaderOptions {
   // on_join, a late pod is refused for now. false: the listener closes when
   // the round forms (late pods find the port closed).
   bool admit_late = false;
+  // The order of the assignment writes: the pods this says true for first,
+  // then the others, each part by index. Hot spares: the pods that start
+  // workers from nothing in this round (a spare taking a lost pod's node rank).
+  // On a busy node each member woken by its assignment may run before the
+  // leader writes the next one, so the pod written last waited for all the
+  // others to start their workers (bench/RESULTS.md, hot spares). Unset: by
+  // index. Called on the executor, once `plan` formed the round.
+  std::function<bool(std::uint32_t index)> assign_first;
   // Hot spares: the latest replacement of an index by a spare (admission.h,
   // rule 8: the replaced pod coming back is refused for good). Unset: none.
   // Called on the executor for each hello.
@@ -277,6 +285,11 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void MaybeAssign();
   // The generation the round that forms runs (the leader's, or a fresh leader's survivors').
   std::uint32_t RoundGeneration() const;
+  // The members an assignment round writes to, with the MASTER_ADDR each is
+  // given, in the order of the writes (LeaderOptions::assign_first); sets
+  // *own_addr to the leader pod's own MASTER_ADDR.
+  std::vector<std::pair<std::shared_ptr<Conn>, std::string>> AssignmentTargets(
+      std::string* own_addr);
   std::optional<std::map<std::uint32_t, std::uint32_t>> NodeRanks();
   void Send(const std::shared_ptr<Conn>& conn, std::vector<std::uint8_t> frame,
             std::function<void()> then = {});
