@@ -156,13 +156,20 @@ Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admis
       /*retriable=*/false);
 }
 
+// Rule 8's window: the pod, declared lost, asks for a generation from 1 up to
+// `formed` (the one that went on without it), i.e. one it missed. A recreated
+// pod starts at generation 0; one admitted since asks for a later one.
+bool MissedGeneration(const wire::Hello& hello, std::optional<std::uint32_t> formed) {
+  return formed && hello.index != wire::kNoIndex && hello.generation != 0 &&
+         hello.generation <= *formed;
+}
+
 // Rule 8: a pod the leader declared lost, whose node rank a spare took,
 // comes back asking for a generation it missed (hello.generation from 1 to the
 // replacement's: a frozen pod resumed, a cut link restored). A recreated pod
 // starts at generation 0, and a spare admitted since asks for a later one.
 std::optional<Admission> ReplacedIndex(const AdmissionState& state, const wire::Hello& hello) {
-  if (!state.replaced || hello.index == wire::kNoIndex || hello.generation == 0 ||
-      hello.generation > state.replaced->generation) {
+  if (!state.replaced || !MissedGeneration(hello, state.replaced->generation)) {
     return std::nullopt;
   }
   const wire::Replaced& by = *state.replaced;
@@ -181,10 +188,7 @@ std::optional<Admission> ReplacedIndex(const AdmissionState& state, const wire::
 // without (generation `state.left` formed with the rest), comes back asking
 // for a generation from 1 up to that one. A recreated pod starts at 0.
 std::optional<Admission> LeftIndex(const AdmissionState& state, const wire::Hello& hello) {
-  if (!state.left || hello.index == wire::kNoIndex || hello.generation == 0 ||
-      hello.generation > *state.left) {
-    return std::nullopt;
-  }
+  if (!MissedGeneration(hello, state.left)) return std::nullopt;
   return Refusal(wire::kLeftField,
                  "pod " + std::to_string(hello.index) + " (" + state.peer +
                      ") was declared lost; the gang went on without it in generation " +
