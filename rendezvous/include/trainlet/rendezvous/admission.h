@@ -49,7 +49,8 @@ struct AdmissionState {
   // the leader declared it lost (the gang shrank); nullopt: never.
   std::optional<std::uint32_t> left;
   // The lowest index of 1..nnodes-1 nobody holds (ranks by arrival: the one a
-  // pod without an index gets); nullopt when every one is held.
+  // pod without an index gets); nullopt when every one is held. Read only for a
+  // hello without an index (wire::kNoIndex); the leader computes it only then.
   std::optional<std::uint32_t> free_index;
   std::string peer;     // the claimant's "address:port", for messages
   std::string address;  // the claimant's address alone
