@@ -54,12 +54,20 @@ TEST(FormationPolicy, Table) {
        Kind::kWait, milliseconds(5)},
       // Later rounds: every pod still alive is back.
       {"restart: survivors back, at least MIN", Elastic(2, 3),
-       {.joined = 2, .first = false, .alive = 2, .since_min = milliseconds(0)}, Kind::kForm, {}},
+       {.joined = 2, .first = false, .alive = 2, .alive_back = 2, .since_min = milliseconds(0)},
+       Kind::kForm, {}},
       {"restart: a survivor still missing", Elastic(2, 3),
-       {.joined = 2, .first = false, .alive = 3, .since_min = milliseconds(0)}, Kind::kWait,
-       kLastCall},
+       {.joined = 2, .first = false, .alive = 3, .alive_back = 2, .since_min = milliseconds(0)},
+       Kind::kWait, kLastCall},
+      {"restart: a newcomer does not stand in for a survivor still stopping", Elastic(3, 5),
+       {.joined = 3, .first = false, .alive = 3, .alive_back = 2, .since_min = milliseconds(0)},
+       Kind::kWait, kLastCall},
+      {"restart: survivors back and a newcomer: forms", Elastic(3, 5),
+       {.joined = 4, .first = false, .alive = 3, .alive_back = 3, .since_min = milliseconds(0)},
+       Kind::kForm, {}},
       {"restart: survivors below MIN wait", Elastic(2, 3),
-       {.joined = 1, .first = false, .alive = 1, .since_min = none}, Kind::kWait, kTimeout},
+       {.joined = 1, .first = false, .alive = 1, .alive_back = 1, .since_min = none},
+       Kind::kWait, kTimeout},
       // Fixed gangs: as before, every pod.
       {"fixed gang of 4, all in", Elastic(4, 4), {.joined = 4, .since_min = milliseconds(0)},
        Kind::kForm, {}},
@@ -79,7 +87,8 @@ TEST(FormationPolicy, Table) {
       {"spares: N in at the deadline forms", Elastic(2, 2, 1),
        {.joined = 2, .since_min = kLastCall, .since_start = kTimeout}, Kind::kForm, {}},
       {"spares: a later round takes the last call", Elastic(2, 2, 1),
-       {.joined = 2, .first = false, .alive = 3, .since_min = kLastCall}, Kind::kForm, {}},
+       {.joined = 2, .first = false, .alive = 3, .alive_back = 2, .since_min = kLastCall},
+       Kind::kForm, {}},
       {"a single pod", Elastic(1, 1), {.joined = 1, .since_min = milliseconds(0)}, Kind::kForm,
        {}},
   };
@@ -147,11 +156,19 @@ TEST(FormationPolicyProperty, RandomRounds) {
                  .first = rng() % 2 == 0,
                  .alive = static_cast<std::uint32_t>(rng() % (hi + spares + 1)),
                  .since_start = milliseconds(rng() % 250)};
+    r.alive_back = static_cast<std::uint32_t>(rng() % (std::min(r.alive, r.joined) + 1));
     if (r.joined >= lo) r.since_min = milliseconds(rng() % (r.since_start.count() + 1));
     const FormationDecision d = DecideFormation(r, c);
     const std::string ctx = "case " + std::to_string(i) + ": " + d.why;
     if (d.kind == Kind::kForm) {
       EXPECT_GE(r.joined, lo) << ctx;
+    }
+    // Before the last call and the deadline, a later round below the whole gang
+    // forms only with every pod still alive back, whoever else joined.
+    const bool early = !r.since_min.has_value() || *r.since_min < c.last_call;
+    if (!r.first && r.joined < hi + spares && r.alive_back < r.alive && early &&
+        r.since_start < c.timeout) {
+      EXPECT_NE(d.kind, Kind::kForm) << ctx;
     }
     if (r.joined >= hi + spares) {
       EXPECT_EQ(d.kind, Kind::kForm) << ctx;

@@ -329,6 +329,35 @@ TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0}));
 }
 
+// A pod new to the gang that arrives while the gang restarts (an elastic join,
+// a recreated pod) must not stand in for a survivor still stopping its
+// workers: the round waits for the survivor by identity, not by count.
+TEST(RosterTest, ANewcomerDuringARestartDoesNotStandInForASurvivor) {
+  boost::asio::io_context io;
+  Roster roster;
+  // Generation 0 forms with pods 0, 1 and 3 (MIN 3, no last call to wait out).
+  roster.StartRound(io.get_executor(), Roster::Clock::now(),
+                    {.min_nodes = 3, .max_nodes = 5, .last_call = std::chrono::milliseconds(0)},
+                    [] {});
+  auto ranks = roster.Plan({0, 1, 3});
+  ASSERT_TRUE(ranks.has_value());
+  roster.Adopt(0);
+  EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 1, 3}));
+  // Generation 1 (a restart, torch's 30 s last call): pod 2 is new, survivor 1
+  // still stops its workers.
+  roster.StartRound(io.get_executor(), Roster::Clock::now(),
+                    {.min_nodes = 3, .max_nodes = 5, .last_call = std::chrono::seconds(30)},
+                    [] {});
+  EXPECT_FALSE(roster.Plan({0, 3, 2}).has_value())
+      << "three pods joined, but survivor 1 is not back: it must not be planned out";
+  ranks = roster.Plan({0, 3, 2, 1});
+  ASSERT_TRUE(ranks.has_value());
+  EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {2, 2}, {3, 3}}));
+  roster.Adopt(1);
+  EXPECT_TRUE(roster.replacements().empty()) << "nobody was replaced";
+  EXPECT_EQ(roster.LeftIn(1), std::nullopt);
+}
+
 TEST(CompactIndicesTest, RunsAndALimit) {
   EXPECT_EQ(rendezvous::CompactIndices({1, 2, 3, 7, 9, 10}, 16), "1-3,7,9-10");
   EXPECT_EQ(rendezvous::CompactIndices({}, 16), "");

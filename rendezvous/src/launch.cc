@@ -35,6 +35,7 @@ wire::Hello MakeHello(const LaunchSettings& s) {
   hello.generation = s.generation;
   hello.job_name = s.job_name;
   hello.job_restart_attempt = s.job_restart_attempt;
+  hello.restarts = s.restarts;
   return hello;
 }
 

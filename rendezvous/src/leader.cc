@@ -43,6 +43,7 @@ struct Leader::Conn {
   std::string address;                 // "10.0.0.12": the key of the log rate limit
   std::optional<std::uint32_t> index;  // set once admitted
   std::uint32_t generation = 0;        // the generation its hello asked for
+  std::optional<std::uint32_t> restarts;  // the restarts its hello counts (elastic)
   std::string job_name;                // its hello's (JobSet's Job), for the per-Job fence
   std::optional<std::uint32_t> job_restart_attempt;
   bool closed = false;
@@ -552,6 +553,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   }
   conn->index = index;
   conn->generation = hello.generation;
+  conn->restarts = hello.restarts;
   conn->job_name = hello.job_name;
   conn->job_restart_attempt = hello.job_restart_attempt;
   conn->timer.cancel();
@@ -721,6 +723,18 @@ std::uint32_t Leader::RoundGeneration() const {
   return generation;
 }
 
+// As RoundGeneration, for the restarts counted (elastic sizes, where a join's
+// generation is none): a replaced leader continues the members' count.
+std::optional<std::uint32_t> Leader::RoundRestarts() const {
+  const Impl& im = *impl_;
+  std::optional<std::uint32_t> restarts = im.options.restarts;
+  if (!restarts || im.own->generation != 0) return restarts;
+  for (const auto& [index, conn] : im.members) {
+    if (conn->restarts) restarts = std::max(*restarts, *conn->restarts);
+  }
+  return restarts;
+}
+
 std::vector<std::pair<std::shared_ptr<Leader::Conn>, std::string>> Leader::AssignmentTargets(
     std::string* own_addr) {
   Impl& im = *impl_;
@@ -789,7 +803,7 @@ void Leader::MaybeAssign() {
   if (im.options.make_nccl_ids) {
     nccl = im.options.make_nccl_ids(active * nproc, own_addr);
   }
-  make = [base = make, nccl, restarts = im.options.restarts](std::uint32_t index,
+  make = [base = make, nccl, restarts = RoundRestarts()](std::uint32_t index,
                                                              std::string addr) {
     wire::Assignment a = base(index, std::move(addr));
     std::tie(a.nccl_version, a.nccl_ids) = nccl;

@@ -100,8 +100,9 @@ void EncodePayload(Writer& w, const Hello& m) {
   w.U32(m.generation);
   w.Str(m.job_name);
   w.U32(m.job_restart_attempt.value_or(0));
-  w.U16(m.job_restart_attempt ? 1 : 0);
+  w.U16(static_cast<std::uint16_t>((m.job_restart_attempt ? 1 : 0) | (m.restarts ? 2 : 0)));
   w.Str(m.leader_id);
+  if (m.restarts) w.U32(*m.restarts);
 }
 
 void EncodePayload(Writer& w, const Challenge& m) {
@@ -206,6 +207,11 @@ bool DecodePayload(Reader& r, Hello* m) {
     return false;
   }
   if ((flags & 1) != 0) m->job_restart_attempt = job_restart_attempt;
+  if ((flags & 2) != 0) {  // elastic sizes: the restarts counted (wire.h)
+    std::uint32_t restarts = 0;
+    if (!r.U32(&restarts)) return false;
+    m->restarts = restarts;
+  }
   return true;
 }
 

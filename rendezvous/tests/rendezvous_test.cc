@@ -176,6 +176,41 @@ TEST_F(RendezvousTest, FreshLeaderContinuesTheSurvivorsGeneration) {
   }
 }
 
+// Elastic sizes count restarts apart from generations (a join's is none). A
+// fresh leader (a replaced leader pod: generation 0, no restarts) continues the
+// members' count, so neither TORCHELASTIC_RESTART_COUNT nor the --max-restarts
+// budget starts over; a leader that restarted in place keeps its own.
+TEST_F(RendezvousTest, FreshElasticLeaderContinuesTheMembersRestartCount) {
+  for (const bool fresh : {true, false}) {
+    LeaderOptions lo;
+    lo.max_generation = std::nullopt;  // elastic: joins make generations, not restarts
+    lo.restarts = fresh ? 0 : 1;
+    auto leader = MakeLeader(3, 0, "", lo);
+    Outcome own;
+    wire::Hello own_hello = HelloFor(0, 3);
+    own_hello.generation = fresh ? 0 : 4;
+    leader->Start(own_hello, [&](auto r) { own = r; });
+    std::map<int, Outcome> got;
+    std::vector<std::shared_ptr<Member>> members;
+    for (std::uint32_t i : {1u, 2u}) {
+      wire::Hello h = HelloFor(i, 3);
+      h.generation = 4;
+      h.restarts = i == 1 ? 2 : 1;
+      members.push_back(MakeMember(h, leader->port()));
+      members.back()->Start([&got, i](auto r) { got[i] = r; });
+    }
+    RunUntil([&] { return own && got.size() == 2; });
+    ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+    const std::uint32_t want = fresh ? 2 : 1;
+    EXPECT_EQ((*own)->restarts, std::optional<std::uint32_t>(want)) << "fresh " << fresh;
+    for (std::uint32_t i : {1u, 2u}) {
+      ASSERT_TRUE(got[i] && got[i]->ok()) << i;
+      EXPECT_EQ((*got[i])->restarts, std::optional<std::uint32_t>(want)) << i;
+      EXPECT_EQ((*got[i])->generation, 4u) << i;
+    }
+  }
+}
+
 TEST_F(RendezvousTest, EveryPodGetsTheSameFreshNcclIdsMadeOncePerRound) {
   LeaderOptions o;
   int calls = 0;

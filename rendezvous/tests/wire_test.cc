@@ -67,7 +67,13 @@ std::vector<Message> Samples() {
   Hello elastic = SampleHello();
   elastic.config = {{"nnodes", "2:3"}, {"nproc_per_node", "2"}, {"spares", "1"}};
   elastic.fingerprint = Fingerprint(elastic.config);
-  return {SampleHello(), jobset, probe, elastic, SampleAssignment(), spare, moved, grown,
+  elastic.generation = 4;
+  elastic.restarts = 2;  // a join's generation is no restart
+  Hello elastic_first = elastic;
+  elastic_first.restarts = 0;  // present and 0 differs from absent
+  elastic_first.job_restart_attempt = 1;
+  return {SampleHello(), jobset, probe, elastic, elastic_first, SampleAssignment(), spare,
+          moved, grown,
           arrived, WithNcclIds(1), WithNcclIds(3),
           Reject{.field = "nnodes", .reason = "pod 3 says nnodes=4, leader says 16"},
           Reject{.field = "index", .reason = "index 3 already joined", .retriable = true},

@@ -130,15 +130,26 @@ FAULTS = [
     Fault("elastic_join_at_max", 1, False, None, None, False, ()),
     Fault("elastic_loss_kill", 3, True, 137, None, False, (137,)),
     Fault("elastic_loss_freeze", 1, True, 75, "infra", False, (75,)),
+    # join_mid_restart: a worker exits 1 (a restart) while every active pod's workers take
+    # SLOW_STOP s to stop, and a pod starts as soon as the stop reached a worker: elastic below
+    # MAX, a pod not yet in the gang, which the restart's generation takes in (WORLD_SIZE grown,
+    # one restart counted, no generation after it); with spares, a swapped-out pod the Job
+    # recreated, which waits as a spare while the restart runs on the same pods.
+    Fault("join_mid_restart", 2, True, 1, "worker", True, ()),
 ]
 # Kinds of a run with spares only, and kinds such a run does not draw (its own swap kinds cover
 # losses of active members; a lost leader waits for index 0's replacement, outside the model).
 SPARE_KINDS = {"spare_swap_kill", "spare_swap_freeze", "spare_swap_hardware", "spare_lost"}
 NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart"}
 ELASTIC_KINDS = {"elastic_join", "elastic_join_at_max", "elastic_loss_kill",
-                 "elastic_loss_freeze"}
+                 "elastic_loss_freeze", "join_mid_restart"}
 ELASTIC_ORDER = ["elastic_join", "elastic_loss_kill", "elastic_join_at_max",
-                 "elastic_loss_freeze"]
+                 "elastic_loss_freeze", "join_mid_restart", "agent_sigkill", "link_cut",
+                 "agent_freeze"]
+# Losses an elastic run also draws (no spare waiting): a member's with more than MIN active
+# shrinks the gang as elastic_loss_*; the leader's, or one at MIN, waits for the Job's
+# replacement of the index and restarts with the same pods.
+ELASTIC_LOSSES = {"agent_sigkill", "agent_freeze", "link_cut"}
 LAST_CALL = 2          # --rdzv-conf last_call_timeout of an elastic run
 BY_NAME = {f.name: f for f in FAULTS}
 PEER_FAILED = 76
@@ -177,7 +188,7 @@ class Run:
         # node rank of each active pod, the waiting spares (lowest first), pods gone for good.
         if first in SPARE_KINDS:
             self.spares = 1
-        elif first in NOT_WITH_SPARES:
+        elif first in NOT_WITH_SPARES and not (args.elastic and first in ELASTIC_LOSSES):
             self.spares = 0
         else:
             self.spares = random.Random(seed ^ 0x5BA4E).choice([0, 0, 1])
@@ -188,8 +199,9 @@ class Run:
         self.pending = []  # elastic: pod indices not started yet (or lost: the Job recreates)
         self.restarts = 0  # TORCHELASTIC_RESTART_COUNT: the generation unless elastic
         self.elastic = None
-        if first in ELASTIC_KINDS or (first not in SPARE_KINDS | NOT_WITH_SPARES and
-                                      random.Random(seed ^ 0xE1A5).random() < 0.25):
+        if first in ELASTIC_KINDS or (args.elastic and first in ELASTIC_LOSSES) or (
+                first not in SPARE_KINDS | NOT_WITH_SPARES and
+                random.Random(seed ^ 0xE1A5).random() < 0.25):
             self.draw_elastic(first)
 
     def draw_elastic(self, first):
@@ -202,12 +214,17 @@ class Run:
         self.spares = 1 if first == "elastic_join_at_max" else er.choice([0, 0, 1])
         self.npods = hi + self.spares
         k = er.randint(lo, hi)
-        if first == "elastic_join":
+        if first in ("elastic_join", "join_mid_restart"):
             k = er.randint(lo, hi - 1)
+            self.max_restarts = max(self.max_restarts, 1 if first == "join_mid_restart" else 0)
         elif first == "elastic_join_at_max":
             k = hi
         elif first in ("elastic_loss_kill", "elastic_loss_freeze"):
             k = er.randint(lo + 1, hi)
+            self.max_restarts = max(self.max_restarts, 1)
+        elif first in ELASTIC_LOSSES:
+            self.spares = 0  # a waiting spare would make the loss a swap
+            self.npods = hi
             self.max_restarts = max(self.max_restarts, 1)
         initial = [0] + sorted(er.sample(range(1, hi), k - 1))
         self.rank_of = {i: r for r, i in enumerate(initial)}
@@ -429,18 +446,26 @@ class Run:
             table = [f for f in table if f.name not in NOT_WITH_SPARES and
                      (f.name not in SPARE_KINDS or self.waiting)]
         if not self.elastic:
-            table = [f for f in table if f.name not in ELASTIC_KINDS]
+            table = [f for f in table if f.name not in ELASTIC_KINDS or
+                     (f.name == "join_mid_restart" and self.gone and restarts_left >= 1)]
         else:
-            table = [f for f in table if f.name not in NOT_WITH_SPARES and self.elastic_ok(f)]
+            table = [f for f in table if self.elastic_ok(f, restarts_left)]
         return self.rng.choices(table, weights=[f.weight for f in table])[0]
 
-    def elastic_ok(self, fault):
+    def elastic_ok(self, fault, restarts_left):
         """Whether an elastic run can have `fault` now: a join needs a pod not yet in the
-        gang (below MAX: it grows; at MAX: a spare); a loss more than MIN active pods and
-        no waiting spare (with one, that is a swap)."""
+        gang (below MAX: it grows; at MAX: a spare), during a restart a restart left too;
+        elastic_loss_* more than MIN active pods and no waiting spare (with one, that is a
+        swap); the other losses no waiting spare; sigterm_mid_restart never."""
         active, (lo, hi) = len(self.rank_of), self.elastic
         if fault.name == "elastic_join":
             return bool(self.pending) and active < hi
+        if fault.name == "join_mid_restart":
+            return bool(self.pending) and active < hi and restarts_left >= 1
+        if fault.name in ELASTIC_LOSSES:
+            return not self.waiting
+        if fault.name in NOT_WITH_SPARES:
+            return False
         if fault.name == "elastic_join_at_max":
             return bool(self.pending) and active == hi and self.spares > len(self.waiting)
         if fault.name in ("elastic_loss_kill", "elastic_loss_freeze"):
@@ -453,6 +478,8 @@ class Run:
         Elastic: a join's pod is one not yet in the gang; a loss's an active member."""
         if fault.name in ("elastic_join", "elastic_join_at_max"):
             return self.rng.choice(self.pending)
+        if fault.name == "join_mid_restart":
+            return self.rng.choice(self.pending if self.elastic else sorted(self.gone))
         if not self.spares and not self.elastic:
             return self.rng.randrange(self.npods)
         if fault.name == "spare_lost":
@@ -487,6 +514,8 @@ class Run:
         self.fail_on_exit()
         if fault.name in ("elastic_join", "elastic_join_at_max"):
             return self.join(fault, victim)
+        if fault.name == "join_mid_restart":
+            return self.join_mid_restart(fault, victim, local_rank)
         restart = fault.retriable and self.restarts < self.max_restarts
         pod = self.c.pods[victim]
         key = (victim, self.inc[victim])
@@ -563,11 +592,17 @@ class Run:
             return self.expect_nothing(fault, victim, key, t0, tick)
         if restart and fault.name in SPARE_KINDS:
             return self.expect_swap(fault, victim, key, t0, tick, flush_timers)
-        if restart and fault.name in ELASTIC_KINDS:
+        if restart and (fault.name in ELASTIC_KINDS or self.shrinks(fault, victim)):
             return self.expect_shrink(fault, victim, key, t0, tick, flush_timers)
         if restart:
             return self.expect_restart(fault, victim, key, t0, tick, flush_timers)
         return self.expect_final(fault, victim, key, t0, tick, flush_timers)
+
+    def shrinks(self, fault, victim):
+        """Elastic: a member's loss (not the leader's) with more than MIN active pods leaves
+        a smaller gang; the leader's, or one at MIN, waits for the index's replacement."""
+        return (self.elastic is not None and fault.name in ELASTIC_LOSSES and victim != 0 and
+                len(self.rank_of) > self.elastic[0])
 
     def expect_swap(self, fault, victim, key, t0, tick, flush_timers):
         """The lowest waiting spare takes the victim's node rank in the next generation; the
@@ -669,6 +704,58 @@ class Run:
                         lambda: self.no_exit(fault, joiner, nxt))
         self.rank_of, self.gen = after, nxt
         self.check_ranks(nxt)  # the restart count unchanged: a join is no restart
+        for i in after:
+            self.record_code(fault.name, "joined" if i == joiner else "restarted", "in place")
+        return self.restarted(fault, joiner, t0)
+
+    def join_mid_restart(self, fault, joiner, local_rank):
+        """Pod `joiner` starts while the gang restarts (see the fault table): the restart's
+        generation takes it in (elastic below MAX) or it waits as a spare (a swapped-out pod
+        recreated); either way no pod exits, one restart is counted and no generation
+        follows."""
+        failing = self.rng.choice(sorted(self.rank_of))
+        gen, nxt = str(self.gen), self.gen + 1
+        for i in self.rank_of:
+            with open(os.path.join(self.ctl(i), f"g{self.gen}.slow"), "w"):
+                pass
+        self.c.event(f"soak: fault {fault.name}: pod {failing}'s worker exits 1, pod {joiner} "
+                     f"starts during the stop, generation {self.gen}")
+        t0 = time.time()
+        self.control(failing, self.gen, local_rank, "exit1")
+        self.wait_until(lambda: any(ev == "TERM" and g == gen and n == self.inc[i]
+                                    for i in self.rank_of
+                                    for ev, _, g, _, n in self.marks(i)),
+                        PHASE_TIMEOUT, "the restart's stop reaching a worker",
+                        lambda: self.no_exit(fault, joiner, nxt))
+        if joiner in self.pending:
+            self.pending.remove(joiner)
+        self.start_pod(joiner)
+        after = dict(self.rank_of)
+        if self.elastic:
+            after = {i: r for r, i in enumerate(sorted([*self.rank_of, joiner]))}
+
+        def placed(g):
+            return all(len(self.ready(i, g, self.inc[i])) == self.nproc for i in after)
+
+        # A joiner whose hello the leader reads only after the restart's round formed
+        # (it waited in the listen backlog) comes in with a join's generation right after.
+        self.wait_until(lambda: placed(nxt) or placed(nxt + 1), PHASE_TIMEOUT,
+                        f"{fault.name}: pod {joiner} and the others running generation {nxt}",
+                        lambda: self.no_exit(fault, joiner, nxt + 1))
+        if not self.elastic:
+            self.wait_until(lambda: "a hot spare, waiting without workers" in
+                            self.c.pods[joiner].stderr(), PHASE_TIMEOUT,
+                            f"{fault.name}: pod {joiner} waiting as a spare",
+                            lambda: self.no_exit(fault, joiner, nxt))
+            self.waiting = sorted([*self.waiting, joiner])
+        self.restarts += 1
+        if not placed(nxt):  # the restart without the joiner, then the join: no restart
+            self.gen = nxt
+            self.check_ranks(nxt)
+            nxt += 1
+            self.record_code(fault.name, "joined", "next generation")
+        self.rank_of, self.gen = after, nxt
+        self.check_ranks(nxt)
         for i in after:
             self.record_code(fault.name, "joined" if i == joiner else "restarted", "in place")
         return self.restarted(fault, joiner, t0)
@@ -980,7 +1067,8 @@ def main():
         for v in vs:
             print(f"  {v}")
         print(f"  replay: /usr/bin/python3 tests/soak/soak.py --trainlet {args.trainlet} "
-              f"--run {seed}" + (f" --first {first}" if first else ""))
+              f"--run {seed}" + (f" --first {first}" if first else "") +
+              (" --elastic" if args.elastic else ""))
     return 1 if stats.failed_runs else 0
 
 

@@ -27,7 +27,7 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
   // a pod arriving after the round formed is admitted while the generation runs
   // (as a spare, or by a next generation that takes it in: OnLateJoin).
   if (round.joined >= whole) return Form("the gang is whole (" + Count(round.joined, "pods") + ")");
-  if (enough && !round.first && round.joined >= round.alive) {
+  if (enough && !round.first && round.alive_back >= round.alive) {
     return Form("every pod still alive is back (" + Count(round.joined, "pods") + ")");
   }
   if (enough && round.since_min && *round.since_min >= c.last_call) {

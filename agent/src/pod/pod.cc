@@ -358,7 +358,8 @@ class Pod {
          .max_restarts = options_.max_restarts, .gang = id.gang,
          .preflight = options_.gpu.preflight, .generation = gen_->join, .job_name = id.job_name,
          .job_restart_attempt = id.job_restart_attempt, .spares = id.spares,
-         .ranks_by_arrival = id.by_arrival});
+         .ranks_by_arrival = id.by_arrival,
+         .restarts = id.elastic() ? std::optional(policy_.role().restarts()) : std::nullopt});
   }
 
   Status StartRendezvous() {

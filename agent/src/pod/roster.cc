@@ -30,15 +30,20 @@ void Roster::Cancel() {
 
 // Whether the round forms now (formation_policy.h); when it waits, the timer
 // asks again at the latest when its last call or deadline comes.
-bool Roster::Forms(std::uint32_t joined) {
+bool Roster::Forms(const std::vector<std::uint32_t>& joined) {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
   const Clock::time_point now = Clock::now();
-  min_reached_at_ = MinReachedAt(min_reached_at_, joined, formation_, now);
-  RoundState r{.joined = joined,
+  const auto count = static_cast<std::uint32_t>(joined.size());
+  min_reached_at_ = MinReachedAt(min_reached_at_, count, formation_, now);
+  RoundState r{.joined = count,
                .first = pods_.empty(),
                .since_start = duration_cast<milliseconds>(now - round_started_)};
-  for (const auto& [key, m] : pods_) r.alive += (!m.lost && !m.must_leave) ? 1 : 0;
+  for (const auto& [key, m] : pods_) {
+    if (m.lost || m.must_leave) continue;
+    ++r.alive;
+    if (std::find(joined.begin(), joined.end(), key) != joined.end()) ++r.alive_back;
+  }
   if (min_reached_at_) r.since_min = duration_cast<milliseconds>(now - *min_reached_at_);
   const FormationDecision d = DecideFormation(r, formation_);
   if (d.kind == FormationDecision::Kind::kForm) return true;
@@ -54,7 +59,7 @@ bool Roster::Forms(std::uint32_t joined) {
 
 std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
     const std::vector<std::uint32_t>& joined) {
-  if (!Forms(static_cast<std::uint32_t>(joined.size()))) return std::nullopt;
+  if (!Forms(joined)) return std::nullopt;
   std::vector<MemberState> pods;
   for (std::uint32_t key : joined) {
     MemberState m{.key = key};

@@ -93,7 +93,7 @@ class Roster {
   std::optional<std::uint32_t> PlannedReplacement(std::uint32_t key) const;
 
  private:
-  bool Forms(std::uint32_t joined);
+  bool Forms(const std::vector<std::uint32_t>& joined);
   // Adopt: the pods declared lost while active that generation `generation`
   // formed without (no spare took their node rank) go to left_.
   void RecordLeft(std::uint32_t generation);

@@ -36,6 +36,8 @@ struct LaunchSettings {
   // wire::kNoIndex until then). Config "ranks" = "arrival": every pod of the
   // gang must agree, so a pod with an index and one without never share one.
   bool ranks_by_arrival = false;
+  // Elastic sizes: the restarts counted for `generation` (wire.h Hello::restarts).
+  std::optional<std::uint32_t> restarts{};
 };
 
 // Whether a launch configuration numbers its pods by arrival (ranks_by_arrival).

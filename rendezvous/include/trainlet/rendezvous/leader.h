@@ -285,6 +285,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void MaybeAssign();
   // The generation the round that forms runs (the leader's, or a fresh leader's survivors').
   std::uint32_t RoundGeneration() const;
+  std::optional<std::uint32_t> RoundRestarts() const;
   // The members an assignment round writes to, with the MASTER_ADDR each is
   // given, in the order of the writes (LeaderOptions::assign_first); sets
   // *own_addr to the leader pod's own MASTER_ADDR.

@@ -80,6 +80,13 @@ struct Hello {
   // of its job (leader_probe.h): its random instance id, so that a leader
   // reached through its own Service never takes itself for a rival.
   std::string leader_id{};
+  // Elastic sizes: the restarts this pod counts for the generation it asks to
+  // join (TORCHELASTIC_RESTART_COUNT, against --max-restarts), which a join's
+  // generation does not raise, so `generation` cannot say it. A replaced leader
+  // (a fresh pod at 0) runs max(its own, every member's), as for `generation`,
+  // so the gang's count and budget do not start over. Unset: not elastic, or
+  // an older peer. Encoded after leader_id, flag bit 2.
+  std::optional<std::uint32_t> restarts{};
   bool operator==(const Hello&) const = default;
 };
 

@@ -25,7 +25,10 @@
 //    pods beyond MAX wait connected as spares).
 //  - A later round (after a failure or a loss) also forms once every pod the
 //    leader still counts alive is back and at least MIN are: the leader knows
-//    who survived, so a restart does not wait out a last call.
+//    who survived, so a restart does not wait out a last call. "Back" is by
+//    identity: a pod new to the gang that arrives during the restart never
+//    stands in for a survivor still stopping its workers (that survivor would
+//    be planned out, its node rank given away, and refused as replaced).
 //  - Otherwise, with at least MIN pods, it forms `last_call` after the pod
 //    count reached MIN (torch's last call), a fixed gang's (MIN = MAX) first
 //    round with spares too: a spare arriving after the round formed is
@@ -70,6 +73,8 @@ struct RoundState {
   // Later rounds: the pods the leader still counts alive from the generation
   // that ended (active and waiting), whether or not they joined yet.
   std::uint32_t alive = 0;
+  // Of those `alive` pods, how many joined this round (newcomers not counted).
+  std::uint32_t alive_back = 0;
   // How long `joined` has been at least min_nodes without dropping below it
   // (MinReachedAt); nullopt while below.
   std::optional<std::chrono::milliseconds> since_min{};
