@@ -133,8 +133,7 @@ def main():
 
     log(f"final loss {last:.6f} first loss {first:.6f} params-equal {params_equal} "
               f"world {world}")
-    dist.barrier()
-    shutdown(dist.destroy_process_group)
+    shutdown(dist.barrier)
 
     if not params_equal:
         print(f"train.py: rank {rank}: parameters differ across ranks, max abs diff per rank "
@@ -147,18 +146,22 @@ def main():
     return 0
 
 
-def shutdown(destroy, limit=10.0):
-    """Calls `destroy` (dist.destroy_process_group), but gives up after `limit` s.
+def shutdown(barrier, limit=10.0):
+    """Waits for every rank at the last barrier, but gives up after `limit` s; the caller
+    then leaves with os._exit, without dist.destroy_process_group().
 
     destroy_process_group() now and then never returns even after a barrier
-    (pytorch/pytorch#75097, seen here with torch 1.13 and gloo, and as a process that
-    stays after its last line); the training is over by then, so a bounded wait and a
-    plain exit beat a pod that never finishes."""
-    t = threading.Thread(target=destroy, daemon=True)
+    (pytorch/pytorch#75097, seen here with torch 1.13 and gloo). Called in a helper thread
+    and bounded, it still hung the process, most likely with the helper's teardown
+    holding the GIL inside gloo: the main thread stopped after its last line (a
+    faulthandler dump: main thread in sys.stdout.flush(), the other thread with no Python
+    frame; 3 runs in 75 of two agents on one host under load). The training is over by
+    then: os._exit frees what the process group holds, so it is not destroyed at all."""
+    t = threading.Thread(target=barrier, daemon=True)
     t.start()
     t.join(limit)
     if t.is_alive():
-        print("train.py: destroy_process_group() did not return; exiting anyway",
+        print("train.py: the last barrier did not return; exiting anyway",
               file=sys.stderr, flush=True)
 
 
