@@ -243,7 +243,10 @@ class Pod {
         if (!ec) Feed(gang::Timer{gang::TimerKind::kVerdict});
       }));
     }
-    if (a.restart) PostNextGeneration();
+    if (a.restart) {
+      g.next_decided = true;
+      PostNextGeneration();
+    }
     if (a.conclude) ConcludeWith(*a.conclude);
   }
 
@@ -858,8 +861,12 @@ class Pod {
              Feed(gang::Report{index, r});
            }),
            .on_lost = Guard([this](std::uint32_t index, const std::string& why) {
-             // While the gang restarts, every pod closes its connection to rejoin.
-             if (!policy_.role().gen().restarting()) roster_.MarkLost(index);
+             // While the gang restarts, every pod closes its connection to rejoin
+             // (also after the policy moved on to the next generation, which
+             // restarting() no longer says: that survivor would be planned out).
+             if (!policy_.role().gen().restarting() && !gen_->next_decided) {
+               roster_.MarkLost(index);
+             }
              Feed(gang::Lost{index, why});
            }),
            .on_join = [this](std::uint32_t index) { return OnJoin(index); }},
