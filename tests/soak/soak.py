@@ -711,8 +711,9 @@ class Run:
     def join_mid_restart(self, fault, joiner, local_rank):
         """Pod `joiner` starts while the gang restarts (see the fault table): the restart's
         generation takes it in (elastic below MAX) or it waits as a spare (a swapped-out pod
-        recreated); either way no pod exits, one restart is counted and no generation
-        follows."""
+        recreated); either way no pod exits and one restart is counted. Elastic, when the
+        joiner's hello is read only after the restart's round formed, a join's generation
+        (no restart) follows at once and takes it in; no other generation follows."""
         failing = self.rng.choice(sorted(self.rank_of))
         gen, nxt = str(self.gen), self.gen + 1
         for i in self.rank_of:
