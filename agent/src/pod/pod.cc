@@ -903,6 +903,7 @@ class Pod {
     exitcodes::Evidence e;
     e.first_failure = WorkerFailureOf(f);
     e.shm_bytes = SharedMemoryBytes();
+    e.shm_free_bytes = SharedMemoryFree();
     gen_->oom_kills_at_failure = e.oom_kills = OomKillsSinceStart();
     return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
@@ -915,6 +916,7 @@ class Pod {
     w.exit = f.exit;
     w.stderr_tail = g.supervisor->StderrTail(f.local_rank);
     w.stream_marker = g.supervisor->StreamMarker(f.local_rank);
+    w.last_exception = g.supervisor->LastException(f.local_rank);
     if (f.local_rank >= 0 && static_cast<std::size_t>(f.local_rank) < g.error_files.size() &&
         !g.error_files[f.local_rank].empty()) {
       w.error_file_message = ReadErrorFileMessage(g.error_files[f.local_rank]);
@@ -1023,6 +1025,7 @@ class Pod {
         if (r.first_failure) {
           e.first_failure = WorkerFailureOf(*r.first_failure);
           e.shm_bytes = SharedMemoryBytes();
+          e.shm_free_bytes = SharedMemoryFree();
           e.gpu_fault = GpuFaultEvidence(options_.gpu);
         }
         break;

@@ -160,6 +160,12 @@ class Supervisor {
   // like StderrTail, at most 100 ms per stream.
   std::optional<exitcodes::MarkerHit> StreamMarker(int local_rank) const;
 
+  // The last exception the worker printed on stderr (exitcodes::ExceptionKeeper,
+  // kept apart from the tail while SupervisorOptions::markers is set), with
+  // how much of stderr followed it and how long before stderr ended it was
+  // read; nullopt when none or not kept. Waits like StderrTail.
+  std::optional<exitcodes::LastException> LastException(int local_rank) const;
+
   // True once the workers are being stopped (a failure, a signal, a peer).
   bool stopping() const;
   // True while the worker with this local rank has not exited.
