@@ -1,4 +1,4 @@
-// trainlet/agent/tunables.h — the agent front end's defaults and limits, each
+// trainlet/agent/base/tunables.h — the agent front end's defaults and limits, each
 // written once, with its unit and why. The rendezvous's timings live in
 // trainlet/rendezvous/tunables.h.
 #pragma once
