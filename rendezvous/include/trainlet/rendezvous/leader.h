@@ -72,7 +72,7 @@ struct LeaderOptions {
   bool check_master_port = false;
   // Admitted members waiting for the assignment get a heartbeat this often, so
   // a member can tell a waiting leader from a frozen one (MemberOptions::reply_timeout).
-  std::chrono::milliseconds waiting_heartbeat = tunables::kHeartbeatInterval;
+  std::chrono::milliseconds waiting_heartbeat = tunables::kWaitingHeartbeatInterval;
   // Shared token (auth.h); empty: no authentication. Then a member presenting
   // one is refused, as is a member without one when the leader has it.
   std::string token;
