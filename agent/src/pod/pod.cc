@@ -213,6 +213,8 @@ class Pod {
       roster_.MarkLeaving(a.broadcast->failed_index);
     }
     if (a.broadcast && g.leader) {
+      // A restart's survivors are known by identity in the next round.
+      if (a.broadcast->restart) kept_ids_ = g.leader->instance_ids();
       g.leader->BroadcastStop(WithReplacement(*a.broadcast));
       // The generation ends: pods rejoining go to the next round's leader,
       // whose listener is bound at once on a restart.
@@ -457,8 +459,17 @@ class Pod {
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
       lo.replaced_of = [this](std::uint32_t index) { return roster_.LastReplacementOf(index); };
       lo.left_of = [this](std::uint32_t index) { return roster_.LeftIn(index); };
+      lo.lost_spare_of = [this](std::uint32_t index) { return roster_.LostSpareIn(index); };
       lo.assign_first = [this](std::uint32_t index) { return roster_.NewlyActive(index); };
     }
+    // The survivors' indices are kept for them (by instance id: leader.h)
+    // while they may still be stopping their workers.
+    lo.kept_ids = std::exchange(kept_ids_, {});
+    for (auto it = lo.kept_ids.begin(); it != lo.kept_ids.end();) {
+      const bool expected = lo.expected.empty() || lo.expected.contains(it->first);
+      it = expected ? std::next(it) : lo.kept_ids.erase(it);
+    }
+    lo.keep_until = round_started + options_.grace + tun::kStallLimit;
     // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
     return lo;
@@ -494,6 +505,7 @@ class Pod {
     mo.leader_host = id.leader_host;
     mo.port = options_.rdzv_port;
     mo.hello = hello;
+    mo.hello.instance_id = instance_id_;  // to the leader alone (wire.h), never logged
     mo.deadline = gen_->round_started + options_.rdzv_timeout;
     if (join > 0) {
       // Rejoining after a restart: the leader re-listens the moment its own
@@ -1169,6 +1181,12 @@ class Pod {
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;
   std::shared_ptr<rendezvous::LeaderProbe> leader_probe_;
   std::string leader_id_;  // this pod's leader instance id (LeaderOptions::leader_id)
+  // Who this pod is beyond its index (wire::Hello::instance_id): drawn once,
+  // the same in every generation; sent to the leader alone, never logged.
+  const std::string instance_id_ = rendezvous::RandomBytes(rendezvous::wire::kInstanceIdBytes);
+  // Leader: the instance ids of the generation that ended by a restart, kept
+  // for its survivors in the next round (LeaderOptions::kept_ids).
+  std::map<std::uint32_t, std::string> kept_ids_;
   Roster roster_;          // leader with --spares: the pods across generations (roster.h)
   RunDirChoice run_dir_;   // where each generation's error and heartbeat files go
   struct MemoryPlan {      // PlanMemory
