@@ -11,6 +11,7 @@
 #include "trainlet/exitcodes/xid.h"
 
 #include "trainlet/exitcodes/termination.h"
+#include "trainlet/exitcodes/user_file.h"
 
 namespace trainlet::exitcodes {
 
@@ -278,17 +279,6 @@ std::string Says(const MarkerHit& h, const MarkerTable& markers) {
   return s;
 }
 
-// "64 MiB", "1.5 GiB".
-std::string Size(std::uint64_t bytes) {
-  char buf[32];
-  if (bytes >= (1ULL << 30)) {
-    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.0f MiB", static_cast<double>(bytes) / (1ULL << 20));
-  }
-  return buf;
-}
-
 // The verdict a decisive marker gives.
 Verdict FromHit(const MarkerHit& h, const MarkerTable& markers, const std::string& who,
                 const Evidence& e, const ExitCodeTable& codes, const char* evidence) {
@@ -296,7 +286,7 @@ Verdict FromHit(const MarkerHit& h, const MarkerTable& markers, const std::strin
   if (markers.markers()[h.index].meaning == MarkerMeaning::kSharedMemory) {
     // The pod spec sizes /dev/shm (a container's default is 64 MiB): a retry
     // fails the same way, so the Job should not retry (config, FailJob).
-    reason += "; /dev/shm" + (e.shm_bytes ? " (" + Size(*e.shm_bytes) + ")" : std::string()) +
+    reason += "; /dev/shm" + (e.shm_bytes ? " (" + FormatBytes(*e.shm_bytes) + ")" : std::string()) +
               " is too small: mount an emptyDir with medium: Memory at /dev/shm";
   }
   return Make(h.failure_class, codes.CodeFor(h.failure_class), std::move(reason), evidence);
