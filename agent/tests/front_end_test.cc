@@ -685,7 +685,7 @@ TEST(CommandLine, BadFilesAndPathsAreConfigNamingThem) {
 TEST(CommandLine, ProbeSaysWhatItTakes) {
   Outcome o = FrontEndOf("", "probe x");
   EXPECT_EQ(o.code, 78) << o.out;
-  EXPECT_NE(o.out.find("trainlet probe 'x': what to probe is one of ready, live, metrics"),
+  EXPECT_NE(o.out.find("trainlet: probe 'x': what to probe is one of ready, live, metrics"),
             std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("what:"), std::string::npos) << o.out;
 }

@@ -172,7 +172,7 @@ std::optional<int> RunOtherSubcommand(const OtherSubcommands& o) {
   }
   if (o.probe->parsed()) {
     if (o.probe_what != "ready" && o.probe_what != "live" && o.probe_what != "metrics") {
-      return ConfigError("trainlet probe '" + o.probe_what +
+      return ConfigError("probe '" + o.probe_what +
                          "': what to probe is one of ready, live, metrics");
     }
     auto port = ParsePort("--health-port/TRAINLET_HEALTH_PORT", o.probe_port);
