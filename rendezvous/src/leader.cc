@@ -314,7 +314,9 @@ void Leader::AcceptNext() {
       return;
     }
     // EMFILE/ENFILE/ENOBUFS persist: pause instead of spinning on them.
-    im.log->warn("leader: accept failed: {}; pausing 100 ms", ec.message());
+    if (im.log_limit.Admit("(accept)", std::chrono::steady_clock::now())) {  // per kind
+      im.log->warn("leader: accept failed: {}; pausing 100 ms", ec.message());
+    }
     im.accept_pause.expires_after(std::chrono::milliseconds(100));
     im.accept_pause.async_wait([self](boost::system::error_code wait_ec) {
       if (!wait_ec) self->AcceptNext();
@@ -435,14 +437,15 @@ void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error
     return;
   }
   if (conn->pending_hello) {
-    im.log->warn("leader: pod {} ({}) hung up during authentication (its token differs?)",
-                 conn->pending_hello->index, conn->peer);
+    Warn(conn, fmt::format("leader: pod {} ({}) hung up during authentication (its token "
+                           "differs?)", conn->pending_hello->index, conn->peer));
   }
   if (conn->index) {
     // Before the assignment this frees the index for a restarted pod; after
     // it, the pod's agent has exited.
-    im.log->log(im.finished ? spdlog::level::debug : spdlog::level::warn,
-                "leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer, ec.message());
+    auto line = fmt::format("leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer,
+                            ec.message());
+    if (im.finished) im.log->debug("{}", line); else Warn(conn, line);  // Warn: rate-limited
   }
   Drop(conn);
 }
@@ -621,7 +624,7 @@ void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t inde
     why = "it is kept for that pod (it ran the index in the last generation); " +
           holder_conn->peer + " held it";
   }
-  im.log->warn("leader: index {} claimed again from {}; {}: replacing it", index, conn->peer, why);
+  Warn(conn, fmt::format("leader: index {} claimed again from {}; {}: replacing it", index, conn->peer, why));
   Drop(holder_conn);
 }
 
@@ -954,14 +957,14 @@ void Leader::Heartbeat() {
 }
 
 void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m) {
-  Impl& im = *impl_;
   if (const auto* hb = std::get_if<wire::Heartbeat>(&m)) {
     conn->peer_state.OnHeartbeat(*hb, std::chrono::steady_clock::now());
     return;
   }
   if (const auto* r = std::get_if<wire::Report>(&m)) {
     if (r->index != *conn->index) {
-      im.log->warn("leader: pod {} sent a report for index {}; closing", *conn->index, r->index);
+      Warn(conn, fmt::format("leader: pod {} sent a report for index {}; closing", *conn->index,
+                             r->index));
       ProtocolError(conn, "protocol error (a report for another index)");
       return;
     }
@@ -972,7 +975,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
     });
     return;
   }
-  im.log->warn("leader: pod {} sent an unexpected message; closing", *conn->index);
+  Warn(conn, fmt::format("leader: pod {} sent an unexpected message; closing", *conn->index));
   ProtocolError(conn, "protocol error");
 }
 

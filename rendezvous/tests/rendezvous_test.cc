@@ -780,6 +780,56 @@ TEST_F(RendezvousTest, BadConnectionWarningsAreRateLimitedPerPeer) {
   EXPECT_NE(text.find("bad magic"), std::string::npos) << text;
 }
 
+// A stranger's flood of connections that send a Hello and hang up (during the
+// token's challenge, or once admitted before the gang forms) costs one line
+// per address per window, not one per connection (README "Strangers on the port").
+TEST_F(RendezvousTest, HangUpFloodsAreRateLimitedPerPeer) {
+  struct Case {
+    std::string token, line;
+  };
+  for (const Case& c : {Case{"s3cret-token-value-of-32-bytes-or-more",
+                             "hung up during authentication"},
+                        Case{"", "disconnected"}}) {
+    auto leader = MakeLeader(3, 0, c.token);
+    leader->Start(HelloFor(0, 3), [](auto) {});
+    std::ostringstream out;
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+    auto log = spdlog::get("rendezvous");
+    ASSERT_NE(log, nullptr);
+    log->sinks().push_back(sink);
+    wire::Hello hello = HelloFor(1, 3);
+    if (!c.token.empty()) hello.nonce = NewNonce();
+    const auto frame = wire::Encode(hello);
+    constexpr int kFlood = 100;
+    for (int i = 0; i < kFlood; ++i) {
+      asio::ip::tcp::socket s(io_);
+      s.connect({asio::ip::address_v4::loopback(), leader->port()});
+      asio::write(s, asio::buffer(frame));
+      s.non_blocking(true);
+      // The challenge arrives (token), or the leader has admitted the Hello (none).
+      const std::size_t before = leader->admitted();
+      RunUntil([&] {
+        if (c.token.empty()) return leader->admitted() > before;
+        char ch;
+        boost::system::error_code ec;
+        return s.read_some(asio::buffer(&ch, 1), ec) > 0;
+      }, 2s);
+      s.close();
+      RunUntil([&] { return leader->admitted() == before; }, 2s);
+    }
+    RunUntil([] { return false; }, 100ms);
+    log->sinks().pop_back();
+    const std::string text = out.str();
+    std::size_t lines = 0;
+    for (std::size_t at = text.find(c.line); at != std::string::npos;
+         at = text.find(c.line, at + 1)) {
+      ++lines;
+    }
+    EXPECT_GE(lines, 1u) << c.line << ": " << text;
+    EXPECT_LE(lines, 2u) << c.line << ": " << text;
+  }
+}
+
 TEST(PeerLogLimiterTest, OneLinePerPeerPerWindowThenTheCount) {
   PeerLogLimiter limit(10s, 1, 4);
   auto t = Clock::now();

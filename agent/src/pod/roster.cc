@@ -113,7 +113,7 @@ void Roster::RecordLeft(std::uint32_t generation) {
     if (!m.lost || !m.node_rank || planned_->NodeRankOf(key)) continue;
     const bool spare_took_it =
         std::any_of(planned_->replaced.begin(), planned_->replaced.end(),
-                    [key](const auto& r) { return r.first == key; });
+                    [k = key](const auto& r) { return r.first == k; });  // clang 14: no binding capture
     if (spare_took_it) continue;  // LastReplacementOf says who
     left_[key] = generation;
     spdlog::warn("generation {}: pod {} was lost; the gang goes on without it ({} active)",
