@@ -79,6 +79,7 @@ struct Leader::Impl {
   std::size_t pending = 0;                                 // connections mid-handshake
   std::map<std::string, std::size_t> pending_by_address;  // ... per peer address (eviction)
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
+  std::map<std::uint32_t, std::string> node_names;  // index -> its hello's node (node_name())
   // JobSet's job-restart-attempt: the highest seen per Job (the leader's own
   // included). Pods of a recreated Job replace the old Job's; older ones are stale.
   std::map<std::string, std::uint32_t> job_attempts;
@@ -545,6 +546,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
       break;
   }
   const std::uint32_t index = decided.index;
+  im.node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
   const bool late = im.finished;
   if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
@@ -995,6 +997,11 @@ std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
     if (!conn->closed) out[index] = {p.rtt_seconds(), p.step_rate_milli(), p.slowest_rank()};
   }
   return out;
+}
+
+std::string Leader::node_name(std::uint32_t index) const {
+  auto it = impl_->node_names.find(index);
+  return it == impl_->node_names.end() ? std::string() : it->second;
 }
 
 std::chrono::steady_clock::duration Leader::heartbeat_silence() const {

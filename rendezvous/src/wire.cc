@@ -100,9 +100,11 @@ void EncodePayload(Writer& w, const Hello& m) {
   w.U32(m.generation);
   w.Str(m.job_name);
   w.U32(m.job_restart_attempt.value_or(0));
-  w.U16(static_cast<std::uint16_t>((m.job_restart_attempt ? 1 : 0) | (m.restarts ? 2 : 0)));
+  w.U16(static_cast<std::uint16_t>((m.job_restart_attempt ? 1 : 0) | (m.restarts ? 2 : 0) |
+                                   (m.node_name.empty() ? 0 : 4)));
   w.Str(m.leader_id);
   if (m.restarts) w.U32(*m.restarts);
+  if (!m.node_name.empty()) w.Str(m.node_name);
 }
 
 void EncodePayload(Writer& w, const Challenge& m) {
@@ -212,6 +214,7 @@ bool DecodePayload(Reader& r, Hello* m) {
     if (!r.U32(&restarts)) return false;
     m->restarts = restarts;
   }
+  if ((flags & 4) != 0 && !r.Str(&m->node_name, "node_name")) return false;  // wire.h
   return true;
 }
 

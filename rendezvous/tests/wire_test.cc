@@ -72,6 +72,8 @@ std::vector<Message> Samples() {
   Hello elastic_first = elastic;
   elastic_first.restarts = 0;  // present and 0 differs from absent
   elastic_first.job_restart_attempt = 1;
+  Hello on_node = SampleHello();
+  on_node.node_name = "gke-a3-pool-7f2c";  // NODE_NAME (wire.h): flag bit 4
   return {SampleHello(), jobset, probe, elastic, elastic_first, SampleAssignment(), spare,
           moved, grown,
           arrived, WithNcclIds(1), WithNcclIds(3),
@@ -96,7 +98,7 @@ std::vector<Message> Samples() {
           Stop{.failed_index = 1, .reason = "pod 1: CUDA error", .restart = true,
                .next_generation = 1, .failure_class = 4, .replacement = 2},
           Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
-          Proof{.proof = std::string("\0\xff\x10", 3)}};
+          Proof{.proof = std::string("\0\xff\x10", 3)}, on_node};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.

@@ -87,6 +87,11 @@ struct Hello {
   // so the gang's count and budget do not start over. Unset: not elastic, or
   // an older peer. Encoded after leader_id, flag bit 2.
   std::optional<std::uint32_t> restarts{};
+  // The Kubernetes node the pod runs on (NODE_NAME from the downward API's
+  // spec.nodeName), so the leader's metrics can name the node of a pod that
+  // failed or was lost after that pod is gone. Empty: unknown. Encoded after
+  // `restarts`, flag bit 4.
+  std::string node_name{};
   bool operator==(const Hello&) const = default;
 };
 
