@@ -21,6 +21,7 @@ output) stay inactive. The Prometheus process is always stopped and its data rem
 Skips, saying why, only without /usr/bin/prometheus (or with the Python stand-in).
 """
 
+import ctypes
 import json
 import os
 import shutil
@@ -81,6 +82,10 @@ done
 """
 
 
+def die_with_parent():
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def free_ports(n):
     """n consecutive free loopback ports (bound and released just now)."""
     for _ in range(100):
@@ -120,8 +125,10 @@ class PrometheusTest(unittest.TestCase):
     def spawn(self, argv, log, **kw):
         f = open(os.path.join(self.dir, log), "a")  # O_APPEND: every agent writes to it
         self.addCleanup(f.close)
+        # Its own process group (stopped whole below), and SIGTERM from the kernel should
+        # this test process die first (prctl(2) PR_SET_PDEATHSIG): nothing outlives the test.
         p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             start_new_session=True, **kw)
+                             start_new_session=True, preexec_fn=die_with_parent, **kw)
         self.addCleanup(self.stop, p)
         return p
 
