@@ -79,7 +79,6 @@ struct Leader::Impl {
   std::size_t pending = 0;                                 // connections mid-handshake
   std::map<std::string, std::size_t> pending_by_address;  // ... per peer address (eviction)
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
-  std::map<std::uint32_t, std::string> node_names;  // index -> its hello's node (node_name())
   // JobSet's job-restart-attempt: the highest seen per Job (the leader's own
   // included). Pods of a recreated Job replace the old Job's; older ones are stale.
   std::map<std::string, std::uint32_t> job_attempts;
@@ -90,9 +89,13 @@ struct Leader::Impl {
   // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
   bool late = false;
   std::shared_ptr<const std::function<wire::Assignment(std::uint32_t, std::string)>> assignment;
-  // Ranks by arrival: indices given to pods without one that were admitted
-  // while the generation runs, for the next round (they are not members here).
-  std::set<std::uint32_t> given_late;
+  // What is kept per pod index apart from its connection (which a loss drops).
+  struct Indices {
+    // Ranks by arrival: indices given to pods without one that were admitted
+    // while the generation runs, for the next round (they are not members here).
+    std::set<std::uint32_t> given_late;
+    std::map<std::uint32_t, std::string> node_names;  // its hello's node (node_name())
+  } indices;
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
@@ -511,7 +514,9 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   if (hello.index == wire::kNoIndex) {
     free_index = LowestFreeIndex(
         im.options.nnodes,
-        [&im](std::uint32_t i) { return im.members.contains(i) || im.given_late.contains(i); },
+        [&im](std::uint32_t i) {
+          return im.members.contains(i) || im.indices.given_late.contains(i);
+        },
         im.options.expected);
   }
   const Admission decided = rendezvous::Admit(
@@ -546,7 +551,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
       break;
   }
   const std::uint32_t index = decided.index;
-  im.node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
+  im.indices.node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
   const bool late = im.finished;
   if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
@@ -599,7 +604,7 @@ void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, b
                       /*retriable=*/true};
     if (by_arrival && told) {
       next.index = index;
-      im.given_late.insert(index);  // no other newcomer gets it meanwhile
+      im.indices.given_late.insert(index);  // no other newcomer gets it meanwhile
     }
     Refuse(conn, std::move(next));
     return;
@@ -1000,8 +1005,9 @@ std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
 }
 
 std::string Leader::node_name(std::uint32_t index) const {
-  auto it = impl_->node_names.find(index);
-  return it == impl_->node_names.end() ? std::string() : it->second;
+  const auto& names = impl_->indices.node_names;
+  auto it = names.find(index);
+  return it == names.end() ? std::string() : it->second;
 }
 
 std::chrono::steady_clock::duration Leader::heartbeat_silence() const {

@@ -15,7 +15,23 @@ What a Cluster is:
     ClusterFirst DNS writes it (search list, ndots:5), both bind-mounted privately.
 
 Addresses are used only inside namespaces this module creates, so runs never touch
-the host's network and concurrent runs cannot collide (names carry the run's pid).
+the host's network and concurrent runs cannot collide: namespace names carry the run's
+pid and a random part, so two runs in different PID namespaces (where pids repeat) get
+different names too.
+
+Two runs on one machine (two clones' suites, a soak beside the e2e tests) never touch
+each other's processes or namespaces:
+  * a pod's processes are those in its PID namespace *while its PID 1 still exists*
+    (pid and start time as recorded at start). A PID namespace lives as long as its
+    init (pid_namespaces(7): the kernel kills the rest when init exits and init's exit
+    waits for them), and its inode number is reused by the next namespace created once
+    it is gone, so an inode alone names "the pod's" namespace only while PID 1 lives.
+  * signals go through a pidfd (pidfd_open(2)) opened and checked against the process's
+    start time (proc(5), /proc/<pid>/stat field 22), so a reused pid is never signalled.
+  * the stale sweep deletes only namespaces of a run that provably died: its owner file
+    (/run/podsim/<run>.owner: pid, start time, PID namespace, boot id) names a process
+    of our own PID namespace that no longer runs. A run whose owner we cannot see
+    (another PID namespace, no owner file) is left alone.
 
 Threading: a Cluster and its Pods are meant to be driven from one thread; the only
 background activity is delayed publish() timers, which only write files.
@@ -25,8 +41,10 @@ Needs root, iproute2 (`ip netns`), util-linux `unshare`, /usr/sbin/dnsmasq.
 
 import atexit
 import collections
+import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -36,8 +54,11 @@ import time
 
 SUBNET = "10.213.0"           # /24 inside our own namespaces only
 DNS_IP = f"{SUBNET}.1"
-NS_PREFIX = "tl"              # netns names: tl<runpid>c<k>net, tl<runpid>c<k>p<i>
-NS_RE = re.compile(rf"^{NS_PREFIX}(\d+)c(\d+)(net|p\d+)$")
+NS_PREFIX = "tl"              # netns names: <run>c<k>net, <run>c<k>p<i>; <run> = tl<pid>r<hex>
+NS_RE = re.compile(rf"^({NS_PREFIX}\d+r[0-9a-f]{{8}})c(\d+)(net|p\d+)$")
+OLD_NS_RE = re.compile(rf"^{NS_PREFIX}\d+c\d+(net|p\d+)$")  # before owner files: never swept
+OWNER_DIR = "/run/podsim"     # <run>.owner: who owns the namespaces named after <run>
+NETNS_DIR = "/run/netns"      # where `ip netns` keeps its names (ip-netns(8))
 DNSMASQ = "/usr/sbin/dnsmasq"
 POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -65,7 +86,9 @@ class PodTimeout(PodsimError):
     pass
 
 
-ProcInfo = collections.namedtuple("ProcInfo", "pid ppid state comm cmdline")
+# start: the process's start time in clock ticks after boot (proc(5), /proc/<pid>/stat
+# field 22); (pid, start) names one process for good, a pid alone only while it runs.
+ProcInfo = collections.namedtuple("ProcInfo", "pid ppid state comm cmdline start")
 
 
 def _run(*argv, check=True, timeout=20):
@@ -101,16 +124,30 @@ def _read(path, default=""):
         return default
 
 
-def proc_info(pid):
-    """ProcInfo for a host pid, or None if it is gone. state is e.g. 'S', 'R', 'Z'."""
+def _stat(pid):
+    """(comm, fields from field 3 on) of /proc/<pid>/stat, or None if the process is gone."""
     stat = _read(f"/proc/{pid}/stat")
     if not stat:
         return None
     # comm may hold spaces and parentheses; it ends at the last ')'. See proc(5).
     lpar, rpar = stat.find("("), stat.rfind(")")
-    fields = stat[rpar + 2:].split()
+    return stat[lpar + 1:rpar], stat[rpar + 2:].split()
+
+
+def start_time(pid):
+    """The start time of process `pid` (clock ticks after boot), or None if it is gone."""
+    st = _stat(pid)
+    return int(st[1][19]) if st else None  # field 22; st[1][0] is field 3
+
+
+def proc_info(pid):
+    """ProcInfo for a host pid, or None if it is gone. state is e.g. 'S', 'R', 'Z'."""
+    st = _stat(pid)
+    if st is None:
+        return None
+    comm, fields = st
     cmdline = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()
-    return ProcInfo(pid, int(fields[1]), fields[0], stat[lpar + 1:rpar], cmdline)
+    return ProcInfo(pid, int(fields[1]), fields[0], comm, cmdline, int(fields[19]))
 
 
 def _all_pids():
@@ -144,49 +181,149 @@ def _nspid(pid):
     return []
 
 
-def _kill(pid, sig):
+def signal_exact(pid, start, sig):
+    """Sends `sig` to process `pid` only if it is still the one that started at `start`.
+
+    The pidfd (pidfd_open(2)) pins the process: once its start time matched, the signal
+    (pidfd_send_signal(2)) reaches that process or nothing, never a process that got its
+    pid later. Returns True when the signal was sent."""
     try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False  # gone
+    try:
+        if start_time(pid) != start:
+            return False  # the pid now names another process
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------
-# leftovers from crashed runs
+# who owns which namespaces; leftovers from crashed runs
+
+_run_tags = {}  # os.getpid() -> this process's run name (a fork is another run)
+
+
+def _boot_id():
+    return _read("/proc/sys/kernel/random/boot_id").strip()
+
+
+def run_tag():
+    """This process's run name, tl<pid>r<8 hex>: the prefix of its namespaces' names."""
+    pid = os.getpid()
+    if pid not in _run_tags:
+        _run_tags[pid] = f"{NS_PREFIX}{pid}r{secrets.token_hex(4)}"
+    return _run_tags[pid]
+
+
+def _owner_path(run):
+    return os.path.join(OWNER_DIR, f"{run}.owner")
+
+
+def _claim_run():
+    """Writes this run's owner file (before it creates any namespace). Idempotent."""
+    path = _owner_path(run_tag())
+    if os.path.exists(path):
+        return
+    os.makedirs(OWNER_DIR, exist_ok=True)
+    me = os.getpid()
+    owner = {"pid": me, "start": start_time(me), "pidns": _ns_id(me, "pid"),
+             "boot_id": _boot_id()}
+    tmp = f"{path}.{me}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(owner, f)
+    os.rename(tmp, path)
+
+
+def _release_run():
+    """Removes this run's owner file (at exit, once its clusters are torn down), unless a
+    namespace of this run is left: the file then lets a later run's sweep remove it."""
+    names = os.listdir(NETNS_DIR) if os.path.isdir(NETNS_DIR) else []
+    if os.getpid() in _run_tags and not any(n.startswith(run_tag() + "c") for n in names):
+        try:
+            os.unlink(_owner_path(run_tag()))
+        except OSError:
+            pass
+
+
+def run_is_dead(run):
+    """True only when `run` provably ended: its owner file names a process of our own PID
+    namespace, since this boot, that no longer runs (no process with that pid and start
+    time). A run we cannot see (no or unreadable owner file, another PID namespace, whose
+    pids mean other processes here) counts as alive."""
+    try:
+        with open(_owner_path(run)) as f:
+            owner = json.load(f)
+        pid, start = int(owner["pid"]), int(owner["start"])
+        pidns, boot = owner["pidns"], owner["boot_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if pidns != _ns_id(os.getpid(), "pid") or boot != _boot_id():
+        return False
+    return start_time(pid) != start
 
 
 def cleanup_stale(log=print):
-    """Deletes podsim namespaces (and everything running in them) whose run is gone.
-
-    A run is gone when the pid in the namespace's name is not a live process whose
-    command line mentions python. Returns the names removed.
-    """
-    removed = []
+    """Deletes podsim namespaces (and everything running in them) of runs that provably
+    ended (run_is_dead), and those runs' owner files. Returns the names removed."""
+    removed, unknown = [], []
     names = _run("ip", "netns", "list", check=False).stdout.split()
     for name in names:
         m = NS_RE.match(name)
         if not m:
+            unknown += [name] if OLD_NS_RE.match(name) else []
             continue
-        owner = int(m.group(1))
-        if owner == os.getpid():
-            continue
-        if "python" in _read(f"/proc/{owner}/cmdline"):
-            continue  # that run is still alive
-        _destroy_netns(name)
-        removed.append(name)
+        if m.group(1) != run_tag() and run_is_dead(m.group(1)):
+            _destroy_netns(name)
+            removed.append(name)
+    left = {NS_RE.match(n).group(1) for n in names if NS_RE.match(n) and n not in removed}
+    for entry in os.listdir(OWNER_DIR) if os.path.isdir(OWNER_DIR) else []:
+        run = entry[:-len(".owner")]
+        if entry.endswith(".owner") and run not in left and run_is_dead(run):
+            try:
+                os.unlink(_owner_path(run))
+            except OSError:
+                pass
     if removed:
         log(f"podsim: removed {len(removed)} stale namespaces: {' '.join(removed)}")
+    if unknown:
+        log(f"podsim: left alone {len(unknown)} namespaces of unknown owner (named before "
+            f"owner files; `ip netns del` them by hand if no run uses them): "
+            f"{' '.join(unknown)}")
     return removed
 
 
+def _netns_id(name):
+    """'net:[inode]' of named netns `name`, or None when the name holds no namespace here."""
+    try:
+        st = os.stat(os.path.join(NETNS_DIR, name))
+    except OSError:
+        return None
+    # A name whose bind mount lives in another mount namespace is a plain empty file here;
+    # a namespace is a file of nsfs, the file system /proc/<pid>/ns/* live on.
+    try:
+        nsfs = os.stat(f"/proc/{os.getpid()}/ns/net").st_dev
+    except OSError:
+        return None
+    return f"net:[{st.st_ino}]" if st.st_dev == nsfs else None
+
+
 def _destroy_netns(name):
-    """Kills every process in netns `name` (and the PID namespaces they lead), then deletes it."""
-    for _ in range(50):
-        pids = [int(p) for p in _run("ip", "netns", "pids", name, check=False).stdout.split()]
-        if not pids:
+    """Kills every process in netns `name` (and the PID namespaces they lead), then deletes it.
+
+    The name's bind mount holds the namespace, so its inode names it for as long as the
+    name exists; each process is signalled through a pidfd checked against its start."""
+    ns = _netns_id(name)
+    for _ in range(50 if ns else 0):
+        procs = [i for i in map(proc_info, pids_in_namespace("net", ns)) if i]
+        if not procs or _netns_id(name) != ns:
             break
-        for p in pids:
-            _kill(p, signal.SIGKILL)
+        for info in procs:
+            signal_exact(info.pid, info.start, signal.SIGKILL)
         time.sleep(0.05)
     _run("ip", "netns", "del", name, check=False)
 
@@ -208,7 +345,8 @@ class Pod:
         self.started = time.monotonic()
         self.ended = None
         self.pid1 = None          # host pid of the pod's PID 1
-        self.pidns = None         # 'pid:[inode]' of the pod's PID namespace
+        self.pid1_start = None    # its start time (start_time()): pid1 names it only with this
+        self.pidns = None         # 'pid:[inode]' of the pod's PID namespace, while PID 1 lives
 
     def _find_pid1(self, timeout=10.0):
         # Popen's pid is `ip netns exec`, which execs setpriv, which execs unshare (no
@@ -217,14 +355,22 @@ class Pod:
         while time.monotonic() < deadline:
             for child in _children(self.popen.pid):
                 ns = _nspid(child)
-                if len(ns) >= 2 and ns[-1] == 1:
-                    self.pid1 = child
-                    self.pidns = _ns_id(child, "pid")
+                info = proc_info(child)
+                pidns = _ns_id(child, "pid")
+                # Still unshare's child after reading its namespace: the same process.
+                if (len(ns) >= 2 and ns[-1] == 1 and info and info.ppid == self.popen.pid
+                        and start_time(child) == info.start):
+                    self.pid1, self.pid1_start, self.pidns = child, info.start, pidns
                     return
             if self.popen.poll() is not None:
                 return  # exited before we could see it (a very short-lived pod)
             time.sleep(0.005)
         raise PodsimError(f"pod {self.name}: no PID 1 appeared within {timeout}s")
+
+    def pid1_present(self):
+        """True while the pod's PID 1 exists (a zombie included): while it does, its PID
+        namespace does too, so self.pidns names this pod's namespace and no other."""
+        return self.pid1 is not None and start_time(self.pid1) == self.pid1_start
 
     @property
     def returncode(self):
@@ -269,13 +415,26 @@ class Pod:
         if self.pid1 is None:
             raise PodsimError(f"pod {self.name}: PID 1 unknown (exited early?)")
         if self.running():
-            os.kill(self.pid1, sig)
+            signal_exact(self.pid1, self.pid1_start, sig)
+
+    def signal_process(self, info, sig):
+        """Sends `sig` to one of this pod's processes (a ProcInfo from processes()), unless
+        it has exited since: a pid reused by then is never signalled. Returns True if sent."""
+        return signal_exact(info.pid, info.start, sig)
 
     def processes(self):
-        """ProcInfo of every process in this pod's PID namespace (host pids), PID 1 included."""
-        if self.pidns is None:
+        """ProcInfo of every process in this pod's PID namespace (host pids), PID 1 included.
+
+        Empty once PID 1 is gone: the kernel has then killed the rest (pid_namespaces(7))
+        and the namespace's inode may already name another run's pod."""
+        if self.pidns is None or not self.pid1_present():
             return []
-        return [i for i in map(proc_info, pids_in_namespace("pid", self.pidns)) if i]
+        found = [i for i in map(proc_info, pids_in_namespace("pid", self.pidns)) if i]
+        # PID 1 outlived the scan, so the namespace was this pod's throughout; a process
+        # of this namespace cannot have started before its init.
+        if not self.pid1_present():
+            return []
+        return [i for i in found if i.start >= self.pid1_start]
 
     def zombies(self):
         return [p for p in self.processes() if p.state == "Z"]
@@ -333,15 +492,16 @@ class Pod:
         """SIGKILLs PID 1 (the kernel then kills the rest of the PID namespace) and reaps."""
         if self.running():
             if self.pid1 is not None:
-                _kill(self.pid1, signal.SIGKILL)
+                signal_exact(self.pid1, self.pid1_start, signal.SIGKILL)
             try:
                 self.popen.wait(5)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(5)
-        # Paranoia: anything still in the PID namespace.
+        # Paranoia: anything still in the PID namespace while its PID 1 is (processes()
+        # is empty once PID 1 is gone, so another run's pod is never touched).
         for info in self.processes():
-            _kill(info.pid, signal.SIGKILL)
+            self.signal_process(info, signal.SIGKILL)
 
 
 class Cluster:
@@ -367,7 +527,7 @@ class Cluster:
         self._hostnames = list(hostnames) if hostnames is not None else None
         self.namespace = namespace
         self.domain = f"{svc}.{namespace}.svc.cluster.local"
-        self.tag = f"{NS_PREFIX}{os.getpid()}c{seq}"
+        self.tag = f"{run_tag()}c{seq}"
         self.net_ns = f"{self.tag}net"
         self.keep = keep
         self._own_workdir = workdir is None
@@ -425,6 +585,7 @@ class Cluster:
         return False
 
     def start(self):
+        _claim_run()  # before any namespace: the stale sweep must see who owns them
         _live_clusters.add(self)
         try:
             self._start()
@@ -659,3 +820,4 @@ class Cluster:
 def _teardown_all():
     for c in list(_live_clusters):
         c.teardown()
+    _release_run()

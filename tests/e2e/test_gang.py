@@ -308,7 +308,7 @@ class GangTest(GangHelpers, PodsimTestCase):
             self.assertEqual(len(victims), 1, f"rank 2's python in pod 2: {victims}\n"
                              + "\n".join(map(str, c.pods[2].processes())))
             t_kill = time.time()
-            os.kill(victims[0].pid, signal.SIGKILL)
+            self.assertTrue(c.pods[2].signal_process(victims[0], signal.SIGKILL))
             c.event(f"SIGKILLed rank 2 (host pid {victims[0].pid})")
             exits = self.watch(c, 30)
             codes = {i: code for i, (code, _) in exits.items()}

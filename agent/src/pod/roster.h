@@ -1,4 +1,4 @@
-// roster.h — the leader's roster across generations: which pods it knows,
+// pod/roster.h — the leader's roster across generations: which pods it knows,
 // their last node ranks, who was lost or must leave, and every replacement.
 // The wiring around FormationPolicy and PlanGeneration (formation_policy.h
 // says when a round forms: torch's last call; membership_policy.h says who is

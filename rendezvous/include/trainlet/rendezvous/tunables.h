@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trainlet/exitcodes/ports.h"
+
 namespace trainlet::rendezvous::tunables {
 
 using std::chrono::milliseconds;
@@ -32,8 +34,8 @@ inline constexpr milliseconds kReplyTimeout{kHeartbeatInterval * kHeartbeatMisse
 inline constexpr milliseconds kLeaderNameCheckPatience{15'000};  // ms; a pod's record appears seconds after its IP and NXDOMAIN is cached briefly: warn only once it stays wrong this long
 
 // ---- the leader's listening socket ----
-inline constexpr std::uint16_t kRendezvousPort = 29400;  // port; torchrun's c10d default for an endpoint without a port (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py DEFAULT_PORT)
-inline constexpr std::uint16_t kMasterPort = 29500;      // port; torch's MASTER_PORT default (torch/distributed/run.py --master-port), the trainers' store when one is asked for by number
+inline constexpr std::uint16_t kRendezvousPort = exitcodes::ports::kRendezvous;  // port; torchrun's default (trainlet/exitcodes/ports.h, the ports' one home)
+inline constexpr std::uint16_t kMasterPort = exitcodes::ports::kTorchMaster;    // port; torch's MASTER_PORT default, the trainers' store when one is asked for by number
 inline constexpr milliseconds kBindRetryInitial{100};    // ms; first wait after EADDRINUSE (a leftover process or TIME_WAIT usually lets go within seconds)
 inline constexpr milliseconds kBindRetryCap{1000};       // ms; longest wait between bind attempts, until the rendezvous deadline
 

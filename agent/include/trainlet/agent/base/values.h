@@ -1,4 +1,4 @@
-// trainlet/agent/values.h — the front end's value parsers: counts, seconds,
+// trainlet/agent/base/values.h — the front end's value parsers: counts, seconds,
 // rates, ports, signals, endpoints and DNS names, as the user writes them in a
 // flag, TRAINLET_<FLAG>, PET_<FLAG> or a Kubernetes variable. Pure functions:
 // no I/O. Every error is class config and names `what`, the source as the user

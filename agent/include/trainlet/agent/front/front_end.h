@@ -1,4 +1,4 @@
-// trainlet/agent/front_end.h — the front end's pipeline after the parse:
+// trainlet/agent/front/front_end.h — the front end's pipeline after the parse:
 //
 //   parse (cli.cc, flags.h) -> Validate (pure) -> Probe (the only syscalls) ->
 //   PlanLocal / PlanPod (pure) -> RunLocal (local.h) / RunPod (pod.h).

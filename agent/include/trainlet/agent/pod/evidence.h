@@ -1,4 +1,4 @@
-// trainlet/agent/evidence.h — reading the evidence the classifier weighs:
+// trainlet/agent/pod/evidence.h — reading the evidence the classifier weighs:
 // the memory cgroup's OOM-kill counter and the torchelastic error file.
 //
 // Plain file reads with injectable roots, so tests can use a fake tree. Never

@@ -1,4 +1,4 @@
-// trainlet/agent/supervisor.h — starts the local workers and sees them through
+// trainlet/agent/run/supervisor.h — starts the local workers and sees them through
 // to the end: output with rank prefixes, signal forwarding, reaping every child
 // (adopted orphans included), grace period then SIGKILL, and the exit code.
 //

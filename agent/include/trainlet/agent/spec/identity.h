@@ -1,4 +1,4 @@
-// trainlet/agent/identity.h — who this pod is: completion index, gang size,
+// trainlet/agent/spec/identity.h — who this pod is: completion index, gang size,
 // workers per pod, the leader's address and the job it belongs to.
 //
 // Everything is derived here, from flags, environment and downward-API files,

@@ -1,4 +1,4 @@
-// trainlet/agent/torchrun.h — torchrun's command line, with torchrun's meaning
+// trainlet/agent/spec/torchrun.h — torchrun's command line, with torchrun's meaning
 // (torch 2.x torch/distributed/run.py): where the trainer's command starts,
 // how `script.py`, `-m`, `--no-python` and `--run-path` become its argv, and
 // the values of --nnodes, --redirects/--tee, --local-ranks-filter,
