@@ -8,8 +8,9 @@
 // Format: https://prometheus.io/docs/instrumenting/exposition_formats/
 // (text 0.0.4): "# HELP" and "# TYPE" per family, base units (seconds, bytes),
 // counters ending in _total. Labels stay low-cardinality: "member" (a pod's
-// index) only on the leader's per-member series, "local_rank" per worker of
-// this pod, "class" and "stream" from fixed sets. No label of ours is one the
+// index) only on the leader's per-member series, "node_name" (NODE_NAME) on its
+// one culprit series, "local_rank" per worker of this pod, "class" and "stream"
+// from fixed sets. No label of ours is one the
 // Prometheus Operator sets on its targets (namespace, pod, job, container,
 // service, endpoint, instance), which would rename ours to exported_<name>.
 #pragma once
