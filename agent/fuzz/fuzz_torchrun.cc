@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/spec/torchrun.h"
 #include "trainlet/exitcodes/ports.h"
 

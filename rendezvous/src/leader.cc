@@ -239,6 +239,8 @@ std::uint32_t Leader::admitted() const {
   return static_cast<std::uint32_t>(impl_->members.size()) + (impl_->own ? 1 : 0);
 }
 
+bool Leader::formed() const { return impl_->assigning || impl_->finished; }
+
 std::vector<std::uint32_t> Leader::missing() const {
   std::vector<std::uint32_t> out;
   const auto& expected = impl_->options.expected;

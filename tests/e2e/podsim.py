@@ -14,6 +14,20 @@ What a Cluster is:
     hostname (<svc>-<i>), /etc/hosts as the kubelet writes it and /etc/resolv.conf as
     ClusterFirst DNS writes it (search list, ndots:5), both bind-mounted privately.
 
+Address families (Cluster(family=...)), as a cluster's pod network gives them:
+  * "ipv4" (default): 10.213.0.0/24 only.
+  * "ipv6": IPv6 only, ULA fd00:213::/64 (RFC 4193): eth0 has no IPv4 address at all
+    (lo keeps 127.0.0.1, as in every pod), dnsmasq listens on fd00:213::1 and serves
+    AAAA records only.
+  * "dual": both; the pod's /etc/hosts lists each pod IP on its own line and dnsmasq
+    serves A and AAAA records, as the kubelet and CoreDNS do in a dual-stack cluster.
+IPv6 addresses are added with `nodad` (no duplicate address detection: usable at once),
+and every interface also has its kernel-made link-local fe80:: address, as a pod's has.
+
+Host names (Cluster(fqdn_hostname=True)): as pod spec setHostnameAsFQDN: true, the pod's
+host name (uname, $HOSTNAME) is its FQDN <hostname>.<svc>.<ns>.svc.cluster.local; the
+/etc/hosts line stays "<ip>\t<fqdn>\t<hostname>" (the kubelet writes the same line).
+
 Addresses are used only inside namespaces this module creates, so runs never touch
 the host's network and concurrent runs cannot collide: namespace names carry the run's
 pid and a random part, so two runs in different PID namespaces (where pids repeat) get
@@ -54,6 +68,9 @@ import time
 
 SUBNET = "10.213.0"           # /24 inside our own namespaces only
 DNS_IP = f"{SUBNET}.1"
+SUBNET6 = "fd00:213:"         # ULA /64 (RFC 4193), inside our own namespaces only
+DNS_IP6 = f"{SUBNET6}:1"
+FAMILIES = ("ipv4", "ipv6", "dual")
 NS_PREFIX = "tl"              # netns names: <run>c<k>net, <run>c<k>p<i>; <run> = tl<pid>r<hex>
 NS_RE = re.compile(rf"^({NS_PREFIX}\d+r[0-9a-f]{{8}})c(\d+)(net|p\d+)$")
 OLD_NS_RE = re.compile(rf"^{NS_PREFIX}\d+c\d+(net|p\d+)$")  # before owner files: never swept
@@ -513,7 +530,7 @@ class Cluster:
     """
 
     def __init__(self, svc="trainer", pods=3, namespace="default", workdir=None,
-                 keep=False, log=None, hostnames=None):
+                 keep=False, log=None, hostnames=None, family="ipv4", fqdn_hostname=False):
         global _cluster_seq
         with _seq_lock:
             _cluster_seq += 1
@@ -525,6 +542,10 @@ class Cluster:
         if hostnames is not None and (len(hostnames) != pods or len(set(hostnames)) != pods):
             raise ValueError("hostnames: one distinct name per pod")
         self._hostnames = list(hostnames) if hostnames is not None else None
+        if family not in FAMILIES:
+            raise ValueError(f"family: one of {FAMILIES}")
+        self.family = family
+        self.fqdn_hostname = fqdn_hostname
         self.namespace = namespace
         self.domain = f"{svc}.{namespace}.svc.cluster.local"
         self.tag = f"{run_tag()}c{seq}"
@@ -547,15 +568,35 @@ class Cluster:
 
     # -- names -------------------------------------------------------------------
     def hostname(self, i):
+        """Pod i's hostname field (the Service's record name; short)."""
         return self._hostnames[i] if self._hostnames else f"{self.svc}-{i}"
+
+    def uname(self, i):
+        """Pod i's host name as its processes see it (the FQDN with fqdn_hostname)."""
+        return self.fqdn(i) if self.fqdn_hostname else self.hostname(i)
 
     def fqdn(self, i):
         return f"{self.hostname(i)}.{self.domain}"
 
-    def pod_ip(self, i):
+    def dns_ip(self):
+        return DNS_IP6 if self.family == "ipv6" else DNS_IP
+
+    def pod_ips(self, i):
+        """Pod i's addresses, primary first: IPv4 then IPv6 in a dual-stack cluster."""
         if not 0 <= i < 200:
             raise ValueError("podsim supports indices 0..199")
-        return self._ip_override.get(i, f"{SUBNET}.{10 + i}")
+        if i in self._ip_override:
+            return [self._ip_override[i]]
+        v4, v6 = f"{SUBNET}.{10 + i}", f"{SUBNET6}:{10 + i}"
+        return {"ipv4": [v4], "ipv6": [v6], "dual": [v4, v6]}[self.family]
+
+    def pod_ip(self, i):
+        """Pod i's primary address (the first of pod_ips)."""
+        return self.pod_ips(i)[0]
+
+    def pod_ip6(self, i):
+        """Pod i's IPv6 address (family "ipv6" or "dual")."""
+        return [ip for ip in self.pod_ips(i) if ":" in ip][0]
 
     def readdress(self, i, ip):
         """Gives pod i a new IP, as when a pod is replaced (rescheduled): its eth0 gets
@@ -566,8 +607,8 @@ class Cluster:
             raise PodsimError(f"pod {i} is still running")
         self._ip_override[i] = ip
         ns = self.pod_ns(i)
-        _run("ip", "-n", ns, "addr", "flush", "dev", "eth0")
-        _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        _run("ip", "-n", ns, "addr", "flush", "dev", "eth0", "scope", "global")
+        self._add_addr(ns, "eth0", ip)
         self._write_pod_files(i)
         self.event(f"pod {self.hostname(i)} readdressed to {ip}")
         self.publish(i)
@@ -599,7 +640,10 @@ class Cluster:
         self._add_ns(self.net_ns)
         _run("ip", "-n", self.net_ns, "link", "set", "lo", "up")
         _run("ip", "-n", self.net_ns, "link", "add", "br0", "type", "bridge")
-        _run("ip", "-n", self.net_ns, "addr", "add", f"{DNS_IP}/24", "dev", "br0")
+        if self.family != "ipv6":
+            self._add_addr(self.net_ns, "br0", DNS_IP)
+        if self.family != "ipv4":
+            self._add_addr(self.net_ns, "br0", DNS_IP6)
         _run("ip", "-n", self.net_ns, "link", "set", "br0", "up")
         for i in range(self.npods):
             ns = self.pod_ns(i)
@@ -607,12 +651,20 @@ class Cluster:
             _run("ip", "-n", self.net_ns, "link", "add", f"vp{i}", "type", "veth",
                  "peer", "name", "eth0", "netns", ns)
             _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "master", "br0", "up")
-            _run("ip", "-n", ns, "addr", "add", f"{self.pod_ip(i)}/24", "dev", "eth0")
+            for ip in self.pod_ips(i):
+                self._add_addr(ns, "eth0", ip)
             _run("ip", "-n", ns, "link", "set", "eth0", "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
             self._write_pod_files(i)
         self._start_dnsmasq()
         self.event(f"cluster up: {self.npods} pods, workdir {self.workdir}")
+
+    @staticmethod
+    def _add_addr(ns, dev, ip):
+        if ":" in ip:  # nodad: usable at once, not "tentative" for a second
+            _run("ip", "-n", ns, "addr", "add", f"{ip}/64", "dev", dev, "nodad")
+        else:
+            _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
 
     def _add_ns(self, name):
         _run("ip", "netns", "add", name)
@@ -621,13 +673,15 @@ class Cluster:
     def _write_pod_files(self, i):
         # As the kubelet writes them for a pod with hostname+subdomain (Pod's DNS docs:
         # "A/AAAA records ... <hostname>.<subdomain>.<ns>.svc.cluster.local").
+        # One line per pod IP (pkg/kubelet/kubelet_pods.go managedHostsFileContent).
         hosts = (f"# Kubernetes-managed hosts file (podsim).\n"
                  f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
                  f"fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\n"
                  f"fe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n"
-                 f"{self.pod_ip(i)}\t{self.fqdn(i)}\t{self.hostname(i)}\n")
+                 + "".join(f"{ip}\t{self.fqdn(i)}\t{self.hostname(i)}\n"
+                           for ip in self.pod_ips(i)))
         resolv = (f"search {self.namespace}.svc.cluster.local svc.cluster.local cluster.local\n"
-                  f"nameserver {DNS_IP}\noptions ndots:5\n")
+                  f"nameserver {self.dns_ip()}\noptions ndots:5\n")
         with open(self._pod_file(i, "hosts"), "w") as f:
             f.write(hosts)
         with open(self._pod_file(i, "resolv.conf"), "w") as f:
@@ -641,7 +695,7 @@ class Cluster:
                 "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
                 "--no-poll", "--user=root", "--group=root",
                 f"--pid-file={os.path.join(self.workdir, 'dnsmasq.pid')}",
-                f"--listen-address={DNS_IP}", "--bind-interfaces",
+                f"--listen-address={self.dns_ip()}", "--bind-interfaces",
                 f"--hostsdir={self.hostsdir}", "--local=/cluster.local/", "--local=/#/",
                 "--local-ttl=1", "--neg-ttl=1", "--log-queries",
                 f"--log-facility={self.dns_log}"]
@@ -714,8 +768,9 @@ class Cluster:
         path = self._record_path(i)
         tmp = os.path.join(self.hostsdir, f".{self.hostname(i)}.tmp")  # dnsmasq skips dotfiles
         before = _read(self.dns_log).count(f"read {path} ")
-        with open(tmp, "w") as f:
-            f.write(f"{ip or self.pod_ip(i)} {self.fqdn(i)} {self.domain}\n")
+        with open(tmp, "w") as f:  # one line per address: A and AAAA records
+            for addr in [ip] if ip else self.pod_ips(i):
+                f.write(f"{addr} {self.fqdn(i)} {self.domain}\n")
         os.rename(tmp, path)  # atomic: dnsmasq never reads half a file
         self.event(f"published {self.fqdn(i)} -> {ip or self.pod_ip(i)}")
         if wait:
@@ -748,7 +803,7 @@ class Cluster:
         if i in self.pods and self.pods[i].running():
             raise PodsimError(f"pod {i} is already running")
         full_env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8",
-                    "HOSTNAME": self.hostname(i), "JOB_COMPLETION_INDEX": str(i)}
+                    "HOSTNAME": self.uname(i), "JOB_COMPLETION_INDEX": str(i)}
         full_env.update(env or {})
         full_env = {k: v for k, v in full_env.items() if v is not None}
         attempt = sum(1 for n in os.listdir(self.workdir) if n.startswith(f"pod-{i}.out"))
@@ -761,7 +816,7 @@ class Cluster:
         cmd = ["ip", "netns", "exec", self.pod_ns(i), "setpriv", "--pdeathsig", "KILL",
                "unshare", "--pid", "--fork", "--kill-child=SIGKILL", "--uts", "--mount",
                "--mount-proc", "--propagation", "private",
-               "sh", "-c", POD_INIT, "pod-init", self.hostname(i),
+               "sh", "-c", POD_INIT, "pod-init", self.uname(i),
                self._pod_file(i, "hosts"), self._pod_file(i, "resolv.conf")] + list(argv)
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,

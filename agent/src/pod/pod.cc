@@ -407,15 +407,27 @@ class Pod {
   void OnRendezvousDeadline() {
     const PodGeneration& g = *gen_;
     if (g.supervisor || !g.leader) return;
+    const PodIdentity& id = options_.identity;
+    // This timer and the round's own (roster.h) end together when torch's last
+    // call ends with the deadline: with MIN joined the round forms now
+    // (formation_policy.h: "deadline reached"), whichever fired first.
+    if (g.leader->admitted() >= id.min_pods() && (id.elastic() || id.spares > 0)) {
+      g.leader->Reconsider();
+      if (g.leader->formed()) return;
+    }
     std::string missing;
     for (auto i : g.leader->missing()) missing += (missing.empty() ? "" : ",") + std::to_string(i);
-    const PodIdentity& id = options_.identity;
+    const std::uint32_t admitted = g.leader->admitted();
+    const std::string range = " (--nnodes " + std::to_string(id.min_pods()) + ":" +
+                              std::to_string(id.nnodes) + ")";
     const std::string joined =
-        id.elastic() ? std::to_string(g.leader->admitted()) + " pod(s) joined, at least " +
-                           std::to_string(id.min_pods()) + " needed (--nnodes " +
-                           std::to_string(id.min_pods()) + ":" + std::to_string(id.nnodes) + ")"
-                     : std::to_string(g.leader->admitted()) + " of " + std::to_string(id.nnodes) +
-                           " pods joined";
+        !id.elastic() ? std::to_string(admitted) + " of " + std::to_string(id.nnodes) +
+                            " pods joined"
+        : admitted < id.min_pods()
+            ? std::to_string(admitted) + " pod(s) joined, at least " +
+                  std::to_string(id.min_pods()) + " needed" + range
+            : std::to_string(admitted) + " pod(s) joined" + range +
+                  ", but no generation could be planned from them (see the leader's log)";
     Feed(gang::AgentFailed{Status::Infra(
         "rendezvous timed out after " + std::to_string(options_.rdzv_timeout.count() / 1000) +
         " s: " + joined + "; missing indices " + (missing.empty() ? "none" : missing))});

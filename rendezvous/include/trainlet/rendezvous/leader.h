@@ -259,6 +259,8 @@ class Leader : public std::enable_shared_from_this<Leader> {
   std::uint32_t admitted() const;
   // Indices (1..nnodes-1) not admitted yet, for the timeout message.
   std::vector<std::uint32_t> missing() const;
+  // The round formed: its assignments are being sent or were sent.
+  bool formed() const;
 
  private:
   struct Conn;

@@ -33,6 +33,12 @@ inline constexpr std::chrono::seconds kLocalRdzvTimeout{60};
 // last_call_timeout): torch's RendezvousTimeout default "last_call"
 // (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py).
 inline constexpr std::chrono::seconds kDefaultLastCall{30};
+// With MIN pods joined, a round forms this long before its deadline at the
+// latest (a tenth of --rdzv-timeout when that is shorter), so its assignments
+// reach the members before their own deadline ends the wait: a last call that
+// would end with the deadline (the defaults: 30 s each) forms instead of
+// timing out (formation_policy.h).
+inline constexpr std::chrono::milliseconds kFormBeforeDeadline{1000};
 
 // `trainlet local` gives its agents their own grace period plus this before
 // SIGKILL: each agent first stops its own workers.

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/front/flags.h"
 #include "trainlet/agent/front/local.h"
 #include "trainlet/agent/pod/pod.h"
