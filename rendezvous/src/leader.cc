@@ -90,9 +90,13 @@ struct Leader::Impl {
   // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
   bool late = false;
   std::shared_ptr<const std::function<wire::Assignment(std::uint32_t, std::string)>> assignment;
-  // Ranks by arrival: indices given to pods without one that were admitted
-  // while the generation runs, for the next round (they are not members here).
-  std::set<std::uint32_t> given_late;
+  // What is kept per pod index apart from its connection (which a loss drops).
+  struct Indices {
+    // Ranks by arrival: indices given to pods without one that were admitted
+    // while the generation runs, for the next round (they are not members here).
+    std::set<std::uint32_t> given_late;
+    std::map<std::uint32_t, std::string> node_names;  // its hello's node (node_name())
+  } indices;
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
@@ -524,7 +528,9 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   if (hello.index == wire::kNoIndex) {
     free_index = LowestFreeIndex(
         im.options.nnodes,
-        [&im](std::uint32_t i) { return im.members.contains(i) || im.given_late.contains(i); },
+        [&im](std::uint32_t i) {
+          return im.members.contains(i) || im.indices.given_late.contains(i);
+        },
         im.options.expected);
   }
   const Admission decided = rendezvous::Admit(
@@ -563,6 +569,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
       break;
   }
   const std::uint32_t index = decided.index;
+  im.indices.node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
   const bool late = im.finished;
   conn->instance_id = hello.instance_id;
   if (decided.replace_holder) ReplaceHolder(conn, index);
@@ -642,7 +649,7 @@ void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, b
                       /*retriable=*/true};
     if (by_arrival && told) {
       next.index = index;
-      im.given_late.insert(index);  // no other newcomer gets it meanwhile
+      im.indices.given_late.insert(index);  // no other newcomer gets it meanwhile
     }
     Refuse(conn, std::move(next));
     return;
@@ -1040,6 +1047,12 @@ std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
     if (!conn->closed) out[index] = {p.rtt_seconds(), p.step_rate_milli(), p.slowest_rank()};
   }
   return out;
+}
+
+std::string Leader::node_name(std::uint32_t index) const {
+  const auto& names = impl_->indices.node_names;
+  auto it = names.find(index);
+  return it == names.end() ? std::string() : it->second;
 }
 
 std::chrono::steady_clock::duration Leader::heartbeat_silence() const {

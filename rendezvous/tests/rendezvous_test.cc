@@ -149,6 +149,31 @@ TEST_F(RendezvousTest, GangOfFourFormsWithRanksFromTheIndex) {
   }
 }
 
+// The node each hello names (NODE_NAME) stays known to the leader after the
+// pod's connection is gone, so its metrics can name a lost pod's node.
+TEST_F(RendezvousTest, TheLeaderKeepsEachPodsNodeAfterItsConnectionCloses) {
+  auto leader = MakeLeader(3);
+  Outcome own;
+  wire::Hello mine = HelloFor(0, 3);
+  mine.node_name = "gpu-node-0";
+  leader->Start(mine, [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i : {1u, 2u}) {
+    wire::Hello h = HelloFor(i, 3);
+    if (i == 1) h.node_name = "gpu-node-" + std::to_string(i);  // pod 2 names none
+    members.push_back(MakeMember(h, leader->port()));
+    members.back()->Start([&got, i](auto r) { got[i] = r; });
+  }
+  RunUntil([&] { return own && got.size() == 2; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  members[0]->Close();
+  io_.run_for(50ms);
+  EXPECT_EQ(leader->node_name(1), "gpu-node-1");
+  EXPECT_EQ(leader->node_name(2), "");
+  EXPECT_EQ(leader->node_name(7), "") << "never admitted";
+}
+
 // After an in-place restart the survivors ask for their last generation + 1; a
 // replaced pod (the leader here) starts at 0 and continues the gang's count.
 // A fresh leader (a replaced leader pod, at generation 0) continues the

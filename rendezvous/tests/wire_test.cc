@@ -74,6 +74,10 @@ std::vector<Message> Samples() {
   elastic_first.job_restart_attempt = 1;
   Hello identified = elastic;  // who the pod is beyond its index: binary bytes
   identified.instance_id = std::string("\0\xff\x01\x7f" "0123456789ab", kInstanceIdBytes);
+  Hello on_node = SampleHello();
+  on_node.node_name = "gke-a3-pool-7f2c";  // NODE_NAME (wire.h): flag bit 8
+  Hello identified_on_node = identified;  // both appended fields, in their order
+  identified_on_node.node_name = on_node.node_name;
   return {SampleHello(), jobset, probe, elastic, elastic_first, SampleAssignment(), spare,
           moved, grown,
           arrived, WithNcclIds(1), WithNcclIds(3),
@@ -99,7 +103,7 @@ std::vector<Message> Samples() {
                .next_generation = 1, .failure_class = 4, .replacement = 2},
           Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
           Proof{.proof = std::string("\0\xff\x10", 3)},
-          identified};
+          identified, on_node, identified_on_node};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.

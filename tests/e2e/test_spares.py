@@ -95,7 +95,8 @@ class SparesTest(PodsimTestCase):
             cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), modes.get(i, "ok")]
             c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i), "--spares", "1",
                                          "--max-restarts", "2", *flags, nnodes=nnodes,
-                                         grace=GRACE, rdzv_timeout=30, cmd=cmd))
+                                         grace=GRACE, rdzv_timeout=30, cmd=cmd),
+                        env={"NODE_NAME": f"node-{i}"})  # the downward API's spec.nodeName
         c.pods[nnodes].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
         for i in range(nnodes):
             c.pods[i].wait_for_output(r"rank \d started in generation 0", 30)
@@ -192,6 +193,12 @@ class SparesTest(PodsimTestCase):
             self.assertIn('\ntrainlet_gang_replacement{generation="1",node_rank="1",spare="2",'
                           'replaced="1"} 1\n', metrics)
             self.assertIn("\ntrainlet_gang_replacements_total 1\n", metrics)
+            # The node to drain, named after its pod is gone (only pod 1's hello told it);
+            # the one spare is used up (TrainletHardwareFailure, TrainletSparesUsedUp).
+            self.assertIn('\ntrainlet_gang_last_culprit{member="1",node_name="node-1",'
+                          'class="hardware"} 1\n', metrics)
+            self.assertIn("\ntrainlet_gang_spares_configured 1\n", metrics)
+            self.assertIn("\ntrainlet_gang_spare 0\n", self.scrape(c, 2))
             for i in (0, 2):
                 os.unlink(self.marks(c, i) + ".hold")
             for i in (0, 2):

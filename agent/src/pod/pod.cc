@@ -232,6 +232,7 @@ class Pod {
     // reports, or of the culprit the leader names (a growing gang's is none).
     if (a.broadcast && !(a.broadcast->restart && a.broadcast->failure_class == 0)) {
       NoteFailureClass(a.broadcast->failure_class);
+      NoteCulprit(*a.broadcast, g);
     }
     if (a.report && !a.report->ok) NoteFailureClass(a.report->failure_class);
     if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
@@ -299,6 +300,23 @@ class Pod {
         std::string(exitcodes::ClassName(exitcodes::FailureClass(failure_class)));
   }
 
+  // Leader: trainlet_gang_last_culprit (metrics.h): the pod its Stop names,
+  // with the node that pod's hello named (its own NODE_NAME for this pod).
+  void NoteCulprit(const rendezvous::wire::Stop& stop, const PodGeneration& g) {
+    const bool own = stop.failed_index == options_.identity.index;
+    meters_.last_culprit = Culprit{
+        .index = stop.failed_index,
+        .node_name = own ? EnvOr("NODE_NAME")
+                  : g.leader ? g.leader->node_name(stop.failed_index) : std::string(),
+        .failure_class = std::string(
+            exitcodes::ClassName(exitcodes::FailureClass(stop.failure_class)))};
+  }
+
+  std::string EnvOr(const std::string& key) const {
+    auto it = options_.env.find(key);
+    return it == options_.env.end() ? std::string() : it->second;
+  }
+
   // A member's view of the leader's Stop, for trainlet_last_failure: the
   // culprit's class for a restart, peer_failed for a stop caused elsewhere.
   void NoteStop(const rendezvous::wire::Stop& stop) {
@@ -364,7 +382,8 @@ class Pod {
          .preflight = options_.gpu.preflight, .generation = gen_->join, .job_name = id.job_name,
          .job_restart_attempt = id.job_restart_attempt, .spares = id.spares,
          .ranks_by_arrival = id.by_arrival,
-         .restarts = id.elastic() ? std::optional(policy_.role().restarts()) : std::nullopt});
+         .restarts = id.elastic() ? std::optional(policy_.role().restarts()) : std::nullopt,
+         .node_name = EnvOr("NODE_NAME")});
   }
 
   Status StartRendezvous() {
@@ -833,6 +852,10 @@ class Pod {
     meters_.Fill(&m);
     m.leader = id.is_leader();
     m.pods_expected = id.nnodes;
+    m.pods_min = id.min_pods();
+    m.max_restarts = options_.max_restarts;
+    m.restart_count = policy_.role().restarts();
+    m.spares_configured = id.spares;
     m.replacements = roster_.replacements();
     if (const PodGeneration* g = gen_.get()) {
       m.generation = g->number;
@@ -840,6 +863,7 @@ class Pod {
           g->in_rendezvous ? std::chrono::duration<double>(Clock::now() - g->round_started).count()
                            : meters_.rendezvous_seconds;
       m.spare = g->spare && !g->in_rendezvous;
+      m.formed = gang_formed_ && !g->in_rendezvous;
       m.pods_joined = g->in_rendezvous ? (g->leader ? g->leader->admitted() : 0)
                                        : (gang_formed_ ? ActivePods() : 0);
       for (std::uint32_t lr = 0; g->supervisor && lr < id.nproc_per_node; ++lr) {

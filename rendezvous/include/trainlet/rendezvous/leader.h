@@ -267,6 +267,10 @@ class Leader : public std::enable_shared_from_this<Leader> {
     std::uint32_t slowest_rank = 0;
   };
   std::map<std::uint32_t, PeerStats> peer_stats() const;
+  // The node its hello named (wire::Hello::node_name) of each pod admitted to
+  // this generation, kept after its connection closed (a lost pod's too); ""
+  // when it named none or `index` was never admitted.
+  std::string node_name(std::uint32_t index) const;
 
   // The instance ids of the members admitted and connected (wire::Hello::
   // instance_id), by index; members without one (older peers) are left out.

@@ -94,6 +94,11 @@ struct Hello {
   // claiming its index by it (admission.h, MatchIdentity). Empty: an older
   // peer (matched by index alone). Encoded after `restarts`, flag bit 4.
   std::string instance_id{};
+  // The Kubernetes node the pod runs on (NODE_NAME from the downward API's
+  // spec.nodeName), so the leader's metrics can name the node of a pod that
+  // failed or was lost after that pod is gone. Empty: unknown. Encoded after
+  // `instance_id`, flag bit 8.
+  std::string node_name{};
   bool operator==(const Hello&) const = default;
 };
 
