@@ -521,9 +521,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
         .job_restart_attempt = h.job_restart_attempt,
         .instance_id = h.instance_id};
   }
-  const std::string local = LocalEndpointOf(conn->socket);
-  // Only a pod without an index needs it: the scan is O(nnodes) per hello, so
-  // computing it for every hello made a 12,500-pod rendezvous O(n^2) (~3 s).
+  // Only a hello without an index needs it: O(nnodes) per hello (12,500 pods: O(n^2), ~3 s).
   std::optional<std::uint32_t> free_index;
   if (hello.index == wire::kNoIndex) {
     free_index = LowestFreeIndex(
@@ -550,7 +548,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .kept_id = KeptId(hello.index),
                      .peer = conn->peer,
                      .address = conn->address,
-                     .local = local},
+                     .local = LocalEndpointOf(conn->socket)},
       hello);
   if (decided.record_job_attempt) im.job_attempts[hello.job_name] = *decided.record_job_attempt;
   if (decided.drop_older_of_job) DropOlderOfJob(hello);
