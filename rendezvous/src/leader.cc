@@ -418,11 +418,12 @@ void Leader::Dispatch(const std::shared_ptr<Conn>& conn, wire::Message message) 
   OnHello(conn, std::move(*hello));
 }
 
-// The connection closed or failed: an admitted member is lost (after the
-// assignment) or frees its index (before it).
+// The connection closed or failed: an admitted member is lost (once the
+// round was decided: it has a node rank, so the generation must not run with
+// it, agent membership.h M14) or frees its index (before).
 void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error_code ec) {
   Impl& im = *impl_;
-  if (conn->index && im.finished && !conn->settled) {
+  if (conn->index && (im.finished || im.assigning) && !conn->settled) {
     conn->settled = true;
     std::uint32_t index = *conn->index;
     Drop(conn);
@@ -924,6 +925,16 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
       return;
     }
     if (conn->settled) return;  // one report per pod: the first one stands
+    if (r->leaving && !im.finished && !im.assigning) {
+      // Stopped while it waits in the round: the round goes on without it.
+      const std::uint32_t index = *conn->index;
+      im.log->info("leader: pod {} ({}) leaves before the round formed ({})", index, conn->peer,
+                   r->reason);
+      Drop(conn);
+      if (im.options.on_leave) im.options.on_leave(index);
+      MaybeAssign();
+      return;
+    }
     conn->settled = true;
     Deliver([self = this, index = *conn->index, report = *r] {
       if (self->impl_->callbacks.on_report) self->impl_->callbacks.on_report(index, report);

@@ -1035,6 +1035,64 @@ TEST_F(RendezvousTest, LatePodsWaitAsSparesOrJoinTheNextGeneration) {
   EXPECT_TRUE(lost.empty()) << "the spare is a live member of the channel";
 }
 
+// A member whose connection closes after the leader decided the round but
+// before every assignment was written is in the generation (its node rank was
+// given): the leader must report it lost, or the generation runs with a
+// phantom rank (the trainers block in init_process_group) and a waiting spare
+// is never called. Member 1 does not read, so the leader's writes to it stay
+// in flight (its queue is stuck behind waiting heartbeats) while member 2
+// hangs up; then member 1 drains and the round finishes.
+TEST_F(RendezvousTest, AConnectionClosedWhileTheAssignmentsAreWrittenIsALoss) {
+  LeaderOptions o;
+  o.waiting_heartbeat = 1ms;
+  bool ready = false;
+  o.plan = [&](const std::vector<std::uint32_t>& joined)
+      -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
+    if (!ready || joined.size() < 3) return std::nullopt;
+    return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {2, 2}};
+  };
+  auto leader = MakeLeader(3, 0, "", o);
+  Outcome own;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  asio::ip::tcp::socket stuck(io_), leaving(io_);
+  stuck.open(asio::ip::tcp::v4());
+  stuck.set_option(asio::socket_base::receive_buffer_size(1024));
+  stuck.connect({asio::ip::address_v4::loopback(), leader->port()});
+  leaving.connect({asio::ip::address_v4::loopback(), leader->port()});
+  asio::write(stuck, asio::buffer(wire::Encode(HelloFor(1, 3))));
+  asio::write(leaving, asio::buffer(wire::Encode(HelloFor(2, 3))));
+  // Member 1's receive window and the leader's send buffer fill with waiting heartbeats.
+  io_.run_for(1500ms);
+  ready = true;
+  leader->Reconsider();  // the round is decided: every node rank is given
+  ASSERT_FALSE(own) << "member 1 did not read: its assignment cannot have been written";
+  boost::system::error_code ec;
+  leaving.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  leaving.close(ec);
+  io_.run_for(300ms);
+  // Member 1 reads again: its writes complete and the round finishes.
+  stuck.non_blocking(true);
+  std::array<char, 65536> sink{};
+  RunUntil([&] {
+    while (stuck.read_some(asio::buffer(sink), ec) > 0) {
+    }
+    return own.has_value();
+  });
+  ASSERT_TRUE(own && own->ok());
+  EXPECT_EQ((*own)->nnodes, 3u);
+  std::vector<std::uint32_t> lost;
+  leader->StartChannel({.on_report = {},
+                        .on_lost = [&](std::uint32_t i, const std::string&) { lost.push_back(i); },
+                        .on_join = {}},
+                       10s, 3);
+  RunUntil([&] {
+    while (stuck.read_some(asio::buffer(sink), ec) > 0) {
+    }
+    return !lost.empty();
+  }, 3s);
+  EXPECT_EQ(lost, (std::vector<std::uint32_t>{2})) << "a phantom rank: pod 2 was never lost";
+}
+
 // A peer that never reads cannot make the send queue grow without bound.
 TEST(FrameQueueTest, QueueIsBoundedForAPeerThatDoesNotRead) {
   asio::io_context io;

@@ -128,6 +128,12 @@ struct LeaderOptions {
   // leader declared lost (admission.h, rule 8: that pod coming back is refused
   // for good). Unset: none. Called on the executor for each hello.
   std::function<std::optional<std::uint32_t>(std::uint32_t index)> left_of;
+  // A member admitted to this round said it leaves (wire::Report::leaving:
+  // its own stop signal) before the round was decided: its index is freed
+  // (the round does not wait for it) and this runs, on the executor, so the
+  // caller's membership forgets it. After the round was decided the report
+  // reaches ChannelCallbacks::on_report instead. Unset: nothing is called.
+  std::function<void(std::uint32_t index)> on_leave;
   // Assignment::restarts of this round (the restarts counted so far, when
   // they may differ from the generation: elastic sizes); nullopt: not sent.
   std::optional<std::uint32_t> restarts;
