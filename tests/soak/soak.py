@@ -148,8 +148,14 @@ FAULTS = [
 ]
 # Kinds of a run with spares only, and kinds such a run does not draw (its own swap kinds cover
 # losses of active members; a lost leader waits for index 0's replacement, outside the model).
+# Nor does such a run, or an elastic one, draw a SIGTERM (agent_sigterm, preempt_save,
+# sigterm_mid_restart): there it is a graceful leave (agent/include/trainlet/agent/pod/
+# membership.h M7-M11: a spare takes the leaver's node rank, an elastic gang shrinks, the
+# members wait for a leaving leader's replacement), which elastic_leave and leave_mid_restart
+# cover; the leader's leave is tests/e2e/test_elastic.py's.
 SPARE_KINDS = {"spare_swap_kill", "spare_swap_freeze", "spare_swap_hardware", "spare_lost"}
-NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart"}
+NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart",
+                   "agent_sigterm", "preempt_save"}
 ELASTIC_KINDS = {"elastic_join", "elastic_join_at_max", "elastic_loss_kill",
                  "elastic_loss_freeze", "join_mid_restart", "elastic_leave",
                  "leave_mid_restart"}
