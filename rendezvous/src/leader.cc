@@ -57,6 +57,16 @@ struct Leader::Conn {
   std::string leader_nonce;
 };
 
+// Where the leader's round is: one value, so that no impossible mix of
+// flags can be written.
+enum class RoundPhase {
+  kAdmitting,  // hellos are admitted; the round is not decided
+  kAssigning,  // the plan formed the round: its assignments are being written
+  kFormed,     // every assignment written, `done` called; no channel yet
+  kChannel,    // the control channel runs (StartChannel)
+  kClosed,     // Close(): nothing more happens
+};
+
 struct Leader::Impl {
   explicit Impl(asio::any_io_executor ex)
       : executor(ex), acceptor(ex), accept_pause(ex), progress_timer(ex), waiting_timer(ex) {}
@@ -75,7 +85,10 @@ struct Leader::Impl {
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   std::optional<wire::Hello> own;
   Done done;
-  bool finished = false;
+  RoundPhase phase = RoundPhase::kAdmitting;
+  // The round was decided and written (or the leader closed): what admission
+  // decided is final.
+  bool formed() const { return phase >= RoundPhase::kFormed; }
   std::size_t pending = 0;                                 // connections mid-handshake
   std::map<std::string, std::size_t> pending_by_address;  // ... per peer address (eviction)
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
@@ -84,7 +97,6 @@ struct Leader::Impl {
   std::map<std::string, std::uint32_t> job_attempts;
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
-  bool assigning = false;
   // The round formed and LeaderOptions::admit_late: accepting late pods, whose
   // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
   bool late = false;
@@ -93,7 +105,6 @@ struct Leader::Impl {
   // while the generation runs, for the next round (they are not members here).
   std::set<std::uint32_t> given_late;
   // Control channel.
-  bool channel = false;
   ChannelCallbacks callbacks;
   std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval;  // set by StartChannel
   int misses = tunables::kHeartbeatMisses;
@@ -173,7 +184,7 @@ Result<std::shared_ptr<Leader>> Leader::Adopt(std::shared_ptr<Leader> leader) {
 // then accepts members (or, alone, assigns at once).
 void Leader::BindAndAccept() {
   Impl& im = *impl_;
-  if (im.finished) return;
+  if (im.formed()) return;
   std::string busy;  // what is still in use, for the messages
   boost::system::error_code ec;
   if (!im.bound) {
@@ -263,14 +274,13 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
 
 void Leader::Close() {
   if (!impl_) return;
-  impl_->finished = true;
+  impl_->phase = RoundPhase::kClosed;
   impl_->done = nullptr;
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
   impl_->accept_pause.cancel();
   impl_->progress_timer.cancel();
   impl_->waiting_timer.cancel();
-  impl_->channel = false;
   if (impl_->heartbeat_timer) impl_->heartbeat_timer->cancel();
   for (auto& c : impl_->all) {
     c->closed = true;
@@ -307,7 +317,7 @@ void Leader::AcceptNext() {
     if (!im.acceptor.is_open()) return;
     if (!ec) {
       self->OnAccept(std::make_shared<Conn>(std::move(s)));
-      if (!im.finished || im.late) self->AcceptNext();
+      if (!im.formed() || im.late) self->AcceptNext();
       return;
     }
     // EMFILE/ENFILE/ENOBUFS persist: pause instead of spinning on them.
@@ -325,7 +335,7 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
   auto remote = conn->socket.remote_endpoint(ec);
   conn->address = ec ? "?" : AddressForPeers(remote.address());
   conn->peer = ec ? "?" : conn->address + ":" + std::to_string(remote.port());
-  if (im.finished && !im.late) {
+  if (im.formed() && !im.late) {
     Warn(conn, "leader: dropping connection from " + conn->peer + ": rendezvous already complete");
     conn->socket.close(ec);
     return;
@@ -423,7 +433,7 @@ void Leader::Dispatch(const std::shared_ptr<Conn>& conn, wire::Message message) 
 // it, agent membership.h M14) or frees its index (before).
 void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error_code ec) {
   Impl& im = *impl_;
-  if (conn->index && (im.finished || im.assigning) && !conn->settled) {
+  if (conn->index && im.phase != RoundPhase::kAdmitting && !conn->settled) {
     conn->settled = true;
     std::uint32_t index = *conn->index;
     Drop(conn);
@@ -439,7 +449,7 @@ void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error
   if (conn->index) {
     // Before the assignment this frees the index for a restarted pod; after
     // it, the pod's agent has exited.
-    im.log->log(im.finished ? spdlog::level::debug : spdlog::level::warn,
+    im.log->log(im.formed() ? spdlog::level::debug : spdlog::level::warn,
                 "leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer, ec.message());
   }
   Drop(conn);
@@ -546,7 +556,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
       break;
   }
   const std::uint32_t index = decided.index;
-  const bool late = im.finished;
+  const bool late = im.formed();
   if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
     AdmitLate(conn, index, hello.index == wire::kNoIndex);
@@ -569,7 +579,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
 void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
   Impl& im = *impl_;
   const auto holder_conn = im.members.at(index);
-  if (im.finished && !holder_conn->settled) {  // an active pod or a spare: lost
+  if (im.formed() && !holder_conn->settled) {  // an active pod or a spare: lost
     holder_conn->settled = true;
     Deliver([self = this, index, why = "a new pod (" + conn->peer + ") claims its index"] {
       if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
@@ -589,7 +599,7 @@ void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t inde
 // keeps (the Reject or the Assignment tells it).
 void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, bool by_arrival) {
   Impl& im = *impl_;
-  const bool told = im.channel && im.callbacks.on_join;  // the next round expects it
+  const bool told = im.phase == RoundPhase::kChannel && im.callbacks.on_join;  // the next round expects it
   const bool spare = told && im.callbacks.on_join(index);
   if (!spare || !im.assignment) {
     wire::Reject next{wire::kNextGenerationField,
@@ -762,10 +772,10 @@ std::vector<std::pair<std::shared_ptr<Leader::Conn>, std::string>> Leader::Assig
 
 void Leader::MaybeAssign() {
   Impl& im = *impl_;
-  if (im.finished || im.assigning) return;
+  if (im.phase != RoundPhase::kAdmitting) return;
   std::optional<std::map<std::uint32_t, std::uint32_t>> ranks = NodeRanks();
   if (!ranks) return;
-  im.assigning = true;
+  im.phase = RoundPhase::kAssigning;
   const std::uint32_t nproc = im.own->nproc_per_node;
   const auto active = static_cast<std::uint32_t>(ranks->size());
   // The node rank goes in the assignment where it is not the member's own
@@ -829,8 +839,8 @@ void Leader::MaybeAssign() {
 
 void Leader::Finish(Result<wire::Assignment> result) {
   Impl& im = *impl_;
-  if (im.finished) return;
-  im.finished = true;
+  if (im.formed()) return;
+  im.phase = RoundPhase::kFormed;
   im.progress_timer.cancel();
   im.waiting_timer.cancel();
   im.accept_pause.cancel();
@@ -857,6 +867,7 @@ void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
                           int misses) {
   Impl& im = *impl_;
   OpenChannel(im, std::move(callbacks), heartbeat, misses);
+  if (im.phase != RoundPhase::kClosed) im.phase = RoundPhase::kChannel;
   auto now = std::chrono::steady_clock::now();
   for (auto& [index, conn] : im.members) conn->peer_state.Heard(now);
   im.heartbeat_timer = std::make_unique<asio::steady_timer>(im.executor);
@@ -870,7 +881,7 @@ void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
 // `this`: a shared_ptr kept in early_events would keep a leader whose channel never
 // started alive forever (a cycle LeakSanitizer reports).
 void Leader::Deliver(std::function<void()> event) {
-  if (impl_->channel) {
+  if (impl_->phase == RoundPhase::kChannel) {
     event();
   } else {
     impl_->early_events.push_back(std::move(event));
@@ -879,7 +890,7 @@ void Leader::Deliver(std::function<void()> event) {
 
 void Leader::Heartbeat() {
   Impl& im = *impl_;
-  if (!im.channel || !im.heartbeat_timer) return;
+  if (im.phase != RoundPhase::kChannel || !im.heartbeat_timer) return;
   auto now = std::chrono::steady_clock::now();
   auto members = im.members;  // on_lost may drop entries
   const bool send = im.pacer.Due(now, im.heartbeat);
@@ -925,7 +936,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
       return;
     }
     if (conn->settled) return;  // one report per pod: the first one stands
-    if (r->leaving && !im.finished && !im.assigning) {
+    if (r->leaving && im.phase == RoundPhase::kAdmitting) {
       // Stopped while it waits in the round: the round goes on without it.
       const std::uint32_t index = *conn->index;
       im.log->info("leader: pod {} ({}) leaves before the round formed ({})", index, conn->peer,
@@ -962,11 +973,11 @@ void Leader::ProtocolError(const std::shared_ptr<Conn>& conn, std::string why) {
 
 void Leader::WaitingHeartbeat() {
   Impl& im = *impl_;
-  if (im.finished) return;
+  if (im.formed()) return;
   im.waiting_timer.expires_after(im.options.waiting_heartbeat);
   im.waiting_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     Impl& im = *self->impl_;
-    if (ec || im.finished) return;
+    if (ec || im.formed()) return;
     auto frame = wire::Encode(wire::Heartbeat{});
     auto members = im.members;  // a failed send may drop entries
     for (auto& [index, conn] : members) self->Send(conn, frame);
@@ -1010,7 +1021,7 @@ std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
 
 std::chrono::steady_clock::duration Leader::heartbeat_silence() const {
   const Impl& im = *impl_;
-  if (!im.channel || !im.heartbeat_timer) return {};
+  if (im.phase != RoundPhase::kChannel || !im.heartbeat_timer) return {};
   return im.pacer.Silence(std::chrono::steady_clock::now());
 }
 
@@ -1048,7 +1059,7 @@ void Leader::LogProgress() {
   im.progress_timer.expires_after(im.options.progress_interval);
   im.progress_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     Impl& im = *self->impl_;
-    if (ec || im.finished) return;
+    if (ec || im.formed()) return;
     std::string left;
     if (im.options.deadline) {
       auto s = std::chrono::duration<double>(*im.options.deadline -
