@@ -257,11 +257,11 @@ std::vector<std::uint32_t> Leader::missing() const {
   return out;
 }
 
-// The node rank of every pod joined (LeaderOptions::plan), or by index without
-// a plan; nullopt while the round cannot form yet.
+// The node rank of every pod joined (LeaderMembership::Plan), or by index
+// without a membership; nullopt while the round cannot form yet.
 std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
   Impl& im = *impl_;
-  if (!im.options.plan) {
+  if (!im.options.membership) {
     if (admitted() < im.options.nnodes) return std::nullopt;
     std::map<std::uint32_t, std::uint32_t> ranks{{0, 0}};
     for (const auto& [index, conn] : im.members) ranks[index] = index;
@@ -269,7 +269,7 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
   }
   std::vector<std::uint32_t> joined{0};
   for (const auto& [index, conn] : im.members) joined.push_back(index);
-  return im.options.plan(joined);
+  return im.options.membership->Plan(joined);
 }
 
 void Leader::Close() {
@@ -531,9 +531,11 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .leader_id = im.options.leader_id,
                      .job_attempts = im.job_attempts,
                      .holder = std::move(holder),
-                     .replaced = im.options.replaced_of ? im.options.replaced_of(hello.index)
-                                                        : std::nullopt,
-                     .left = im.options.left_of ? im.options.left_of(hello.index) : std::nullopt,
+                     .replaced = im.options.membership
+                                     ? im.options.membership->ReplacedOf(hello.index)
+                                     : std::nullopt,
+                     .left = im.options.membership ? im.options.membership->LeftOf(hello.index)
+                                                   : std::nullopt,
                      .free_index = free_index,
                      .peer = conn->peer,
                      .address = conn->address,
@@ -763,9 +765,9 @@ std::vector<std::pair<std::shared_ptr<Leader::Conn>, std::string>> Leader::Assig
     }
   }
   if (!im.options.master_addr.empty()) *own_addr = im.options.master_addr;
-  if (const auto& first = im.options.assign_first) {
+  if (LeaderMembership* m = im.options.membership.get()) {
     std::stable_partition(targets.begin(), targets.end(),
-                          [&first](const auto& t) { return first(*t.first->index); });
+                          [m](const auto& t) { return m->AssignFirst(*t.first->index); });
   }
   return targets;
 }
@@ -781,7 +783,7 @@ void Leader::MaybeAssign() {
   // The node rank goes in the assignment where it is not the member's own
   // index: a membership plan, or pods numbered by arrival (launch.h).
   const bool by_arrival = RanksByArrival(im.own->config);
-  const bool membership = im.options.plan || by_arrival;
+  const bool membership = im.options.membership != nullptr || by_arrival;
   const std::uint32_t generation = RoundGeneration();
   std::function<wire::Assignment(std::uint32_t, std::string)> make =
       [nproc, generation, active, ranks = *ranks, membership, by_arrival,
@@ -942,7 +944,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
       im.log->info("leader: pod {} ({}) leaves before the round formed ({})", index, conn->peer,
                    r->reason);
       Drop(conn);
-      if (im.options.on_leave) im.options.on_leave(index);
+      if (im.options.membership) im.options.membership->OnLeave(index);
       MaybeAssign();
       return;
     }

@@ -110,6 +110,23 @@ class RendezvousTest : public ::testing::Test {
 
 using Outcome = std::optional<Result<wire::Assignment>>;
 
+// A LeaderMembership whose answers the test sets: `plan` (required) and
+// `first` (unset: false); no replacements, no leaves.
+struct TestMembership final : LeaderMembership {
+  std::function<std::optional<std::map<std::uint32_t, std::uint32_t>>(
+      const std::vector<std::uint32_t>&)>
+      plan;
+  std::function<bool(std::uint32_t)> first;
+  std::optional<std::map<std::uint32_t, std::uint32_t>> Plan(
+      const std::vector<std::uint32_t>& joined) override {
+    return plan(joined);
+  }
+  bool AssignFirst(std::uint32_t index) override { return first && first(index); }
+  std::optional<wire::Replaced> ReplacedOf(std::uint32_t) const override { return std::nullopt; }
+  std::optional<std::uint32_t> LeftOf(std::uint32_t) const override { return std::nullopt; }
+  void OnLeave(std::uint32_t) override {}
+};
+
 // Starts members 1..nnodes-1 of a gang of `nnodes` at `port`; each one's
 // outcome lands in (*got)[index].
 std::vector<std::shared_ptr<Member>> StartMembers(RendezvousTest& t, std::uint32_t nnodes,
@@ -918,7 +935,9 @@ TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
   LeaderOptions o;
   bool ready = false;
   std::vector<std::vector<std::uint32_t>> asked;
-  o.plan = [&](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [&](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     asked.push_back(joined);
     if (!ready) return std::nullopt;
@@ -946,7 +965,7 @@ TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
   EXPECT_TRUE((*got[1])->spare);
 }
 
-// LeaderOptions::assign_first orders the assignment writes only: it is asked
+// LeaderMembership::AssignFirst orders the assignment writes only: it is asked
 // about each member once the plan formed the round, and every member still
 // gets its own assignment (who is written first is not observable here: one
 // event loop reads all the members).
@@ -954,13 +973,15 @@ TEST_F(RendezvousTest, AssignFirstOrdersTheWritesOnly) {
   LeaderOptions o;
   bool formed = false;
   std::vector<std::uint32_t> asked;
-  o.plan = [&](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [&](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     if (joined.size() < 4) return std::nullopt;
     formed = true;
     return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {3, 2}};
   };
-  o.assign_first = [&](std::uint32_t index) {
+  membership->first = [&](std::uint32_t index) {
     EXPECT_TRUE(formed) << "asked before the plan formed the round";
     asked.push_back(index);
     return index == 3;
@@ -991,7 +1012,9 @@ TEST_F(RendezvousTest, LatePodsWaitAsSparesOrJoinTheNextGeneration) {
   LeaderOptions o;
   o.admit_late = true;
   o.restarts = 3;
-  o.plan = [](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     if (joined.size() < 2) return std::nullopt;
     return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}};
@@ -1046,7 +1069,9 @@ TEST_F(RendezvousTest, AConnectionClosedWhileTheAssignmentsAreWrittenIsALoss) {
   LeaderOptions o;
   o.waiting_heartbeat = 1ms;
   bool ready = false;
-  o.plan = [&](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [&](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     if (!ready || joined.size() < 3) return std::nullopt;
     return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {2, 2}};
@@ -1169,7 +1194,9 @@ TEST_F(RendezvousTest, ElasticByArrivalKeepsExpectedIndicesAndNamesTheIndex) {
   LeaderOptions o;
   o.admit_late = true;
   o.expected = {0, 1};  // pod 1 of the generation that ended rejoins later
-  o.plan = [](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     if (joined.size() < 2) return std::nullopt;
     std::map<std::uint32_t, std::uint32_t> ranks;

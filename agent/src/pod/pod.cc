@@ -431,12 +431,10 @@ class Pod {
       roster_.StartRound(io_.get_executor(), round_started, FormationNow(),
                          [this] { if (gen_ && gen_->leader) gen_->leader->Reconsider(); });
       lo.expected = roster_.Expected();
-      lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
-      lo.replaced_of = [this](std::uint32_t index) { return roster_.LastReplacementOf(index); };
-      lo.left_of = [this](std::uint32_t index) { return roster_.LeftIn(index); };
-      lo.assign_first = [this](std::uint32_t index) { return roster_.NewlyActive(index); };
-      // A pod stopped while it waits in the round (G5): the round need not wait for it.
-      lo.on_leave = [this](std::uint32_t index) { roster_.MarkLeaving(index); };
+      // The roster answers the leader (LeaderMembership); it outlives every
+      // generation's Leader (declared before gen_), so the pointer owns nothing.
+      lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(),
+                                                                    &roster_);
     }
     // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
