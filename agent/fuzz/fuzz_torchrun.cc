@@ -11,7 +11,9 @@
 #include <string_view>
 #include <vector>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/spec/torchrun.h"
+#include "trainlet/exitcodes/ports.h"
 
 using namespace trainlet::agent;
 
@@ -104,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     CheckParsed(ParseNnodes("--nnodes", a));
     CheckParsed(ParseStd("--tee", a));
     CheckParsed(ParseLocalRanksFilter("--local-ranks-filter", a));
-    CheckParsed(ParseEndpoint("--rdzv-endpoint", a, 29400));
+    CheckParsed(ParseEndpoint("--rdzv-endpoint", a, trainlet::exitcodes::ports::kRendezvous));
     CheckParsed(ParseRdzvConf("--rdzv-conf", a));
     (void)ExpandPrefixTemplate(a, "role", 3, 1);
   }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/base/values.h"
 
 using namespace trainlet::agent;

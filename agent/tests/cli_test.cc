@@ -204,6 +204,16 @@ TEST(CliTest, ExitCodesAreTheReadmesTable) {
     ++rows;
   }
   EXPECT_EQ(rows, 9);
+  // Then the rules for a worker's failure, each in the README's list.
+  int rules = 0;
+  while (std::getline(lines, line)) {
+    const std::size_t dot = line.find(". ");
+    if (dot == std::string::npos || line.find_first_not_of(" 0123456789") != dot) continue;
+    const std::string rule = line.substr(line.find_first_not_of(' '));
+    EXPECT_NE(readme.find("\n" + rule + "\n"), std::string::npos) << "README lacks: " << rule;
+    ++rules;
+  }
+  EXPECT_EQ(rules, 12);
 }
 
 }  // namespace

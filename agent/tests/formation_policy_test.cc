@@ -22,6 +22,13 @@ FormationConfig Elastic(std::uint32_t lo, std::uint32_t hi, std::uint32_t spares
           .timeout = kTimeout};
 }
 
+// --rdzv-timeout as long as the last call (torch's defaults: 30 s, 30 s).
+FormationConfig Short(std::uint32_t lo, std::uint32_t hi) {
+  FormationConfig c = Elastic(lo, hi);
+  c.timeout = kLastCall;
+  return c;
+}
+
 struct Row {
   const char* name;
   FormationConfig config;
@@ -50,8 +57,22 @@ TEST(FormationPolicy, Table) {
       {"deadline below MIN: gives up", Elastic(2, 3),
        {.joined = 1, .since_min = none, .since_start = kTimeout}, Kind::kGiveUp, {}},
       {"last call shorter than the time left to the deadline", Elastic(2, 3),
-       {.joined = 2, .since_min = milliseconds(0), .since_start = kTimeout - milliseconds(5)},
+       {.joined = 2, .since_min = milliseconds(0), .since_start = kTimeout - milliseconds(1005)},
        Kind::kWait, milliseconds(5)},
+      // --nnodes 2:3 --rdzv-timeout 30 (torch's last call, 30 s, ends with the
+      // deadline): the round forms kFormBeforeDeadline before it, not at it,
+      // where the members' own deadline would have ended their wait.
+      {"last call ending with the deadline: waits until shortly before it", Short(2, 3),
+       {.joined = 2, .since_min = milliseconds(0), .since_start = milliseconds(0)}, Kind::kWait,
+       kLastCall - kFormBeforeDeadline},
+      {"last call ending with the deadline: forms shortly before it", Short(2, 3),
+       {.joined = 2, .since_min = kLastCall - kFormBeforeDeadline,
+        .since_start = kLastCall - kFormBeforeDeadline},
+       Kind::kForm, {}},
+      {"a short deadline: forms a tenth of it before",
+       {.min_nodes = 2, .max_nodes = 3, .last_call = kLastCall, .timeout = milliseconds(3000)},
+       {.joined = 2, .since_min = milliseconds(0), .since_start = milliseconds(0)},
+       Kind::kWait, milliseconds(2700)},
       // Later rounds: every pod still alive is back.
       {"restart: survivors back, at least MIN", Elastic(2, 3),
        {.joined = 2, .first = false, .alive = 2, .alive_back = 2, .since_min = milliseconds(0)},
@@ -138,8 +159,9 @@ TEST(FormationPolicyProperty, RandomRounds) {
     // Before the last call and the deadline, a later round below the whole gang
     // forms only with every pod still alive back, whoever else joined.
     const bool early = !r.since_min.has_value() || *r.since_min < c.last_call;
+    const milliseconds form_by = c.timeout - std::min(kFormBeforeDeadline, c.timeout / 10);
     if (!r.first && r.joined < hi + spares && r.alive_back < r.alive && early &&
-        r.since_start < c.timeout) {
+        r.since_start < form_by) {
       EXPECT_NE(d.kind, Kind::kForm) << ctx;
     }
     if (r.joined >= hi + spares) {

@@ -862,6 +862,13 @@ TEST(CommandLine, RendezvousEndpointAndTheLeadersOtherSources) {
                "--rdzv-endpoint"},
            Row{"PET_MASTER_ADDR=127.0.0.4", member + "-- true", "127.0.0.4", 29400,
                "PET_MASTER_ADDR"},
+           // IPv6 in any written form is one address (address.h).
+           Row{"PET_MASTER_ADDR=[fd00::1]", member + "-- true", "fd00::1", 29400,
+               "PET_MASTER_ADDR"},
+           Row{"MASTER_ADDR=[FD00::1]", member + "--master-addr fd00:0::1 -- true", "fd00::1",
+               29400, "--master-addr"},
+           Row{"", member + "--rdzv-endpoint [fd00:0::1]:29403 -- true", "fd00::1", 29403,
+               "--rdzv-endpoint"},
        }) {
     Outcome o = FrontEndOf(r.env, r.args);
     ASSERT_NE(o.pod(), nullptr) << r.env << " " << r.args << ": " << o.message;
@@ -875,6 +882,18 @@ TEST(CommandLine, RendezvousEndpointAndTheLeadersOtherSources) {
   EXPECT_EQ(s.pod()->identity.index, 0u);
   EXPECT_EQ(s.pod()->identity.nnodes, 1u);
   EXPECT_EQ(s.pod()->identity.index_source, "--standalone");
+  // torchrun's rdzv_id under --standalone is a fresh uuid4: so is TORCHELASTIC_RUN_ID,
+  // --rdzv-id or not; trainlet's own --job-id is kept.
+  Outcome again = FrontEndOf("", "--standalone --rdzv-id fixed -- true");
+  ASSERT_NE(again.pod(), nullptr) << again.message;
+  const std::string& first = s.pod()->identity.job_id;
+  EXPECT_EQ(first.size(), 36u) << first;
+  EXPECT_EQ(again.pod()->identity.job_id.size(), 36u);
+  EXPECT_NE(first, again.pod()->identity.job_id);
+  EXPECT_NE(s.pod()->identity.job_id_source.find("--standalone"), std::string::npos);
+  Outcome kept = FrontEndOf("", "--standalone --job-id mine -- true");
+  ASSERT_NE(kept.pod(), nullptr) << kept.message;
+  EXPECT_EQ(kept.pod()->identity.job_id, "mine");
 }
 
 // The lines of agent/tests/data/torchrun-flags.txt (scripts/torchrun-flags)

@@ -692,3 +692,191 @@ TEST(IdentityTest, ElasticWithoutAnIndexIsNumberedByArrivalButNeverWithAGang) {
 
 }  // namespace
 }  // namespace trainlet::agent
+
+namespace trainlet::agent {
+namespace {
+
+// The /etc/hosts the kubelet writes for a pod with `subdomain`
+// (pkg/kubelet/kubelet_pods.go managedHostsFileContent): its header, the
+// loopback lines, then "<pod IP>\t<hostname>.<subdomain>.<ns>.svc.<domain>\t<hostname>"
+// for each pod IP (two in a dual-stack pod).
+std::string KubeletHosts(const std::string& host, const std::string& domain,
+                         const std::vector<std::string>& ips) {
+  std::string out =
+      "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"
+      "::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+      "fe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n";
+  for (const auto& ip : ips) out += ip + "\t" + host + "." + domain + "\t" + host + "\n";
+  return out;
+}
+
+IdentityInputs KubeletPod(const std::string& uname, const std::string& hosts) {
+  IdentityInputs in;
+  in.env["JOB_COMPLETION_INDEX"] = "2";
+  in.nnodes = "4";
+  in.hostname = uname;
+  in.etc_hosts = hosts;
+  return in;
+}
+
+// Every host-name form the kubelet writes: the leader's name derived from each
+// is the one the headless Service publishes for index 0.
+TEST(HostNameForms, LeaderDerivedFromEach) {
+  const std::string svc = "trainer.default.svc.cluster.local";
+  struct Row {
+    const char* name;
+    IdentityInputs in;
+    std::string fqdn, leader;
+  };
+  const std::string long_job(57, 'j');  // "<57>-2": a 59-character label
+  const Row rows[] = {
+      {"short host name and subdomain",
+       KubeletPod("trainer-2", KubeletHosts("trainer-2", svc, {"10.0.0.12"})),
+       "trainer-2." + svc, "trainer-0." + svc + "."},
+      {"setHostnameAsFQDN: the host name is the FQDN",
+       KubeletPod("trainer-2." + svc, KubeletHosts("trainer-2", svc, {"10.0.0.12"})),
+       "trainer-2." + svc, "trainer-0." + svc + "."},
+      {"dual stack: one line per pod IP",
+       KubeletPod("trainer-2", KubeletHosts("trainer-2", svc, {"10.0.0.12", "fd00::12"})),
+       "trainer-2." + svc, "trainer-0." + svc + "."},
+      {"IPv6 only, setHostnameAsFQDN",
+       KubeletPod("trainer-2." + svc, KubeletHosts("trainer-2", svc, {"fd00::12"})),
+       "trainer-2." + svc, "trainer-0." + svc + "."},
+      {"a cluster domain other than cluster.local",
+       KubeletPod("trainer-2", KubeletHosts("trainer-2", "trainer.ml.svc.gpu.example", {"10.0.0.12"})),
+       "trainer-2.trainer.ml.svc.gpu.example", "trainer-0.trainer.ml.svc.gpu.example."},
+      // An Indexed Job's pod is named <job>-<index>-<random> but its hostname
+      // field <job>-<index>: the host name decides, never the pod's name.
+      {"a hostname field other than the pod's name",
+       [] {
+         IdentityInputs in = KubeletPod("train-2", KubeletHosts("train-2", "ddp.default.svc.cluster.local", {"10.0.0.12"}));
+         in.env["HOSTNAME"] = "train-2";
+         in.env["POD_NAME"] = "train-2-x7k2q";
+         return in;
+       }(),
+       "train-2.ddp.default.svc.cluster.local", "train-0.ddp.default.svc.cluster.local."},
+      {"a 59-character host name",
+       KubeletPod(long_job + "-2", KubeletHosts(long_job + "-2", "s.default.svc.cluster.local", {"10.0.0.12"})),
+       long_job + "-2.s.default.svc.cluster.local", long_job + "-0.s.default.svc.cluster.local."},
+  };
+  for (const Row& r : rows) {
+    auto id = ResolveIdentity(r.in);
+    ASSERT_TRUE(id.ok()) << r.name << ": " << id.status().message();
+    EXPECT_EQ(id->own_fqdn, r.fqdn) << r.name;
+    EXPECT_EQ(id->leader_host, r.leader) << r.name;
+    EXPECT_EQ(id->job_id, r.leader.substr(0, r.leader.find('.'))) << r.name;
+  }
+}
+
+TEST(HostNameForms, FqdnFromHostsWithEitherHostName) {
+  const std::string hosts =
+      KubeletHosts("web-0", "web.ns.svc.cluster.local", {"10.0.0.5", "fd00::5"});
+  EXPECT_EQ(FqdnFromHosts(hosts, "web-0"), "web-0.web.ns.svc.cluster.local");
+  EXPECT_EQ(FqdnFromHosts(hosts, "web-0.web.ns.svc.cluster.local"),
+            "web-0.web.ns.svc.cluster.local");
+  EXPECT_EQ(FqdnFromHosts(hosts, "web-1"), "");
+  EXPECT_EQ(FqdnFromHosts(KubeletHosts("web-0", "", {}), "web-0"), "");
+}
+
+// JobSet at the 63-character label limit: <jobset>-<role>-<j>-<i> as long as
+// a label may be; the leader's name (role 0, 0-0) is derived in the same domain.
+TEST(HostNameForms, JobSetLongNamesAtTheLabelLimit) {
+  const std::string jobset(63 - std::string("-workers-0-1").size(), 'a');
+  const std::string host = jobset + "-workers-0-1";
+  ASSERT_EQ(host.size(), 63u);
+  const std::string domain = jobset + ".default.svc.cluster.local";
+  for (bool as_fqdn : {false, true}) {
+    IdentityInputs in;
+    in.env["JOB_COMPLETION_INDEX"] = "1";
+    in.gang = "leader=1,workers=2";
+    in.hostname = as_fqdn ? host + "." + domain : host;
+    in.etc_hosts = KubeletHosts(host, domain, {"fd00::7"});
+    auto id = ResolveIdentity(in);
+    ASSERT_TRUE(id.ok()) << id.status().message();
+    EXPECT_EQ(id->index, 2u);
+    EXPECT_EQ(id->leader_host, jobset + "-leader-0-0." + domain + ".");
+  }
+}
+
+TEST(HostNameForms, HostNetworkIsRefusedWithTheFix) {
+  // The node's own hosts file under the kubelet's host-network header: its
+  // FQDN is the node's, never to be turned into a leader's name.
+  IdentityInputs in = KubeletPod(
+      "gpu-node-2", "# Kubernetes-managed hosts file (host network).\n127.0.0.1\tlocalhost\n"
+                    "10.1.0.2\tgpu-node-2.dc.example\tgpu-node-2\n");
+  auto id = ResolveIdentity(in);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().failure_class(), exitcodes::FailureClass::kConfig);
+  EXPECT_NE(id.status().message().find("hostNetwork: true"), std::string::npos)
+      << id.status().message();
+  EXPECT_NE(id.status().message().find("set --master-addr"), std::string::npos);
+  // With the leader given, the node's names stay out of it (no subdomain check
+  // against the node's FQDN).
+  in.master_addr = "trainer-0.trainer";
+  id = ResolveIdentity(in);
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  EXPECT_EQ(id->leader_host, "trainer-0.trainer");
+  EXPECT_EQ(id->own_fqdn, "");
+  // JobSet under hostNetwork, too.
+  in.master_addr.reset();
+  in.gang = "leader=1,workers=4";
+  in.env["JOB_COMPLETION_INDEX"] = "0";
+  in.hostname = "pytorch-ddp-workers-0-0";
+  in.nnodes.reset();
+  id = ResolveIdentity(in);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("hostNetwork: true"), std::string::npos)
+      << id.status().message();
+}
+
+// One address, whichever form: the same leader and the same job id.
+TEST(LeaderAddressForms, IPv6BareOrBracketedIsOneAddress) {
+  const char* forms[] = {"fd00::10", "[fd00::10]", "FD00:0::10", "[fd00:0:0:0:0:0:0:10]"};
+  for (const char* source : {"flag", "MASTER_ADDR", "PET_MASTER_ADDR"}) {
+    for (const char* form : forms) {
+      IdentityInputs in = Pod(1, "2");
+      if (std::string(source) == "flag") {
+        in.master_addr = form;
+      } else {
+        in.env[source] = form;
+      }
+      auto id = ResolveIdentity(in);
+      ASSERT_TRUE(id.ok()) << source << "=" << form << ": " << id.status().message();
+      EXPECT_EQ(id->leader_host, "fd00::10") << source << "=" << form;
+      EXPECT_EQ(id->job_id, "fd00::10") << source << "=" << form;
+    }
+  }
+}
+
+TEST(LeaderAddressForms, RefusedAtOnceNamingTheForm) {
+  struct Row {
+    const char* value;
+    const char* message;
+  };
+  for (const Row& r : {Row{"[fd00::10]:29500", "no port may follow the host here"},
+                       Row{"10.0.0.10:29500", "no port may follow the host here"},
+                       Row{"fe80::1%eth0", "the zone id '%eth0'"},
+                       Row{"10.0.0", "looks like an IPv4 address"}}) {
+    IdentityInputs in = Pod(1, "2");
+    in.env["MASTER_ADDR"] = r.value;
+    auto id = ResolveIdentity(in);
+    ASSERT_FALSE(id.ok()) << r.value;
+    EXPECT_EQ(id.status().failure_class(), exitcodes::FailureClass::kConfig);
+    EXPECT_NE(id.status().message().find(std::string("MASTER_ADDR='") + r.value + "'"),
+              std::string::npos) << id.status().message();
+    EXPECT_NE(id.status().message().find(r.message), std::string::npos) << id.status().message();
+  }
+}
+
+TEST(LeaderAddressForms, CoordinatorGoesThroughTheSameParser) {
+  JobSetPod pod("workers", 0, 2);
+  pod.files["/etc/podinfo/annotations"] =
+      "jobset.sigs.k8s.io/coordinator=\"pytorch-ddp-leader-0-0.pytorch-ddp:29500\"\n";
+  auto id = ResolveIdentity(pod.in);
+  ASSERT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("no port may follow"), std::string::npos)
+      << id.status().message();
+}
+
+}  // namespace
+}  // namespace trainlet::agent

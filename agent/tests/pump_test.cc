@@ -55,6 +55,31 @@ TEST(LinePrefixerTest, EveryLineGetsThePrefixAndUnfinishedLinesWait) {
   EXPECT_EQ(Fed(p, {}, true), "") << "nothing pending: Finish adds nothing";
 }
 
+// torch 2.x puts "[rankN]:" before its own exception and c10 log lines: a
+// line that already has the prefix's tag is not tagged again, however it was
+// fed; another rank's tag, a tag later in the line, a prefix that is no
+// "[...]:" tag, and JSON records are prefixed as ever.
+TEST(LinePrefixerTest, ALineThatAlreadyHasTheRanksTagIsNotTaggedAgain) {
+  LinePrefixer p("[rank1]: ", 1024);
+  EXPECT_EQ(Fed(p, {"[rank1]: Traceback (most recent call last):\n"}, false),
+            "[rank1]: Traceback (most recent call last):\n");
+  EXPECT_EQ(Fed(p, {"[rank1]:[W1207 12:00:00 ProcessGroupNCCL.cpp:1250] Warning\n"}, false),
+            "[rank1]:[W1207 12:00:00 ProcessGroupNCCL.cpp:1250] Warning\n");
+  EXPECT_EQ(Fed(p, {"[ra", "nk1]: split\r", "[rank1]: bar\r\n"}, false),
+            "[rank1]: split\r[rank1]: bar\r\n");
+  EXPECT_EQ(Fed(p, {"[rank10]: other\n", "x [rank1]: later\n", "[rank1]\n"}, false),
+            "[rank1]: [rank10]: other\n[rank1]: x [rank1]: later\n[rank1]: [rank1]\n");
+  LinePrefixer cut("[rank1]: ", 10);
+  EXPECT_EQ(Fed(cut, {"[rank1]: 0123456789abc\n"}, false),
+            "[rank1]: 0\n[rank1]: 123456789a\n[rank1]: bc\n")
+      << "only a split line's first piece can carry the tag";
+  LinePrefixer plain("> ", 1024);
+  EXPECT_EQ(Fed(plain, {"> quoted\n"}, false), "> > quoted\n");
+  LinePrefixer json(JsonLinePrefix(1, "stderr"), 1024, LinePrefixer::Format::kJson);
+  EXPECT_EQ(Fed(json, {"[rank1]: x\n"}, false),
+            "{\"rank\":1,\"stream\":\"stderr\",\"line\":\"[rank1]: x\"}\n");
+}
+
 TEST(LinePrefixerTest, AnUnfinishedLineIsCutAtMaxLineNeverDropped) {
   LinePrefixer p("> ", 4);
   EXPECT_EQ(Fed(p, {"abcdefghij"}, false), "> abcd\n> efgh\n");
@@ -265,6 +290,36 @@ TEST_F(PumpTest, CopiesToAFileUntilEofThenPostsCloseAndKeepsTheTail) {
 // A log file written through the pump (SetFile: where it cannot be followed)
 // gets every byte as written, without prefix, by the time the pump posts its
 // close: redirected alone, or beside the console (teed); O_TRUNC or O_APPEND.
+// The exception that ended a worker is kept apart from the 8 KiB tail: a
+// 20 KB thread dump after it does not push it out; with how much followed it.
+TEST_F(PumpTest, TheLastExceptionOutlivesTheTail) {
+  int out = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  asio::io_context io;
+  bool closed = false;
+  std::string dump;
+  for (int t = 0; t < 50; ++t) dump += "Thread 0x7f" + std::to_string(t) + " (most recent call first):\n" + std::string(400, ' ') + "\n";
+  {
+    OutputPump pump(std::exchange(worker_[0], -1), out, "[rank2]: ", 8192);
+    pump.KeepLastException();
+    pump.Start(io.get_executor(), [&] { closed = true; });
+    Write("[rank2]: Traceback (most recent call last):\n"
+          "[rank2]:   File \"t.py\", line 1, in <module>\n"
+          "[rank2]: torch.distributed.DistBackendError: NCCL error: ncclSystemError\n\n");
+    Write(dump);
+    CloseWorker();
+    ASSERT_TRUE(RunUntil(io, [&] { return closed; }, 60s));
+    EXPECT_EQ(pump.Tail().find("DistBackendError"), std::string::npos) << "pushed out of the tail";
+    auto e = pump.LastException();
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->text, "torch.distributed.DistBackendError: NCCL error: ncclSystemError");
+    EXPECT_EQ(e->bytes_after, dump.size() + 1);
+    EXPECT_GE(e->age_ms, 0);
+    EXPECT_LT(e->age_ms, 30'000);
+  }
+  ::close(out);
+}
+
 TEST_F(PumpTest, ALogFileHoldsEveryByteWhenThePumpCloses) {
   std::string bytes;
   for (int i = 0; i < 40000; ++i) bytes += "line " + std::to_string(i) + (i % 7 ? "\n" : "");

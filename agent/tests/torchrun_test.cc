@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/run/worker_env.h"
 #include "trainlet/agent/run/worker_logs.h"
 
@@ -261,7 +262,7 @@ TEST(ParseEndpoint, HostPortAndDefaults) {
     const char* message;
   };
   for (const Row& r : {Row{"a:b:c", "e='a:b:c' is not HOST[:PORT]: it has more than one ':' (an "
-                                    "IPv6 address goes in brackets: [fd00::1]:29400)"},
+                                    "IPv6 address goes in brackets: [fd00::1]:PORT"},
                        Row{"fd00::1", "more than one ':'"},
                        Row{"127.0.0.1:", "e='127.0.0.1:': the port after ':' is empty"},
                        Row{"[::1]:", "the port after ':' is empty"},

@@ -43,6 +43,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
+#include "trainlet/exitcodes/ports.h"
 #include "trainlet/rendezvous/launch.h"
 #include "trainlet/rendezvous/wire.h"
 
@@ -60,7 +61,7 @@ std::int64_t NowNs() {
 
 struct Options {
   std::string host = "127.0.0.1";
-  std::uint16_t port = 29400;
+  std::uint16_t port = trainlet::exitcodes::ports::kRendezvous;
   trainlet::rendezvous::LaunchSettings launch{.job_id = "bench"};
   std::uint32_t first_index = 1;
   std::uint32_t count = 1;

@@ -28,7 +28,7 @@ const std::vector<ContractRow>& ContractTable() {
       {FailureClass::kOk, kExitOk,
        "every local worker exited 0 and no stop was requested"},
       {FailureClass::kBug, kExitBug,
-       "software defect: a worker exited with a code in --fatal-exit-codes (default 42), or its error says so (ModuleNotFoundError, ImportError, SyntaxError, ...): retrying cannot help"},
+       "software defect: a worker exited with a code in --fatal-exit-codes (default 42), or the exception that ended it says so (ModuleNotFoundError, ImportError, SyntaxError, ...): retrying cannot help"},
       {FailureClass::kConfig, kExitConfig,
        "trainlet's own input is invalid (env, flags, command not found or not executable), or "
        "the pod spec is too small for the job (shared memory ran out in /dev/shm): retrying "

@@ -25,11 +25,14 @@ constexpr std::size_t kMaxVectorAnchors = 16;  // more: one table look-up per by
 
 }  // namespace
 
-MarkerScanner::MarkerScanner(const MarkerTable& table, Search search)
+MarkerScanner::MarkerScanner(const MarkerTable& table, Search search, Which which)
     // A match may begin up to longest() - 1 bytes before a piece, and its line
     // up to kLead bytes before that (found by fuzz_markers).
-    : table_(table), carry_limit_(kLead + table.longest()),
+    : table_(table), skip_(table.markers().size(), false), carry_limit_(kLead + table.longest()),
       search_(search == Search::kBest || !Runs(search) ? Best() : search) {
+  if (which == Which::kWholeStream) {
+    for (std::size_t i = 0; i < skip_.size(); ++i) skip_[i] = !ScannedInWholeStream(table.markers()[i]);
+  }
   // Anchor k sets bit k % 8 in its low and its high nibble's entry.
   for (std::size_t k = 0; k < table.anchor_bytes().size(); ++k) {
     const unsigned char b = table.anchor_bytes()[k];
@@ -43,7 +46,7 @@ void MarkerScanner::CheckAnchor(std::string_view text, std::size_t at, std::size
                                 std::vector<Match>* out) const {
   for (const MarkerTable::Anchor& a : table_.anchors_of(static_cast<unsigned char>(text[at]))) {
     if (best_ && a.marker > best_->index) continue;  // cannot beat what is already found
-    if (at < a.offset) continue;
+    if (at < a.offset || skip_[a.marker]) continue;
     const std::size_t start = at - a.offset;
     const std::string& m = table_.markers()[a.marker].text;
     if (start >= max_start || start + m.size() > text.size() || start + m.size() < min_end) {
@@ -284,6 +287,7 @@ void MarkerScanner::Feed(std::string_view data) {
                      [](const Match& a, const Match& b) { return a.start < b.start; });
     Collect(data, matches_);
   }
+  fed_ += data.size();
   if (data.size() >= carry_limit_) {
     carry_.assign(data.substr(data.size() - carry_limit_));
   } else {
@@ -321,6 +325,7 @@ void MarkerScanner::OpenLine(std::string_view data, std::ptrdiff_t start) {
   std::ptrdiff_t begin = start;
   while (begin > lo && at(begin - 1) != '\n') --begin;
   open_ = true;
+  line_offset_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(fed_) + begin);
   line_.clear();
   for (std::ptrdiff_t p = begin; p < std::max<std::ptrdiff_t>(start, 0); ++p) {
     if (line_.size() < kEvidenceLine) line_.push_back(at(p));
@@ -346,7 +351,7 @@ void MarkerScanner::Judge() {
   for (std::uint32_t c : candidates_) {
     auto meaning = Interpret(table_.markers()[c], line_);
     if (!meaning) continue;
-    MarkerHit hit{c, meaning->first, std::move(meaning->second), line_, ""};
+    MarkerHit hit{c, meaning->first, std::move(meaning->second), line_, "", line_offset_};
     if (!best_ || Stronger(hit, *best_)) {
       best_ = std::move(hit);
       improved_ = true;

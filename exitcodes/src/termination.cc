@@ -36,6 +36,7 @@ std::string TerminationMessage(const TerminationInfo& info, std::size_t limit) {
   j["code"] = info.verdict.code;
   j["reason"] = info.verdict.reason;
   j["evidence"] = info.verdict.evidence;
+  if (info.verdict.rule > 0) j["rule"] = info.verdict.rule;
   j["pod_index"] = info.pod_index;
   j["attempt"] = info.attempt;
   if (!info.node_name.empty()) j["node"] = info.node_name;

@@ -63,15 +63,17 @@ TEST(ClassifyTest, EvidenceTable) {
        {.first_failure = Failure(Exited(1), "ncclRemoteError: remote process exited or there was "
                                             "a network error")},
        FailureClass::kInfra, 75, "marker"},
-      {"ModuleNotFoundError is a bug",
-       {.first_failure = Failure(Exited(1), "ModuleNotFoundError: No module named 'x'")},
+      {"ModuleNotFoundError that ended the worker is a bug",
+       {.first_failure = Failure(Exited(1), "Traceback (most recent call last):\n  File \"t.py\", "
+                                            "line 1, in <module>\nModuleNotFoundError: No "
+                                            "module named 'x'\n")},
        FailureClass::kBug, 42, "marker"},
       {"error file beats stderr",
        {.first_failure = Failure(Exited(1), "ImportError: y", "CUDA_ERROR_ECC_UNCORRECTABLE")},
        FailureClass::kHardware, 74, "error-file"},
-      {"error file without marker falls back to stderr",
+      {"an error file without a marker still decides: its exception, not stderr's",
        {.first_failure = Failure(Exited(1), "SyntaxError: bad", "ValueError: x")},
-       FailureClass::kBug, 42, "marker"},
+       FailureClass::kWorker, 1, "error-file"},
       {"SIGTERM before any failure (Kubernetes docs, Pod disruption conditions)", {.stop_signal = SIGTERM}, FailureClass::kTerminated,
        143, "phase"},
       {"SIGINT is terminated too", {.stop_signal = SIGINT}, FailureClass::kTerminated, 143,
@@ -147,15 +149,14 @@ TEST(ClassifyTest, ErrorFileWithoutAMarkerIsQuotedInTheReason) {
   Verdict v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
   EXPECT_EQ(v.failure_class, FailureClass::kWorker);
   EXPECT_EQ(v.code, 1);
-  EXPECT_EQ(v.evidence, "exit-code");
+  EXPECT_EQ(v.evidence, "error-file");
   EXPECT_EQ(v.reason, "local rank 1 (rank 3) exited with code 1; its error file says: "
                       "RuntimeError: boom");
-  // The stderr marker still decides, and the error file's line stays in the reason.
+  // The error file's exception decides: a marker in stderr does not.
   e.first_failure = Failure(Exited(1), "Connection reset by peer", "\n  OSError: x  \n");
   v = Classify(e, ExitCodeTable(), MarkerTable::Defaults());
-  EXPECT_EQ(v.failure_class, FailureClass::kInfra);
-  EXPECT_NE(v.reason.find("its error file says: OSError: x; its stderr says"), std::string::npos)
-      << v.reason;
+  EXPECT_EQ(v.failure_class, FailureClass::kWorker);
+  EXPECT_NE(v.reason.find("its error file says: OSError: x"), std::string::npos) << v.reason;
   // Bounded, and never cut inside a UTF-8 character.
   const std::string long_line = std::string("E").append(kErrorFileExcerpt, 'x') + "\n";
   e.first_failure = Failure(Exited(1), "", long_line);
@@ -184,8 +185,10 @@ TEST(ClassifyTest, ConfiguredCodesAndMarkers) {
   v = Classify({.first_failure = Failure(Exited(42))}, *codes, markers);
   EXPECT_EQ(v.failure_class, FailureClass::kWorker) << "42 is no longer fatal";
   EXPECT_EQ(v.code, 42);
-  v = Classify({.first_failure = Failure(Exited(1), "AssertionError: loss is nan")}, *codes,
-               markers);
+  v = Classify({.first_failure = Failure(Exited(1), "Traceback (most recent call last):\n  File "
+                                                   "\"t.py\", line 1, in <module>\n"
+                                                   "AssertionError: loss is nan\n")},
+               *codes, markers);
   EXPECT_EQ(v.code, 40);
   v = Classify({.agent_failure = Status::Infra("dns")}, *codes, markers);
   EXPECT_EQ(v.code, 70);
@@ -259,7 +262,7 @@ TEST(ClassifyTest, GpuEvidenceByWhatItMeans) {
        Exited(1), FailureClass::kHardware, 74, "Xid 79"},
       {"an illegal memory access and exit 42 is still a bug",
        "CUDA error: an illegal memory access was encountered\n", Exited(42), FailureClass::kBug,
-       42, "illegal memory access"},
+       42, "--fatal-exit-codes"},
       {"ECC uncorrectable stays hardware", "CUDA error: uncorrectable ECC error encountered\n",
        Exited(1), FailureClass::kHardware, 74, "uncorrectable ECC error"},
   };

@@ -90,10 +90,12 @@ exitcodes::Result<std::string> ReadTokenFile(const std::string& path) {
   return token;
 }
 
-std::string NewNonce() {
+std::string NewNonce() { return RandomBytes(kNonceBytes); }
+
+std::string RandomBytes(std::size_t count) {
   // getrandom(2) without flags: the kernel's CSPRNG (urandom pool), blocking
   // only until it is first seeded at boot.
-  std::string n(kNonceBytes, '\0');
+  std::string n(count, '\0');
   std::size_t got = 0;
   while (got < n.size()) {
 #if __GLIBC_PREREQ(2, 25)

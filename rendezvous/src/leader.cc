@@ -46,6 +46,7 @@ struct Leader::Conn {
   std::optional<std::uint32_t> restarts;  // the restarts its hello counts (elastic)
   std::string job_name;                // its hello's (JobSet's Job), for the per-Job fence
   std::optional<std::uint32_t> job_restart_attempt;
+  std::string instance_id;  // its hello's (never logged): who it is beyond its index
   bool closed = false;
   bool fresh = true;  // not read yet: the first read is tried at accept (see ReadFrom)
   // Control channel.
@@ -245,6 +246,8 @@ Leader::~Leader() { Close(); }
 std::uint32_t Leader::admitted() const {
   return static_cast<std::uint32_t>(impl_->members.size()) + (impl_->own ? 1 : 0);
 }
+
+bool Leader::formed() const { return impl_->phase != RoundPhase::kAdmitting; }
 
 std::vector<std::uint32_t> Leader::missing() const {
   std::vector<std::uint32_t> out;
@@ -497,6 +500,17 @@ void Leader::OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof
   Admit(conn, std::move(hello));
 }
 
+namespace {
+
+// This side's "address:port" of `socket`, for messages; "?" when unknown.
+std::string LocalEndpointOf(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto ep = socket.local_endpoint(ec);
+  return ec ? "?" : AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
 // The decision is Admit (admission.h); this applies it.
 void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   Impl& im = *impl_;
@@ -508,13 +522,10 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
         .live = std::chrono::steady_clock::now() - h.peer_state.last_rx() <=
                 im.options.holder_liveness,
         .job_name = h.job_name,
-        .job_restart_attempt = h.job_restart_attempt};
+        .job_restart_attempt = h.job_restart_attempt,
+        .instance_id = h.instance_id};
   }
-  std::string local = "?";
-  boost::system::error_code ec;
-  if (auto ep = conn->socket.local_endpoint(ec); !ec) {
-    local = AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
-  }
+  const std::string local = LocalEndpointOf(conn->socket);
   // Only a pod without an index needs it: the scan is O(nnodes) per hello, so
   // computing it for every hello made a 12,500-pod rendezvous O(n^2) (~3 s).
   std::optional<std::uint32_t> free_index;
@@ -524,6 +535,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
         [&im](std::uint32_t i) { return im.members.contains(i) || im.given_late.contains(i); },
         im.options.expected);
   }
+  const LeaderMembership* m = im.options.membership.get();
   const Admission decided = rendezvous::Admit(
       AdmissionState{.own = *im.own,
                      .nnodes = im.options.nnodes,
@@ -531,12 +543,12 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .leader_id = im.options.leader_id,
                      .job_attempts = im.job_attempts,
                      .holder = std::move(holder),
-                     .replaced = im.options.membership
-                                     ? im.options.membership->ReplacedOf(hello.index)
-                                     : std::nullopt,
-                     .left = im.options.membership ? im.options.membership->LeftOf(hello.index)
-                                                   : std::nullopt,
+                     .replaced = m ? m->ReplacedOf(hello.index) : std::nullopt,
+                     .left = m ? m->LeftOf(hello.index) : std::nullopt,
+                     .lost_spare = m ? m->LostSpareOf(hello.index) : std::nullopt,
                      .free_index = free_index,
+                     .token = !im.options.token.empty(),
+                     .kept_id = KeptId(hello.index),
                      .peer = conn->peer,
                      .address = conn->address,
                      .local = local},
@@ -559,6 +571,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   }
   const std::uint32_t index = decided.index;
   const bool late = im.formed();
+  conn->instance_id = hello.instance_id;
   if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
     AdmitLate(conn, index, hello.index == wire::kNoIndex);
@@ -577,7 +590,26 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   MaybeAssign();
 }
 
-// A silent holder of `index` gives way to `conn` (admission.h: replace_holder).
+// The instance id of the survivor the round keeps `index` for
+// (LeaderOptions::kept_ids), while it keeps it; empty: none.
+std::string Leader::KeptId(std::uint32_t index) const {
+  const Impl& im = *impl_;
+  if (im.formed() || std::chrono::steady_clock::now() >= im.options.keep_until) return {};
+  auto it = im.options.kept_ids.find(index);
+  return it == im.options.kept_ids.end() ? std::string() : it->second;
+}
+
+std::map<std::uint32_t, std::string> Leader::instance_ids() const {
+  std::map<std::uint32_t, std::string> out;
+  for (const auto& [index, conn] : impl_->members) {
+    if (!conn->closed && !conn->instance_id.empty()) out[index] = conn->instance_id;
+  }
+  return out;
+}
+
+// The holder of `index` gives way to `conn` (admission.h: replace_holder): it
+// went silent, it is `conn`'s own pod on an old connection, or another pod
+// took the index the round kept for `conn`.
 void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
   Impl& im = *impl_;
   const auto holder_conn = im.members.at(index);
@@ -587,12 +619,19 @@ void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t inde
       if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
     });
   }
-  im.log->warn("leader: index {} claimed again from {}; its holder {} has been silent for {} ms: "
-               "replacing it",
-               index, conn->peer, holder_conn->peer,
-               std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx())
-                   .count());
+  const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx());
+  std::string why;
+  if (!holder_conn->instance_id.empty() && holder_conn->instance_id == conn->instance_id) {
+    why = "the same pod held it on an older connection, from " + holder_conn->peer;
+  } else if (silent > im.options.holder_liveness) {
+    why = "its holder " + holder_conn->peer + " has been silent for " +
+          std::to_string(silent.count()) + " ms";
+  } else {
+    why = "it is kept for that pod (it ran the index in the last generation); " +
+          holder_conn->peer + " held it";
+  }
+  im.log->warn("leader: index {} claimed again from {}; {}: replacing it", index, conn->peer, why);
   Drop(holder_conn);
 }
 

@@ -124,6 +124,7 @@ struct TestMembership final : LeaderMembership {
   bool AssignFirst(std::uint32_t index) override { return first && first(index); }
   std::optional<wire::Replaced> ReplacedOf(std::uint32_t) const override { return std::nullopt; }
   std::optional<std::uint32_t> LeftOf(std::uint32_t) const override { return std::nullopt; }
+  std::optional<std::uint32_t> LostSpareOf(std::uint32_t) const override { return std::nullopt; }
   void OnLeave(std::uint32_t) override {}
 };
 
@@ -306,7 +307,8 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port(), 1500ms);
   s->Start([&](auto r) { stranger = r; });
   // A second pod with index 1 while the first is live (it answers the waiting
-  // heartbeats): a clash, refused for good, naming both pods.
+  // heartbeats): a clash, naming both pods; without a token refused for now
+  // (a mistake cannot be told from a stranger): it retries, then infra.
   auto d = MakeMember(HelloFor(1, 3), leader->port(), 1500ms);
   d->Start([&](auto r) { dup = r; });
   RunUntil([&] { return stranger && dup; });
@@ -315,7 +317,7 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   EXPECT_NE(stranger->status().message().find("belongs to job 'other-job-0'"), std::string::npos)
       << stranger->status().message();
   ASSERT_TRUE(dup && !dup->ok());
-  EXPECT_EQ(dup->status().failure_class(), FailureClass::kConfig) << "a clash: not retried";
+  EXPECT_EQ(dup->status().failure_class(), FailureClass::kInfra) << "no token: retried";
   EXPECT_NE(dup->status().message().find("two live pods claim index 1"), std::string::npos)
       << dup->status().message();
   EXPECT_FALSE(own.has_value()) << "the leader waits on";
@@ -389,22 +391,35 @@ TEST_F(RendezvousTest, GenerationIsTheLeadersAlone) {
   EXPECT_EQ((*got2)->generation, 1u);
 }
 
-// A non-fresh leader ignores a member asking for more than the leader runs.
+// A non-fresh leader's round admits its own generation (and 0) only: a
+// member asking for more (within --max-restarts) is refused for now, so it
+// neither raises the leader's generation nor takes an index (admission.h,
+// rule 9); one asking for the round's joins it.
 TEST_F(RendezvousTest, HelloCannotRaiseARunningLeadersGeneration) {
   LeaderOptions lo;
   lo.max_generation = 5;
   auto leader = MakeLeader(2, 0, "", lo);
-  Outcome own, got;
+  Outcome own, got, right;
   wire::Hello own_hello = HelloFor(0, 2);
   own_hello.generation = 2;
   leader->Start(own_hello, [&](auto r) { own = r; });
   wire::Hello h = HelloFor(1, 2);
-  h.generation = 4;  // admitted (within --max-restarts), but not followed
-  auto m = MakeMember(h, leader->port(), 1500ms);
+  h.generation = 4;
+  auto m = MakeMember(h, leader->port(), 500ms);
   m->Start([&](auto r) { got = r; });
-  RunUntil([&] { return own.has_value(); });
+  RunUntil([&] { return got.has_value(); });
+  ASSERT_TRUE(got && !got->ok());
+  EXPECT_EQ(got->status().failure_class(), FailureClass::kInfra) << "retried, then infra";
+  EXPECT_NE(got->status().message().find("asks for generation 4"), std::string::npos)
+      << got->status().message();
+  EXPECT_FALSE(own.has_value());
+  h.generation = 2;
+  auto m2 = MakeMember(h, leader->port());
+  m2->Start([&](auto r) { right = r; });
+  RunUntil([&] { return own.has_value() && right.has_value(); });
   ASSERT_TRUE(own && own->ok());
   EXPECT_EQ((*own)->generation, 2u);
+  ASSERT_TRUE(right && right->ok());
 }
 
 // A pod that died without a FIN still holds its index: while it was heard from

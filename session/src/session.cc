@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainlet/exitcodes/ports.h"
 #include "trainlet/gpu/nccl.h"
 
 namespace trainlet {
@@ -35,9 +36,9 @@ struct Session::Impl {
 
 namespace {
 
-// MASTER_PORT when a gang's environment lacks it: torch's default (torch/distributed/run.py
-// --master-port), as a trainer run by torchrun would use.
-constexpr long kTorchMasterPort = 29500;
+// MASTER_PORT when a gang's environment lacks it: torch's default, as a trainer run by
+// torchrun would use (trainlet/exitcodes/ports.h).
+constexpr long kTorchMasterPort = exitcodes::ports::kTorchMaster;
 
 const char* Env(const char* name) {
   const char* v = std::getenv(name);

@@ -14,8 +14,38 @@ What a Cluster is:
     hostname (<svc>-<i>), /etc/hosts as the kubelet writes it and /etc/resolv.conf as
     ClusterFirst DNS writes it (search list, ndots:5), both bind-mounted privately.
 
+Address families (Cluster(family=...)), as a cluster's pod network gives them:
+  * "ipv4" (default): 10.213.0.0/24 only.
+  * "ipv6": IPv6 only, ULA fd00:213::/64 (RFC 4193): eth0 has no IPv4 address at all
+    (lo keeps 127.0.0.1, as in every pod), dnsmasq listens on fd00:213::1 and serves
+    AAAA records only.
+  * "dual": both; the pod's /etc/hosts lists each pod IP on its own line and dnsmasq
+    serves A and AAAA records, as the kubelet and CoreDNS do in a dual-stack cluster.
+IPv6 addresses are added with `nodad` (no duplicate address detection: usable at once),
+and every interface also has its kernel-made link-local fe80:: address, as a pod's has.
+
+Host names (Cluster(fqdn_hostname=True)): as pod spec setHostnameAsFQDN: true, the pod's
+host name (uname, $HOSTNAME) is its FQDN <hostname>.<svc>.<ns>.svc.cluster.local; the
+/etc/hosts line stays "<ip>\t<fqdn>\t<hostname>" (the kubelet writes the same line).
+
 Addresses are used only inside namespaces this module creates, so runs never touch
-the host's network and concurrent runs cannot collide (names carry the run's pid).
+the host's network and concurrent runs cannot collide: namespace names carry the run's
+pid and a random part, so two runs in different PID namespaces (where pids repeat) get
+different names too.
+
+Two runs on one machine (two clones' suites, a soak beside the e2e tests) never touch
+each other's processes or namespaces:
+  * a pod's processes are those in its PID namespace *while its PID 1 still exists*
+    (pid and start time as recorded at start). A PID namespace lives as long as its
+    init (pid_namespaces(7): the kernel kills the rest when init exits and init's exit
+    waits for them), and its inode number is reused by the next namespace created once
+    it is gone, so an inode alone names "the pod's" namespace only while PID 1 lives.
+  * signals go through a pidfd (pidfd_open(2)) opened and checked against the process's
+    start time (proc(5), /proc/<pid>/stat field 22), so a reused pid is never signalled.
+  * the stale sweep deletes only namespaces of a run that provably died: its owner file
+    (/run/podsim/<run>.owner: pid, start time, PID namespace, boot id) names a process
+    of our own PID namespace that no longer runs. A run whose owner we cannot see
+    (another PID namespace, no owner file) is left alone.
 
 Threading: a Cluster and its Pods are meant to be driven from one thread; the only
 background activity is delayed publish() timers, which only write files.
@@ -25,8 +55,10 @@ Needs root, iproute2 (`ip netns`), util-linux `unshare`, /usr/sbin/dnsmasq.
 
 import atexit
 import collections
+import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -36,8 +68,14 @@ import time
 
 SUBNET = "10.213.0"           # /24 inside our own namespaces only
 DNS_IP = f"{SUBNET}.1"
-NS_PREFIX = "tl"              # netns names: tl<runpid>c<k>net, tl<runpid>c<k>p<i>
-NS_RE = re.compile(rf"^{NS_PREFIX}(\d+)c(\d+)(net|p\d+)$")
+SUBNET6 = "fd00:213:"         # ULA /64 (RFC 4193), inside our own namespaces only
+DNS_IP6 = f"{SUBNET6}:1"
+FAMILIES = ("ipv4", "ipv6", "dual")
+NS_PREFIX = "tl"              # netns names: <run>c<k>net, <run>c<k>p<i>; <run> = tl<pid>r<hex>
+NS_RE = re.compile(rf"^({NS_PREFIX}\d+r[0-9a-f]{{8}})c(\d+)(net|p\d+)$")
+OLD_NS_RE = re.compile(rf"^{NS_PREFIX}\d+c\d+(net|p\d+)$")  # before owner files: never swept
+OWNER_DIR = "/run/podsim"     # <run>.owner: who owns the namespaces named after <run>
+NETNS_DIR = "/run/netns"      # where `ip netns` keeps its names (ip-netns(8))
 DNSMASQ = "/usr/sbin/dnsmasq"
 POD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -65,7 +103,9 @@ class PodTimeout(PodsimError):
     pass
 
 
-ProcInfo = collections.namedtuple("ProcInfo", "pid ppid state comm cmdline")
+# start: the process's start time in clock ticks after boot (proc(5), /proc/<pid>/stat
+# field 22); (pid, start) names one process for good, a pid alone only while it runs.
+ProcInfo = collections.namedtuple("ProcInfo", "pid ppid state comm cmdline start")
 
 
 def _run(*argv, check=True, timeout=20):
@@ -101,16 +141,30 @@ def _read(path, default=""):
         return default
 
 
-def proc_info(pid):
-    """ProcInfo for a host pid, or None if it is gone. state is e.g. 'S', 'R', 'Z'."""
+def _stat(pid):
+    """(comm, fields from field 3 on) of /proc/<pid>/stat, or None if the process is gone."""
     stat = _read(f"/proc/{pid}/stat")
     if not stat:
         return None
     # comm may hold spaces and parentheses; it ends at the last ')'. See proc(5).
     lpar, rpar = stat.find("("), stat.rfind(")")
-    fields = stat[rpar + 2:].split()
+    return stat[lpar + 1:rpar], stat[rpar + 2:].split()
+
+
+def start_time(pid):
+    """The start time of process `pid` (clock ticks after boot), or None if it is gone."""
+    st = _stat(pid)
+    return int(st[1][19]) if st else None  # field 22; st[1][0] is field 3
+
+
+def proc_info(pid):
+    """ProcInfo for a host pid, or None if it is gone. state is e.g. 'S', 'R', 'Z'."""
+    st = _stat(pid)
+    if st is None:
+        return None
+    comm, fields = st
     cmdline = _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()
-    return ProcInfo(pid, int(fields[1]), fields[0], stat[lpar + 1:rpar], cmdline)
+    return ProcInfo(pid, int(fields[1]), fields[0], comm, cmdline, int(fields[19]))
 
 
 def _all_pids():
@@ -144,49 +198,149 @@ def _nspid(pid):
     return []
 
 
-def _kill(pid, sig):
+def signal_exact(pid, start, sig):
+    """Sends `sig` to process `pid` only if it is still the one that started at `start`.
+
+    The pidfd (pidfd_open(2)) pins the process: once its start time matched, the signal
+    (pidfd_send_signal(2)) reaches that process or nothing, never a process that got its
+    pid later. Returns True when the signal was sent."""
     try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False  # gone
+    try:
+        if start_time(pid) != start:
+            return False  # the pid now names another process
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------------------------
-# leftovers from crashed runs
+# who owns which namespaces; leftovers from crashed runs
+
+_run_tags = {}  # os.getpid() -> this process's run name (a fork is another run)
+
+
+def _boot_id():
+    return _read("/proc/sys/kernel/random/boot_id").strip()
+
+
+def run_tag():
+    """This process's run name, tl<pid>r<8 hex>: the prefix of its namespaces' names."""
+    pid = os.getpid()
+    if pid not in _run_tags:
+        _run_tags[pid] = f"{NS_PREFIX}{pid}r{secrets.token_hex(4)}"
+    return _run_tags[pid]
+
+
+def _owner_path(run):
+    return os.path.join(OWNER_DIR, f"{run}.owner")
+
+
+def _claim_run():
+    """Writes this run's owner file (before it creates any namespace). Idempotent."""
+    path = _owner_path(run_tag())
+    if os.path.exists(path):
+        return
+    os.makedirs(OWNER_DIR, exist_ok=True)
+    me = os.getpid()
+    owner = {"pid": me, "start": start_time(me), "pidns": _ns_id(me, "pid"),
+             "boot_id": _boot_id()}
+    tmp = f"{path}.{me}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(owner, f)
+    os.rename(tmp, path)
+
+
+def _release_run():
+    """Removes this run's owner file (at exit, once its clusters are torn down), unless a
+    namespace of this run is left: the file then lets a later run's sweep remove it."""
+    names = os.listdir(NETNS_DIR) if os.path.isdir(NETNS_DIR) else []
+    if os.getpid() in _run_tags and not any(n.startswith(run_tag() + "c") for n in names):
+        try:
+            os.unlink(_owner_path(run_tag()))
+        except OSError:
+            pass
+
+
+def run_is_dead(run):
+    """True only when `run` provably ended: its owner file names a process of our own PID
+    namespace, since this boot, that no longer runs (no process with that pid and start
+    time). A run we cannot see (no or unreadable owner file, another PID namespace, whose
+    pids mean other processes here) counts as alive."""
+    try:
+        with open(_owner_path(run)) as f:
+            owner = json.load(f)
+        pid, start = int(owner["pid"]), int(owner["start"])
+        pidns, boot = owner["pidns"], owner["boot_id"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if pidns != _ns_id(os.getpid(), "pid") or boot != _boot_id():
+        return False
+    return start_time(pid) != start
 
 
 def cleanup_stale(log=print):
-    """Deletes podsim namespaces (and everything running in them) whose run is gone.
-
-    A run is gone when the pid in the namespace's name is not a live process whose
-    command line mentions python. Returns the names removed.
-    """
-    removed = []
+    """Deletes podsim namespaces (and everything running in them) of runs that provably
+    ended (run_is_dead), and those runs' owner files. Returns the names removed."""
+    removed, unknown = [], []
     names = _run("ip", "netns", "list", check=False).stdout.split()
     for name in names:
         m = NS_RE.match(name)
         if not m:
+            unknown += [name] if OLD_NS_RE.match(name) else []
             continue
-        owner = int(m.group(1))
-        if owner == os.getpid():
-            continue
-        if "python" in _read(f"/proc/{owner}/cmdline"):
-            continue  # that run is still alive
-        _destroy_netns(name)
-        removed.append(name)
+        if m.group(1) != run_tag() and run_is_dead(m.group(1)):
+            _destroy_netns(name)
+            removed.append(name)
+    left = {NS_RE.match(n).group(1) for n in names if NS_RE.match(n) and n not in removed}
+    for entry in os.listdir(OWNER_DIR) if os.path.isdir(OWNER_DIR) else []:
+        run = entry[:-len(".owner")]
+        if entry.endswith(".owner") and run not in left and run_is_dead(run):
+            try:
+                os.unlink(_owner_path(run))
+            except OSError:
+                pass
     if removed:
         log(f"podsim: removed {len(removed)} stale namespaces: {' '.join(removed)}")
+    if unknown:
+        log(f"podsim: left alone {len(unknown)} namespaces of unknown owner (named before "
+            f"owner files; `ip netns del` them by hand if no run uses them): "
+            f"{' '.join(unknown)}")
     return removed
 
 
+def _netns_id(name):
+    """'net:[inode]' of named netns `name`, or None when the name holds no namespace here."""
+    try:
+        st = os.stat(os.path.join(NETNS_DIR, name))
+    except OSError:
+        return None
+    # A name whose bind mount lives in another mount namespace is a plain empty file here;
+    # a namespace is a file of nsfs, the file system /proc/<pid>/ns/* live on.
+    try:
+        nsfs = os.stat(f"/proc/{os.getpid()}/ns/net").st_dev
+    except OSError:
+        return None
+    return f"net:[{st.st_ino}]" if st.st_dev == nsfs else None
+
+
 def _destroy_netns(name):
-    """Kills every process in netns `name` (and the PID namespaces they lead), then deletes it."""
-    for _ in range(50):
-        pids = [int(p) for p in _run("ip", "netns", "pids", name, check=False).stdout.split()]
-        if not pids:
+    """Kills every process in netns `name` (and the PID namespaces they lead), then deletes it.
+
+    The name's bind mount holds the namespace, so its inode names it for as long as the
+    name exists; each process is signalled through a pidfd checked against its start."""
+    ns = _netns_id(name)
+    for _ in range(50 if ns else 0):
+        procs = [i for i in map(proc_info, pids_in_namespace("net", ns)) if i]
+        if not procs or _netns_id(name) != ns:
             break
-        for p in pids:
-            _kill(p, signal.SIGKILL)
+        for info in procs:
+            signal_exact(info.pid, info.start, signal.SIGKILL)
         time.sleep(0.05)
     _run("ip", "netns", "del", name, check=False)
 
@@ -208,7 +362,8 @@ class Pod:
         self.started = time.monotonic()
         self.ended = None
         self.pid1 = None          # host pid of the pod's PID 1
-        self.pidns = None         # 'pid:[inode]' of the pod's PID namespace
+        self.pid1_start = None    # its start time (start_time()): pid1 names it only with this
+        self.pidns = None         # 'pid:[inode]' of the pod's PID namespace, while PID 1 lives
 
     def _find_pid1(self, timeout=10.0):
         # Popen's pid is `ip netns exec`, which execs setpriv, which execs unshare (no
@@ -217,14 +372,22 @@ class Pod:
         while time.monotonic() < deadline:
             for child in _children(self.popen.pid):
                 ns = _nspid(child)
-                if len(ns) >= 2 and ns[-1] == 1:
-                    self.pid1 = child
-                    self.pidns = _ns_id(child, "pid")
+                info = proc_info(child)
+                pidns = _ns_id(child, "pid")
+                # Still unshare's child after reading its namespace: the same process.
+                if (len(ns) >= 2 and ns[-1] == 1 and info and info.ppid == self.popen.pid
+                        and start_time(child) == info.start):
+                    self.pid1, self.pid1_start, self.pidns = child, info.start, pidns
                     return
             if self.popen.poll() is not None:
                 return  # exited before we could see it (a very short-lived pod)
             time.sleep(0.005)
         raise PodsimError(f"pod {self.name}: no PID 1 appeared within {timeout}s")
+
+    def pid1_present(self):
+        """True while the pod's PID 1 exists (a zombie included): while it does, its PID
+        namespace does too, so self.pidns names this pod's namespace and no other."""
+        return self.pid1 is not None and start_time(self.pid1) == self.pid1_start
 
     @property
     def returncode(self):
@@ -269,13 +432,26 @@ class Pod:
         if self.pid1 is None:
             raise PodsimError(f"pod {self.name}: PID 1 unknown (exited early?)")
         if self.running():
-            os.kill(self.pid1, sig)
+            signal_exact(self.pid1, self.pid1_start, sig)
+
+    def signal_process(self, info, sig):
+        """Sends `sig` to one of this pod's processes (a ProcInfo from processes()), unless
+        it has exited since: a pid reused by then is never signalled. Returns True if sent."""
+        return signal_exact(info.pid, info.start, sig)
 
     def processes(self):
-        """ProcInfo of every process in this pod's PID namespace (host pids), PID 1 included."""
-        if self.pidns is None:
+        """ProcInfo of every process in this pod's PID namespace (host pids), PID 1 included.
+
+        Empty once PID 1 is gone: the kernel has then killed the rest (pid_namespaces(7))
+        and the namespace's inode may already name another run's pod."""
+        if self.pidns is None or not self.pid1_present():
             return []
-        return [i for i in map(proc_info, pids_in_namespace("pid", self.pidns)) if i]
+        found = [i for i in map(proc_info, pids_in_namespace("pid", self.pidns)) if i]
+        # PID 1 outlived the scan, so the namespace was this pod's throughout; a process
+        # of this namespace cannot have started before its init.
+        if not self.pid1_present():
+            return []
+        return [i for i in found if i.start >= self.pid1_start]
 
     def zombies(self):
         return [p for p in self.processes() if p.state == "Z"]
@@ -333,15 +509,16 @@ class Pod:
         """SIGKILLs PID 1 (the kernel then kills the rest of the PID namespace) and reaps."""
         if self.running():
             if self.pid1 is not None:
-                _kill(self.pid1, signal.SIGKILL)
+                signal_exact(self.pid1, self.pid1_start, signal.SIGKILL)
             try:
                 self.popen.wait(5)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(5)
-        # Paranoia: anything still in the PID namespace.
+        # Paranoia: anything still in the PID namespace while its PID 1 is (processes()
+        # is empty once PID 1 is gone, so another run's pod is never touched).
         for info in self.processes():
-            _kill(info.pid, signal.SIGKILL)
+            self.signal_process(info, signal.SIGKILL)
 
 
 class Cluster:
@@ -353,7 +530,7 @@ class Cluster:
     """
 
     def __init__(self, svc="trainer", pods=3, namespace="default", workdir=None,
-                 keep=False, log=None, hostnames=None):
+                 keep=False, log=None, hostnames=None, family="ipv4", fqdn_hostname=False):
         global _cluster_seq
         with _seq_lock:
             _cluster_seq += 1
@@ -365,9 +542,13 @@ class Cluster:
         if hostnames is not None and (len(hostnames) != pods or len(set(hostnames)) != pods):
             raise ValueError("hostnames: one distinct name per pod")
         self._hostnames = list(hostnames) if hostnames is not None else None
+        if family not in FAMILIES:
+            raise ValueError(f"family: one of {FAMILIES}")
+        self.family = family
+        self.fqdn_hostname = fqdn_hostname
         self.namespace = namespace
         self.domain = f"{svc}.{namespace}.svc.cluster.local"
-        self.tag = f"{NS_PREFIX}{os.getpid()}c{seq}"
+        self.tag = f"{run_tag()}c{seq}"
         self.net_ns = f"{self.tag}net"
         self.keep = keep
         self._own_workdir = workdir is None
@@ -378,6 +559,7 @@ class Cluster:
         self.events_log = os.path.join(self.workdir, "events.log")
         self.pods = {}
         self._ip_override = {}
+        self._cut_carrier = {}  # cut_link: pod index -> whether its carrier went down
         self._timers = []
         self._dnsmasq = None
         self._created_ns = []
@@ -387,15 +569,35 @@ class Cluster:
 
     # -- names -------------------------------------------------------------------
     def hostname(self, i):
+        """Pod i's hostname field (the Service's record name; short)."""
         return self._hostnames[i] if self._hostnames else f"{self.svc}-{i}"
+
+    def uname(self, i):
+        """Pod i's host name as its processes see it (the FQDN with fqdn_hostname)."""
+        return self.fqdn(i) if self.fqdn_hostname else self.hostname(i)
 
     def fqdn(self, i):
         return f"{self.hostname(i)}.{self.domain}"
 
-    def pod_ip(self, i):
+    def dns_ip(self):
+        return DNS_IP6 if self.family == "ipv6" else DNS_IP
+
+    def pod_ips(self, i):
+        """Pod i's addresses, primary first: IPv4 then IPv6 in a dual-stack cluster."""
         if not 0 <= i < 200:
             raise ValueError("podsim supports indices 0..199")
-        return self._ip_override.get(i, f"{SUBNET}.{10 + i}")
+        if i in self._ip_override:
+            return [self._ip_override[i]]
+        v4, v6 = f"{SUBNET}.{10 + i}", f"{SUBNET6}:{10 + i}"
+        return {"ipv4": [v4], "ipv6": [v6], "dual": [v4, v6]}[self.family]
+
+    def pod_ip(self, i):
+        """Pod i's primary address (the first of pod_ips)."""
+        return self.pod_ips(i)[0]
+
+    def pod_ip6(self, i):
+        """Pod i's IPv6 address (family "ipv6" or "dual")."""
+        return [ip for ip in self.pod_ips(i) if ":" in ip][0]
 
     def readdress(self, i, ip):
         """Gives pod i a new IP, as when a pod is replaced (rescheduled): its eth0 gets
@@ -406,8 +608,8 @@ class Cluster:
             raise PodsimError(f"pod {i} is still running")
         self._ip_override[i] = ip
         ns = self.pod_ns(i)
-        _run("ip", "-n", ns, "addr", "flush", "dev", "eth0")
-        _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+        _run("ip", "-n", ns, "addr", "flush", "dev", "eth0", "scope", "global")
+        self._add_addr(ns, "eth0", ip)
         self._write_pod_files(i)
         self.event(f"pod {self.hostname(i)} readdressed to {ip}")
         self.publish(i)
@@ -425,6 +627,7 @@ class Cluster:
         return False
 
     def start(self):
+        _claim_run()  # before any namespace: the stale sweep must see who owns them
         _live_clusters.add(self)
         try:
             self._start()
@@ -438,7 +641,10 @@ class Cluster:
         self._add_ns(self.net_ns)
         _run("ip", "-n", self.net_ns, "link", "set", "lo", "up")
         _run("ip", "-n", self.net_ns, "link", "add", "br0", "type", "bridge")
-        _run("ip", "-n", self.net_ns, "addr", "add", f"{DNS_IP}/24", "dev", "br0")
+        if self.family != "ipv6":
+            self._add_addr(self.net_ns, "br0", DNS_IP)
+        if self.family != "ipv4":
+            self._add_addr(self.net_ns, "br0", DNS_IP6)
         _run("ip", "-n", self.net_ns, "link", "set", "br0", "up")
         for i in range(self.npods):
             ns = self.pod_ns(i)
@@ -446,12 +652,20 @@ class Cluster:
             _run("ip", "-n", self.net_ns, "link", "add", f"vp{i}", "type", "veth",
                  "peer", "name", "eth0", "netns", ns)
             _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "master", "br0", "up")
-            _run("ip", "-n", ns, "addr", "add", f"{self.pod_ip(i)}/24", "dev", "eth0")
+            for ip in self.pod_ips(i):
+                self._add_addr(ns, "eth0", ip)
             _run("ip", "-n", ns, "link", "set", "eth0", "up")
             _run("ip", "-n", ns, "link", "set", "lo", "up")
             self._write_pod_files(i)
         self._start_dnsmasq()
         self.event(f"cluster up: {self.npods} pods, workdir {self.workdir}")
+
+    @staticmethod
+    def _add_addr(ns, dev, ip):
+        if ":" in ip:  # nodad: usable at once, not "tentative" for a second
+            _run("ip", "-n", ns, "addr", "add", f"{ip}/64", "dev", dev, "nodad")
+        else:
+            _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
 
     def _add_ns(self, name):
         _run("ip", "netns", "add", name)
@@ -460,13 +674,15 @@ class Cluster:
     def _write_pod_files(self, i):
         # As the kubelet writes them for a pod with hostname+subdomain (Pod's DNS docs:
         # "A/AAAA records ... <hostname>.<subdomain>.<ns>.svc.cluster.local").
+        # One line per pod IP (pkg/kubelet/kubelet_pods.go managedHostsFileContent).
         hosts = (f"# Kubernetes-managed hosts file (podsim).\n"
                  f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
                  f"fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\n"
                  f"fe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n"
-                 f"{self.pod_ip(i)}\t{self.fqdn(i)}\t{self.hostname(i)}\n")
+                 + "".join(f"{ip}\t{self.fqdn(i)}\t{self.hostname(i)}\n"
+                           for ip in self.pod_ips(i)))
         resolv = (f"search {self.namespace}.svc.cluster.local svc.cluster.local cluster.local\n"
-                  f"nameserver {DNS_IP}\noptions ndots:5\n")
+                  f"nameserver {self.dns_ip()}\noptions ndots:5\n")
         with open(self._pod_file(i, "hosts"), "w") as f:
             f.write(hosts)
         with open(self._pod_file(i, "resolv.conf"), "w") as f:
@@ -480,7 +696,7 @@ class Cluster:
                 "--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts",
                 "--no-poll", "--user=root", "--group=root",
                 f"--pid-file={os.path.join(self.workdir, 'dnsmasq.pid')}",
-                f"--listen-address={DNS_IP}", "--bind-interfaces",
+                f"--listen-address={self.dns_ip()}", "--bind-interfaces",
                 f"--hostsdir={self.hostsdir}", "--local=/cluster.local/", "--local=/#/",
                 "--local-ttl=1", "--neg-ttl=1", "--log-queries",
                 f"--log-facility={self.dns_log}"]
@@ -553,8 +769,9 @@ class Cluster:
         path = self._record_path(i)
         tmp = os.path.join(self.hostsdir, f".{self.hostname(i)}.tmp")  # dnsmasq skips dotfiles
         before = _read(self.dns_log).count(f"read {path} ")
-        with open(tmp, "w") as f:
-            f.write(f"{ip or self.pod_ip(i)} {self.fqdn(i)} {self.domain}\n")
+        with open(tmp, "w") as f:  # one line per address: A and AAAA records
+            for addr in [ip] if ip else self.pod_ips(i):
+                f.write(f"{addr} {self.fqdn(i)} {self.domain}\n")
         os.rename(tmp, path)  # atomic: dnsmasq never reads half a file
         self.event(f"published {self.fqdn(i)} -> {ip or self.pod_ip(i)}")
         if wait:
@@ -587,7 +804,7 @@ class Cluster:
         if i in self.pods and self.pods[i].running():
             raise PodsimError(f"pod {i} is already running")
         full_env = {"PATH": POD_PATH, "HOME": "/root", "LANG": "C.UTF-8",
-                    "HOSTNAME": self.hostname(i), "JOB_COMPLETION_INDEX": str(i)}
+                    "HOSTNAME": self.uname(i), "JOB_COMPLETION_INDEX": str(i)}
         full_env.update(env or {})
         full_env = {k: v for k, v in full_env.items() if v is not None}
         attempt = sum(1 for n in os.listdir(self.workdir) if n.startswith(f"pod-{i}.out"))
@@ -600,7 +817,7 @@ class Cluster:
         cmd = ["ip", "netns", "exec", self.pod_ns(i), "setpriv", "--pdeathsig", "KILL",
                "unshare", "--pid", "--fork", "--kill-child=SIGKILL", "--uts", "--mount",
                "--mount-proc", "--propagation", "private",
-               "sh", "-c", POD_INIT, "pod-init", self.hostname(i),
+               "sh", "-c", POD_INIT, "pod-init", self.uname(i),
                self._pod_file(i, "hosts"), self._pod_file(i, "resolv.conf")] + list(argv)
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -611,15 +828,27 @@ class Cluster:
         self.event(f"started pod {pod.name} (host pid {pod.pid1}): {' '.join(argv)}")
         return pod
 
-    def cut_link(self, i):
+    def cut_link(self, i, carrier=True):
         """Partitions pod i from the network: its veth's bridge end goes down (the pod's
         eth0 loses carrier). Packets either way are dropped silently: no RST, no ICMP from
-        the peer, as when a node drops off the network. restore_link(i) undoes it."""
-        _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "down")
-        self.event(f"cut the link of {self.hostname(i)}")
+        the peer, as when a node drops off the network. restore_link(i) undoes it.
+
+        carrier=False: the bridge drops pod i's frames both ways (its port disabled) while
+        the pod's eth0 keeps its carrier, as when a switch or a path between the nodes
+        blips: the pod's ARP entries stay (a carrier loss flushes them, and after it the
+        pod re-resolves its peers' addresses at the ARP retry pace, 1 s)."""
+        if carrier:
+            _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "down")
+        else:
+            _run("bridge", "-n", self.net_ns, "link", "set", "dev", f"vp{i}", "state", "0")
+        self._cut_carrier[i] = carrier
+        self.event(f"cut the link of {self.hostname(i)}" + ("" if carrier else " (carrier kept)"))
 
     def restore_link(self, i):
-        _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "up")
+        if self._cut_carrier.pop(i, True):
+            _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "up")
+        else:
+            _run("bridge", "-n", self.net_ns, "link", "set", "dev", f"vp{i}", "state", "3")
         self.event(f"restored the link of {self.hostname(i)}")
 
     def processes_in_pod(self, i):
@@ -659,3 +888,4 @@ class Cluster:
 def _teardown_all():
     for c in list(_live_clusters):
         c.teardown()
+    _release_run()

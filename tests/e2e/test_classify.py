@@ -6,7 +6,11 @@
   * Xid by number (NVIDIA's Xid catalogue): Xid 31 -> the worker's own code (class worker),
     Xid 79 -> hardware (74);
   * shared memory running out -> config (78), naming /dev/shm and its size; a small
-    /dev/shm with two workers is a warning at start;
+    /dev/shm with two workers is a warning at start; a worker killed by SIGBUS while
+    /dev/shm is full -> config (78), with room in it -> 135;
+  * a harmless line naming an exception long before a transient failure is no bug (exit 1,
+    not 42), with or without an error file naming the failure's exception; an exception
+    that ends the rank is;
   * the pod's pids.max reached at start, and at an in-place restart (--max-restarts):
     75 naming pids.max, every time (10 runs each), never 78;
   * a read-only root and a non-root user: error and heartbeat files from /dev/shm; with
@@ -75,6 +79,40 @@ os.abort()
 """
 
 
+# Rank 1 fills a 2 MiB /dev/shm through a mapping longer than it: SIGBUS; rank 0 waits.
+FILL_SHM_THEN_SIGBUS = r"""
+import mmap, os, time
+if os.environ["LOCAL_RANK"] != "1":
+    time.sleep(30)
+fd = os.open("/dev/shm/torch_1_batch", os.O_RDWR | os.O_CREAT, 0o600)
+os.ftruncate(fd, 8 << 20)
+m = mmap.mmap(fd, 8 << 20)
+for off in range(0, 8 << 20, 4096):
+    m[off] = 1
+"""
+
+# Rank 1: a warning naming ImportError, 3000 healthy lines, then (by argv[1]) a TimeoutError
+# that ends it ("" or "record": with a torchelastic-style error file naming it first) or a
+# ModuleNotFoundError ("import"). Rank 0 waits.
+HARMLESS_THEN_TRANSIENT = r"""
+import json, os, sys, time
+if os.environ["LOCAL_RANK"] != "1":
+    time.sleep(30)
+print("/usr/lib/python3/dist-packages/apex_compat.py:12: UserWarning: ImportError: apex not "
+      "found, using native fused ops", file=sys.stderr)
+for step in range(3000):
+    print(f"step {step} loss {1 / (step + 1):.4f}", file=sys.stderr)
+mode = sys.argv[1] if len(sys.argv) > 1 else ""
+if mode == "import":
+    import no_such_module_for_trainlet_e2e
+if mode == "record":
+    with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as f:
+        json.dump({"message": {"message": "TimeoutError: [Errno 110] Connection timed out",
+                               "extraInfo": {"py_callstack": "", "timestamp": "0"}}}, f)
+raise TimeoutError(110, "Connection timed out")
+"""
+
+
 class _Base(test_exit_codes.ExitCodesTest):
     """ExitCodesTest's helpers (start, summary, assertSummary, write, remove_cgroup), not
     its tests (they run in test_exit_codes.py)."""
@@ -121,11 +159,39 @@ class ClassifyTest(_Base):
         nccl = ("node-3:77:91 [1] misc/shmutils.cc:87 NCCL WARN Error while creating shared "
                 "memory segment /dev/shm/nccl-AbCdEf (size 9637888), error: No space left on "
                 "device (28)")
-        s, err = self.run_case(sh(SAY_AND_EXIT, nccl, 1, 1), 78, "config", wrap=SMALL_SHM)
+        s, err = self.run_case(sh(SAY_AND_EXIT, nccl, 2, 1), 78, "config", wrap=SMALL_SHM)
         self.assertIn("/dev/shm (2 MiB) is too small", s["reason"], json.dumps(s))
         self.assertIn("emptyDir with medium: Memory", s["reason"], json.dumps(s))
         # Two workers and a 2 MiB /dev/shm: said at start.
         self.assertIn("/dev/shm is only 2 MiB", err)
+
+    def test_sigbus_while_dev_shm_is_full_is_config(self):
+        # A file in a 2 MiB /dev/shm, mapped 8 MiB long: the first page tmpfs has no room for
+        # is SIGBUS (mmap(2)), the way a DataLoader dies of a full /dev/shm. The file stays.
+        s, _ = self.run_case([PYTHON, "-c", FILL_SHM_THEN_SIGBUS], 78, "config", wrap=SMALL_SHM)
+        self.assertIn("died of signal SIGBUS", s["reason"], json.dumps(s))
+        self.assertIn("while /dev/shm was full", s["reason"], json.dumps(s))
+        self.assertEqual(s["rule"], 7, json.dumps(s))
+        # SIGBUS with room in /dev/shm is the worker's own: 135.
+        self.run_case(["sh", "-c", 'if [ "$LOCAL_RANK" = 1 ]; then kill -BUS $$; fi; '
+                       "exec sleep 30"], 135, "worker", wrap=SMALL_SHM)
+
+    def test_a_harmless_exception_name_long_ago_is_no_bug(self):
+        # A warning that names ImportError, thousands of healthy lines, then a transient
+        # failure (a TimeoutError traceback): exit 1, class worker, never 42. Then the same
+        # with an @record-style error file naming the TimeoutError.
+        s, _ = self.run_case([PYTHON, "-c", HARMLESS_THEN_TRANSIENT], 1, "worker")
+        self.assertIn("its last exception: TimeoutError", s["reason"], json.dumps(s))
+        s, _ = self.run_case([PYTHON, "-c", HARMLESS_THEN_TRANSIENT, "record"], 1, "worker")
+        self.assertEqual((s["evidence"], s["rule"]), ("error-file", 6), json.dumps(s))
+        self.assertIn("its error file says: TimeoutError", s["reason"], json.dumps(s))
+
+    def test_a_bug_is_the_exception_that_ended_the_rank(self):
+        # The same preamble, then an ImportError that ends the rank: 42, from its traceback.
+        s, _ = self.run_case([PYTHON, "-c", HARMLESS_THEN_TRANSIENT, "import"], 42, "bug")
+        self.assertEqual(s["rule"], 9, json.dumps(s))
+        self.assertIn("its last exception says 'ModuleNotFoundError'", s["reason"],
+                      json.dumps(s))
 
     # -- pids.max (issue 24) -------------------------------------------------------------
     def pids_cgroup(self):
@@ -318,9 +384,10 @@ def main():
 main()
 """
         s, _ = self.run_case([TORCH2_PYTHON, "-c", trainer], 74, "hardware")
-        self.assertEqual(s["evidence"], "error-file", json.dumps(s))
-        self.assertIn("its error file says 'uncorrectable ECC error'", s["reason"],
-                      json.dumps(s))
+        # The traceback on stderr says it too, and a hardware marker in the failure's own
+        # text comes first (rule 3); the error file would say the same (rule 5).
+        self.assertIn(s["evidence"], ("marker", "error-file"), json.dumps(s))
+        self.assertIn("says 'uncorrectable ECC error'", s["reason"], json.dumps(s))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ run until the test writes CTL/done (then exit 0).
   generation with WORLD_SIZE 3 (no restart); pod 1 SIGKILLed -> pods 0 and 2 run with
   WORLD_SIZE 2, pod 2 on RANK 1 (dense), restart count 1; a new pod 1 takes the freed index 1
   (WORLD_SIZE 3, pod 2 back on RANK 2); all still running exit 0.
+- test_last_call_ending_with_the_deadline_forms: `--rdzv-timeout 4` and
+  `last_call_timeout=4` (torch's defaults, 30 s each, end together): pods 0 and 1 form
+  WORLD_SIZE 2 a moment before the deadline instead of timing out.
 - test_below_min_waits_then_exits_infra: pods 0 and 1 train; pod 1 SIGKILLed -> pod 0 is
   below MIN, waits --rdzv-timeout, then exits 75 (infra) saying what was missing.
 - Graceful leaves (agent/include/trainlet/agent/pod/membership.h M7-M11): SIGTERM to pod 2
@@ -90,14 +93,15 @@ class ElasticTest(PodsimTestCase):
         except FileNotFoundError:
             return []
 
-    def start(self, c, i, rdzv_timeout=30, spares=0, arrival=False):
+    def start(self, c, i, rdzv_timeout=30, spares=0, arrival=False, last_call=1):
         """Starts pod i; `arrival`: no index, pod 0's address as the c10d endpoint."""
         cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), self.ctl(c)]
         flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{c.pod_ip(0)}:29400",
                  "--rdzv-id", "42"] if arrival else []
         c.start_pod(i, self.trainlet("--termination-log", os.path.join(c.workdir, f"tlog{i}"),
                                      "--max-restarts", "2", "--rdzv-conf",
-                                     "last_call_timeout=1", "--spares", str(spares), *flags,
+                                     f"last_call_timeout={last_call}", "--spares", str(spares),
+                                     *flags,
                                      nnodes="2:3", grace=GRACE, rdzv_timeout=rdzv_timeout,
                                      cmd=cmd),
                     env={"JOB_COMPLETION_INDEX": None} if arrival else None)
@@ -214,6 +218,21 @@ class ElasticTest(PodsimTestCase):
             open(os.path.join(self.ctl(c), "done"), "w").close()
             for i in range(3):
                 self.assertExit(c.pods[i], 40, 0)
+            self.assertNothingLeft(c)
+
+    def test_last_call_ending_with_the_deadline_forms(self):
+        # torch's defaults end the last call with the deadline (30 s each); here 4 s each.
+        # The round forms a moment before it (formation_policy.h), not "2 pod(s) joined, at
+        # least 2 needed" from a member whose own deadline came first.
+        with self.cluster(pods=2) as c:
+            c.publish_all()
+            for i in (0, 1):
+                self.start(c, i, rdzv_timeout=4, last_call=4)
+            for i in (0, 1):
+                self.assertEqual(self.wait_starts(c, i, 1, timeout=20), (0, i, 2), f"pod {i}")
+            open(os.path.join(self.ctl(c), "done"), "w").close()
+            for i in (0, 1):
+                self.assertExit(c.pods[i], 30, 0)
             self.assertNothingLeft(c)
 
     def test_below_min_waits_then_exits_infra(self):

@@ -16,7 +16,8 @@ same JSON as trainlet's last stderr line.
   * command not found / invalid flag: 78 within 1 s, class "config";
   * two workers fail: the first one decides (exit 3), not the one trainlet stopped (42);
   * markers of the failing worker: CUDA ECC -> 74 (on stderr or stdout: both streams are
-    scanned), NCCL -> 75, ModuleNotFoundError -> 42; not from a worker trainlet stopped;
+    scanned), NCCL -> 75, ModuleNotFoundError -> 42, exit 42 after an NCCL error -> 42 (the
+    fatal code first); ECC on stdout only is no hardware; not from a worker trainlet stopped;
   * 100 KB of UTF-8 stderr: the summary stays <= 4096 bytes, valid JSON and UTF-8, and its
     stderr_tail ends with the worker's last line.
 """
@@ -451,7 +452,11 @@ exec sleep 30
 """
         cases = [("ECC on stderr", sh(script, ecc, 2), "hardware", 74),
                  ("NCCL on stderr", sh(script, nccl, 2), "infra", 75),
-                 ("ECC on stdout only", sh(script, ecc, 1), "hardware", 74),
+                 # Hardware only from the failure's own text, which is on stderr.
+                 ("ECC on stdout only", sh(script, ecc, 1), "worker", 1),
+                 # The fatal exit code comes before markers.
+                 ("exit 42 after a network error", sh(script.replace("exit 1", "exit 42"),
+                                                      nccl, 2), "bug", 42),
                  ("ModuleNotFoundError", [PYTHON, "-c", "import os\nif os.environ['LOCAL_RANK']"
                                           " == '1': import no_such_module_for_trainlet_e2e\n"
                                           "else: import time; time.sleep(30)"], "bug", 42)]

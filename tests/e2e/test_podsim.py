@@ -2,9 +2,11 @@
 
 They prove what the trainlet tests rely on: PID 1, hostname, kubelet-style /etc/hosts and
 resolv.conf, DNS records that appear, change and vanish while pods run, pod-to-pod TCP,
-signals to PID 1, process/zombie accounting, and teardown/cleanup of namespaces.
+signals to PID 1, process/zombie accounting, teardown/cleanup of namespaces, and two runs at
+once that cannot touch each other's pods or namespaces.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -159,25 +161,105 @@ time.sleep(60)
         self.assertIsNone(podsim.proc_info(dnsmasq_pid))
 
     def test_cleanup_stale_removes_dead_runs(self):
-        dead = subprocess.Popen(["true"])
-        dead.wait()  # a pid that no longer runs
-        name = f"{podsim.NS_PREFIX}{dead.pid}c1p0"
-        subprocess.run(["ip", "netns", "add", name], check=True)
-        sleeper = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "300"])
-        try:
-            deadline = time.monotonic() + 5
-            while not subprocess.run(["ip", "netns", "pids", name], capture_output=True,
-                                     text=True).stdout.strip():
-                self.assertLess(time.monotonic(), deadline, "sleeper never entered the netns")
-                time.sleep(0.01)
-            removed = podsim.cleanup_stale(log=lambda m: None)
-            self.assertIn(name, removed)
-            self.assertEqual(sleeper.wait(5), -signal.SIGKILL)
+        # A run killed outright (no teardown, no atexit): pdeathsig takes its pods down,
+        # its namespaces and owner file stay until a later run's sweep.
+        with OtherRun(self, own_pid_namespace=False) as other:
+            up = other.call("up 2")
+            other.call("start 1")
+            self.assertTrue(os.path.exists(podsim._owner_path(up["run"])))
+            other.proc.kill()
+            other.proc.wait(5)
+        podsim.cleanup_stale(log=lambda m: None)  # (a suite beside this one may sweep first)
+        for name in up["names"]:
             self.assertFalse(os.path.exists(f"/run/netns/{name}"))
-        finally:
-            sleeper.kill()
-            sleeper.wait()
-            subprocess.run(["ip", "netns", "del", name], stderr=subprocess.DEVNULL)
+        self.assertFalse(os.path.exists(podsim._owner_path(up["run"])))
+
+    def test_reused_pid_namespace_of_a_dead_pod_is_not_its_own(self):
+        # Two runs at once: the kernel gives the next PID namespace created the inode
+        # number of one just freed, so once this run's pod exits, another run's pod can
+        # sit in a namespace with "our" pod's inode. Neither killing nor tearing down our
+        # pod, nor the leftover check, nor the stale sweep may touch that pod.
+        with OtherRun(self, own_pid_namespace=False) as other:
+            up = other.call("up 1")
+            with self.cluster(pods=1) as c:
+                # Each try: a pod of ours ends, then theirs starts; the kernel hands out the
+                # lowest free inode, so theirs usually gets one of our dead pods' (namespaces
+                # that other suites create meanwhile can take it first: then try again).
+                dead, deadline = {}, time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    mine = c.start_pod(0, ["sleep", "0.2"])
+                    self.assertEqual(mine.wait(10), 0, mine.tail())
+                    dead[mine.pidns] = mine
+                    theirs = other.call("start 0")
+                    if theirs["pidns"] in dead:
+                        break
+                    other.call("stop 0")
+                else:
+                    self.skipTest(f"the kernel reused none of {len(dead)} PID namespace inodes")
+                mine = dead[theirs["pidns"]]
+                self.assertEqual(mine.processes(), [])
+                mine.kill()
+                self.assertNothingLeft(c, timeout=0.5)
+                self.assertEqual(podsim.cleanup_stale(log=lambda m: None), [])
+            # c torn down: every pod killed again, its namespaces destroyed.
+            state = other.call("check")
+            self.assertEqual(state["running"], {"0": True}, "the other run's pod was killed")
+            self.assertEqual(set(state["usable"]), set(up["names"]))
+            self.assertTrue(all(state["usable"].values()), state)
+
+    def test_stale_sweep_leaves_runs_it_cannot_see_alone(self):
+        # A run in another PID namespace (a container, another clone's suite under
+        # `unshare --pid`): its pid means another process here, or none.
+        with OtherRun(self, own_pid_namespace=True) as other:
+            up = other.call("up 2")
+            other.call("start 0")
+            listed = subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                    text=True).stdout.split()
+            self.assertTrue(set(up["names"]) <= set(listed), listed)
+            removed = podsim.cleanup_stale(log=lambda m: None)
+            self.assertEqual(set(removed) & set(up["names"]), set())
+            state = other.call("check")
+            self.assertEqual(state["running"], {"0": True}, "the other run's pod was killed")
+            self.assertTrue(all(state["usable"].values()), state)
+            self.assertEqual(other.call("down"), {})
+
+
+class OtherRun:
+    """Another run of the harness beside this test's: podsim_driver.py in its own process,
+    in this PID namespace or a fresh one. Torn down (or killed) on exit."""
+
+    def __init__(self, test, own_pid_namespace):
+        self.test = test
+        prefix = (["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
+                  if own_pid_namespace else [])
+        self.proc = subprocess.Popen(
+            ["setpriv", "--pdeathsig", "KILL"] + prefix +
+            [PYTHON, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                  "podsim_driver.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def call(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        self.test.assertTrue(line, f"the other run died at {command!r} ({self.proc.poll()})")
+        return json.loads(line)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("down\n")
+                self.proc.stdin.flush()
+                self.proc.wait(20)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        return False
 
 
 if __name__ == "__main__":

@@ -513,14 +513,14 @@ class Run:
             return self.rng.choice(sorted(i for i in self.rank_of if i != 0))
         return self.rng.choice(sorted(self.rank_of))
 
-    def worker_pid(self, i, local_rank):
-        """The host pid of pod i's worker `local_rank` in the current generation."""
+    def worker(self, i, local_rank):
+        """The ProcInfo of pod i's worker `local_rank` in the current generation."""
         pod = self.c.pods[i]
         for p in pod.processes_with_env(LOCAL_RANK=str(local_rank),
                                         TORCHELASTIC_RESTART_COUNT=str(self.restarts)):
             # trainlet's child, not its writer (a subshell: the same command line)
             if p.comm == "sh" and p.state != "Z" and p.ppid == pod.pid1:
-                return p.pid
+                return p
         return None
 
     def control(self, i, gen, local_rank, what):
@@ -553,11 +553,11 @@ class Run:
         t0 = time.time()
         timers = []  # (wall time, action)
         if fault.name == "worker_sigkill":
-            pid = self.worker_pid(victim, local_rank)
-            if pid is None:
+            worker = self.worker(victim, local_rank)
+            if worker is None:
                 raise Violation(f"pod {victim}: no worker of local rank {local_rank} found")
             self.exempt.add((victim, str(self.gen), str(local_rank), key[1]))
-            os.kill(pid, signal.SIGKILL)
+            pod.signal_process(worker, signal.SIGKILL)
         elif fault.name.startswith("worker_exit_"):
             self.control(victim, self.gen, local_rank, "exit" + fault.name.rsplit("_", 1)[1])
         elif fault.name in ("agent_sigkill", "spare_swap_kill", "spare_lost",

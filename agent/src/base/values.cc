@@ -103,46 +103,6 @@ Result<std::uint16_t> ParsePort(const std::string& what, const std::string& v) {
   return static_cast<std::uint16_t>(*n);
 }
 
-Result<Endpoint> ParseEndpoint(const std::string& what, const std::string& value,
-                               std::uint16_t default_port) {
-  Endpoint e;
-  std::string port;
-  if (value.starts_with("[")) {
-    auto close = value.find(']');
-    if (close == std::string::npos) return Status::Config(what + "='" + value + "': no ']'");
-    e.host = value.substr(1, close - 1);
-    std::string after = value.substr(close + 1);
-    if (!after.empty() && !after.starts_with(":")) {
-      return Status::Config(what + "='" + value + "' is not [HOST]:PORT");
-    }
-    port = after.empty() ? "" : after.substr(1);
-    if (after == ":") return Status::Config(what + "='" + value + "': the port after ':' is empty");
-  } else {
-    auto colon = value.find(':');
-    if (colon != value.rfind(':')) {
-      return Status::Config(what + "='" + value + "' is not HOST[:PORT]: it has more than one ':' "
-                            "(an IPv6 address goes in brackets: [fd00::1]:" + std::to_string(default_port) + ")");
-    }
-    e.host = value.substr(0, colon);
-    if (colon != std::string::npos) {
-      port = value.substr(colon + 1);
-      if (port.empty()) return Status::Config(what + "='" + value + "': the port after ':' is empty");
-    }
-  }
-  if (e.host.empty()) return Status::Config(what + "='" + value + "' has no host");
-  if (port.empty()) {
-    e.port = default_port;
-    return e;
-  }
-  auto n = ParseCount(what, port, 65535);
-  if (!n.ok()) {
-    return Status::Config(what + "='" + value + "': '" + port + "' is not a port (0-65535, 0: "
-                          "a free one)");
-  }
-  e.port = static_cast<std::uint16_t>(*n);
-  return e;
-}
-
 Result<int> ParseSignal(const std::string& what, const std::string& v) {
   std::string name = v.starts_with("SIG") ? v.substr(3) : v;
   for (int s = 1; s < 32; ++s) {

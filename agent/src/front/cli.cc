@@ -89,6 +89,12 @@ void PrintExitCodes() {
     std::printf("%-12s %-5s %s\n", std::string(exitcodes::ClassName(row.failure_class)).c_str(),
                 code.c_str(), std::string(row.meaning).c_str());
   }
+  // The order of the evidence for a worker's failure (README, "How a failure
+  // is classified"): the same rules Classify applies.
+  std::printf("\nThe first worker failure, the first rule that applies:\n");
+  for (const auto& r : exitcodes::WorkerFailureRules()) {
+    std::printf("%3d. %s\n", r.number, std::string(r.says).c_str());
+  }
   // The one code trainlet never exits with itself (README, Exit codes).
   std::printf(
       "\n137 (SIGKILL from outside) is not trainlet's. Where the kernel kills the whole\n"

@@ -7,6 +7,7 @@
 
 #include "trainlet/agent/base/tunables.h"
 #include "trainlet/agent/base/values.h"
+#include "trainlet/agent/spec/torchrun.h"
 
 namespace trainlet::agent {
 namespace {
@@ -147,12 +148,12 @@ constexpr std::array<FlagSpec, kFlagCount> kFlags = {{
     {kRdzvBackend, "rdzv-backend", "", kText, kTorchrun, kPet, kPodForm, kNo, "static", "", kNone,
      "static, c10d, etcd, etcd-v2: all served by trainlet's own rendezvous"},
     {kRdzvEndpoint, "rdzv-endpoint", "", kText, kTorchrun, kPet, kPodForm, kNo, "", "", kNone,
-     "HOST[:PORT]: the leader's address and rendezvous port (default port {rdzv-port})"},
+     "HOST[:PORT] or [IPv6]:PORT: the leader's address and rendezvous port (default port "
+     "{rdzv-port})"},
     {kRdzvId, "rdzv-id", "", kText, kTorchrun, kPet, kPodForm, kNo, "", "", kNone,
      "the job id (as --job-id)"},
     {kRdzvConf, "rdzv-conf", "", kText, kTorchrun, kPet, kPodForm, kNo, "", "", kNone,
-     "KEY=VALUE,...: join_timeout or timeout (as --rdzv-timeout), read_timeout "
-     "(seconds a connecting pod has for its hello); other keys are refused"},
+     "{rdzv-conf-keys}"},
     {kRole, "role", "", kText, kTorchrun, kPet, kPodForm, kNo, "", "", kNone,
      "ROLE_NAME of the workers (default 'default')"},
     {kMonitorInterval, "monitor-interval", "", kText, kTorchrun, kPet, kPodForm, kNo, "0.1", "",
@@ -182,8 +183,9 @@ constexpr std::array<FlagSpec, kFlagCount> kFlags = {{
      "this pod's completion index; else JOB_COMPLETION_INDEX, PET_NODE_RANK, or the "
      "--podinfo-file annotation"},
     {kMasterAddr, "master-addr", "", kText, kTorchrunName, kNoPet, kPodForm, kNo, "", "", kNone,
-     "the leader's (index 0) host name; also PET_MASTER_ADDR, MASTER_ADDR; default: "
-     "derived from this pod's FQDN (<prefix>-0.<subdomain>...)"},
+     "the leader's (index 0) host name or IP address (IPv6 bare or in brackets, no port); "
+     "also PET_MASTER_ADDR, MASTER_ADDR; default: derived from this pod's FQDN "
+     "(<prefix>-0.<subdomain>...)"},
     {kRdzvPort, "rdzv-port", "", kText, kOwn, kNoPet, kPodForm, kNo, kDecimal<kDefaultRdzvPort>, "",
      kNone, "the leader's rendezvous port (default {rdzv-port})"},
     {kMasterPort, "master-port", "", kText, kTorchrunName, kPet, kPodForm, kNo, "", "", kNone,
@@ -270,6 +272,10 @@ std::string HelpOf(const FlagSpec& spec) {
     const std::size_t close = help.find('}', open);
     if (close == std::string::npos) break;
     const std::string_view name = std::string_view(help).substr(open + 1, close - open - 1);
+    if (name == "rdzv-conf-keys") {  // generated from the key table (torchrun.h)
+      help.replace(open, close - open + 1, RdzvConfHelp());
+      continue;
+    }
     for (const FlagSpec& other : kFlags) {
       if (other.name != name) continue;
       help.replace(open, close - open + 1, other.default_value);

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <tuple>
 
+#include <boost/uuid/uuid_generators.hpp>
+#include <boost/uuid/uuid_io.hpp>
 #include <spdlog/spdlog.h>
 
 #include "base/file_util.h"
@@ -17,6 +19,7 @@
 #include "trainlet/agent/run/launch_check.h"
 #include "trainlet/agent/run/supervision_policy.h"
 #include "trainlet/agent/base/tunables.h"
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/base/values.h"
 #include "trainlet/agent/run/worker_env.h"
 #include "trainlet/gpu/health.h"
@@ -155,7 +158,7 @@ Status ReadRendezvousFlags(const FlagValues& f, TorchrunSettings* out) {
     auto e = ParseEndpoint(f.Source(kRdzvEndpoint), *v, kDefaultRdzvPort);
     if (!e.ok()) return e.status();
     out->endpoint = *e;
-    out->endpoint_port_given = v->back() != ']' && v->find(':') != std::string::npos;
+    out->endpoint_port_given = e->port_given;
   }
   if (auto v = f.Given(kRdzvId); v && *v != "none") out->job_id = *v;
   auto v = f.Given(kRdzvConf);
@@ -194,7 +197,11 @@ Status ReadTorchrunFlags(const FlagValues& f, TorchrunSettings* out) {
     if (v->empty()) return Refuse(f, kRole, *v, "a role needs a name");
     out->role = *v;
   }
-  if (auto v = f.Given(kLocalAddr)) out->local_addr = *v;
+  if (auto v = f.Given(kLocalAddr)) {  // MASTER_ADDR for every pod: an address alone
+    auto a = ParseHostAddress(f.Source(kLocalAddr), *v, PortRule::kNone);
+    if (!a.ok()) return a.status();
+    out->local_addr = a->host;
+  }
   return ReadLogFlags(f, &out->logs);
 }
 
@@ -565,6 +572,14 @@ void LogOverridden(const std::vector<Candidate>& candidates, const std::optional
   }
 }
 
+// A leader address in the one form every input shares (address.h): "[fd00::1]"
+// and "fd00::1" are one address, not two that disagree. A value that does not
+// parse stays as written; ResolveIdentity refuses it if it is the one chosen.
+std::string Canonical(const std::string& addr) {
+  auto a = ParseHostAddress("", addr, PortRule::kNone);
+  return a.ok() ? a->host : addr;
+}
+
 // The leader: --rdzv-endpoint's host or --master-addr, by the README's
 // precedence; torchrun reads master_addr only without rdzv_endpoint, so two
 // different ones at the same level are refused, not picked.
@@ -574,11 +589,11 @@ Status ChooseLeader(const FlagValues& f, const TorchrunSettings& tr, IdentityInp
     hosts.push_back({tr.endpoint->host, f.Source(kRdzvEndpoint), *f.OriginOf(kRdzvEndpoint)});
   }
   if (auto v = f.Given(kMasterAddr)) {
-    hosts.push_back({*v, f.Source(kMasterAddr), *f.OriginOf(kMasterAddr)});
+    hosts.push_back({Canonical(*v), f.Source(kMasterAddr), *f.OriginOf(kMasterAddr)});
   }
   for (auto [var, origin] : {std::pair{"PET_MASTER_ADDR", Origin::kPetEnv},
                              std::pair{"MASTER_ADDR", Origin::kPlainEnv}}) {
-    if (f.env().contains(var)) hosts.push_back({f.env().at(var), var, origin});
+    if (f.env().contains(var)) hosts.push_back({Canonical(f.env().at(var)), var, origin});
   }
   auto leader = ChooseCandidate("the leader's address", hosts);
   if (!leader.ok()) return leader.status();
@@ -621,6 +636,13 @@ Result<IdentityInputs> IdentityInputsFor(const FlagValues& f, const Settings& s,
   }
   in.nnodes = "1", in.node_rank = "0", in.master_addr = std::nullopt, in.gang = std::nullopt;
   in.nnodes_source = in.node_rank_source = f.Source(kStandalone);
+  // torchrun --standalone sets rdzv_id to str(uuid.uuid4()) (torch/distributed/
+  // run.py), --rdzv-id or not: TORCHELASTIC_RUN_ID is fresh per run. trainlet's
+  // own --job-id, when given, is kept.
+  if (!f.Given(kJobId)) {
+    in.job_id = boost::uuids::to_string(boost::uuids::random_generator()());
+    in.job_id_source = f.Source(kStandalone) + " (a fresh id per run, as torchrun's)";
+  }
   in.env.erase("PET_MASTER_ADDR"), in.env.erase("MASTER_ADDR");
   return in;
 }

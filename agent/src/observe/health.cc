@@ -7,6 +7,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <unordered_map>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/base/metrics.h"
 #include "trainlet/rendezvous/peer_log_limiter.h"
 
@@ -201,8 +203,8 @@ struct HealthServer::Impl : std::enable_shared_from_this<Impl> {
     auto s = std::make_shared<Session>(std::move(socket), ++next_id, options.max_header_bytes);
     ErrorCode ec;
     auto remote = s->stream.socket().remote_endpoint(ec);
-    s->address = ec ? "?" : remote.address().to_string();
-    s->peer = ec ? "?" : s->address + ":" + std::to_string(remote.port());
+    s->address = ec ? "?" : PeerAddressText(remote.address());  // dual stack: v4 unmapped
+    s->peer = ec ? "?" : JoinHostPort(s->address, remote.port());
     if (auto e = table.Admit(s->id, s->address, std::chrono::steady_clock::now())) {
       Evict(*e, "to admit " + s->peer);
     }
@@ -296,9 +298,19 @@ exitcodes::Result<std::unique_ptr<HealthServer>> HealthServer::Start(
   auto impl = std::make_shared<Impl>(executor, options);
   impl->state = std::move(state);
   impl->metrics = std::move(metrics);
+  // Dual stack: the kubelet probes the pod's IP, an IPv6 one on an IPv6-only
+  // or IPv6-first cluster; one IPv6 socket with IPV6_V6ONLY off (ipv6(7))
+  // takes IPv4 peers too. IPv4 alone where the kernel has IPv6 off.
   ErrorCode ec;
-  tcp::endpoint ep(asio::ip::address_v4::any(), port);
-  impl->acceptor.open(ep.protocol(), ec);
+  tcp::endpoint ep(asio::ip::address_v6::any(), port);
+  impl->acceptor.open(tcp::v6(), ec);
+  if (!ec) impl->acceptor.set_option(asio::ip::v6_only(false), ec);
+  if (ec) {
+    ErrorCode ignored;
+    impl->acceptor.close(ignored);
+    ep = tcp::endpoint(asio::ip::address_v4::any(), port);
+    impl->acceptor.open(tcp::v4(), ec);
+  }
   if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) impl->acceptor.bind(ep, ec);
   if (!ec) impl->acceptor.listen(options.listen_backlog, ec);

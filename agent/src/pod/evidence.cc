@@ -155,6 +155,12 @@ std::optional<std::uint64_t> SharedMemoryBytes(const std::string& path) {
   return static_cast<std::uint64_t>(st.f_blocks) * st.f_frsize;
 }
 
+std::optional<std::uint64_t> SharedMemoryFree(const std::string& path) {
+  struct statvfs st{};
+  if (::statvfs(path.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
 std::string SmallSharedMemoryWarning(std::optional<std::uint64_t> shm_bytes, std::uint32_t workers,
                                      bool gpus) {
   if (!shm_bytes || *shm_bytes >= kSmallSharedMemory || (workers <= 1 && !gpus)) return "";

@@ -35,8 +35,12 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
                 std::to_string(min_nodes) + ")");
   }
   const milliseconds to_deadline = c.timeout - round.since_start;
+  const milliseconds form_by = c.timeout - std::min(kFormBeforeDeadline, c.timeout / 10);
+  if (enough && round.since_start >= form_by) {
+    return Form("the deadline (--rdzv-timeout) is near with " + Count(round.joined, "pods") +
+                " (MIN " + std::to_string(min_nodes) + "): the last call ends now");
+  }
   if (to_deadline <= milliseconds(0)) {
-    if (enough) return Form("deadline reached with " + Count(round.joined, "pods"));
     return {.kind = FormationDecision::Kind::kGiveUp,
             .recheck_after = milliseconds(0),
             .why = Count(round.joined, "pod(s)") + " joined, at least " +
@@ -44,7 +48,7 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
   }
   milliseconds wait = to_deadline;
   if (enough && round.since_min) {
-    wait = std::min(wait, c.last_call - *round.since_min);
+    wait = std::min({wait, c.last_call - *round.since_min, form_by - round.since_start});
   }
   std::string why = enough ? "last call: waiting up to " +
                                  std::to_string(wait.count()) + " ms for more pods (" +

@@ -212,6 +212,8 @@ class Pod {
     for (std::uint32_t key : a.lost) roster_.MarkLost(key);
     for (std::uint32_t key : a.leaving) roster_.MarkLeaving(key);
     if (a.broadcast && g.leader) {
+      // A restart's survivors are known by identity in the next round.
+      if (a.broadcast->restart) kept_ids_ = g.leader->instance_ids();
       g.leader->BroadcastStop(WithReplacement(*a.broadcast));
       // The generation ends: pods rejoining go to the next round's leader,
       // whose listener is bound at once on a restart.
@@ -375,15 +377,27 @@ class Pod {
   void OnRendezvousDeadline() {
     const PodGeneration& g = *gen_;
     if (g.supervisor || !g.leader) return;
+    const PodIdentity& id = options_.identity;
+    // This timer and the round's own (roster.h) end together when torch's last
+    // call ends with the deadline: with MIN joined the round forms now
+    // (formation_policy.h: "deadline reached"), whichever fired first.
+    if (g.leader->admitted() >= id.min_pods() && (id.elastic() || id.spares > 0)) {
+      g.leader->Reconsider();
+      if (g.leader->formed()) return;
+    }
     std::string missing;
     for (auto i : g.leader->missing()) missing += (missing.empty() ? "" : ",") + std::to_string(i);
-    const PodIdentity& id = options_.identity;
+    const std::uint32_t admitted = g.leader->admitted();
+    const std::string range = " (--nnodes " + std::to_string(id.min_pods()) + ":" +
+                              std::to_string(id.nnodes) + ")";
     const std::string joined =
-        id.elastic() ? std::to_string(g.leader->admitted()) + " pod(s) joined, at least " +
-                           std::to_string(id.min_pods()) + " needed (--nnodes " +
-                           std::to_string(id.min_pods()) + ":" + std::to_string(id.nnodes) + ")"
-                     : std::to_string(g.leader->admitted()) + " of " + std::to_string(id.nnodes) +
-                           " pods joined";
+        !id.elastic() ? std::to_string(admitted) + " of " + std::to_string(id.nnodes) +
+                            " pods joined"
+        : admitted < id.min_pods()
+            ? std::to_string(admitted) + " pod(s) joined, at least " +
+                  std::to_string(id.min_pods()) + " needed" + range
+            : std::to_string(admitted) + " pod(s) joined" + range +
+                  ", but no generation could be planned from them (see the leader's log)";
     Feed(gang::AgentFailed{Status::Infra(
         "rendezvous timed out after " + std::to_string(options_.rdzv_timeout.count() / 1000) +
         " s: " + joined + "; missing indices " + (missing.empty() ? "none" : missing))});
@@ -436,6 +450,14 @@ class Pod {
       lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(),
                                                                     &roster_);
     }
+    // The survivors' indices are kept for them (by instance id: leader.h)
+    // while they may still be stopping their workers.
+    lo.kept_ids = std::exchange(kept_ids_, {});
+    for (auto it = lo.kept_ids.begin(); it != lo.kept_ids.end();) {
+      const bool expected = lo.expected.empty() || lo.expected.contains(it->first);
+      it = expected ? std::next(it) : lo.kept_ids.erase(it);
+    }
+    lo.keep_until = round_started + options_.grace + tun::kStallLimit;
     // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
     return lo;
@@ -471,6 +493,7 @@ class Pod {
     mo.leader_host = id.leader_host;
     mo.port = options_.rdzv_port;
     mo.hello = hello;
+    mo.hello.instance_id = instance_id_;  // to the leader alone (wire.h), never logged
     mo.deadline = gen_->round_started + options_.rdzv_timeout;
     if (join > 0) {
       // Rejoining after a restart: the leader re-listens the moment its own
@@ -883,6 +906,7 @@ class Pod {
     exitcodes::Evidence e;
     e.first_failure = WorkerFailureOf(f);
     e.shm_bytes = SharedMemoryBytes();
+    e.shm_free_bytes = SharedMemoryFree();
     gen_->oom_kills_at_failure = e.oom_kills = OomKillsSinceStart();
     return exitcodes::Classify(e, options_.codes, options_.markers).failure_class;
   }
@@ -895,6 +919,7 @@ class Pod {
     w.exit = f.exit;
     w.stderr_tail = g.supervisor->StderrTail(f.local_rank);
     w.stream_marker = g.supervisor->StreamMarker(f.local_rank);
+    w.last_exception = g.supervisor->LastException(f.local_rank);
     if (f.local_rank >= 0 && static_cast<std::size_t>(f.local_rank) < g.error_files.size() &&
         !g.error_files[f.local_rank].empty()) {
       w.error_file_message = ReadErrorFileMessage(g.error_files[f.local_rank]);
@@ -1003,6 +1028,7 @@ class Pod {
         if (r.first_failure) {
           e.first_failure = WorkerFailureOf(*r.first_failure);
           e.shm_bytes = SharedMemoryBytes();
+          e.shm_free_bytes = SharedMemoryFree();
           e.gpu_fault = GpuFaultEvidence(options_.gpu);
         }
         break;
@@ -1134,6 +1160,12 @@ class Pod {
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;
   std::shared_ptr<rendezvous::LeaderProbe> leader_probe_;
   std::string leader_id_;  // this pod's leader instance id (LeaderOptions::leader_id)
+  // Who this pod is beyond its index (wire::Hello::instance_id): drawn once,
+  // the same in every generation; sent to the leader alone, never logged.
+  const std::string instance_id_ = rendezvous::RandomBytes(rendezvous::wire::kInstanceIdBytes);
+  // Leader: the instance ids of the generation that ended by a restart, kept
+  // for its survivors in the next round (LeaderOptions::kept_ids).
+  std::map<std::uint32_t, std::string> kept_ids_;
   Roster roster_;          // leader with --spares: the pods across generations (roster.h)
   RunDirChoice run_dir_;   // where each generation's error and heartbeat files go
   struct MemoryPlan {      // PlanMemory

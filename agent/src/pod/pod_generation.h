@@ -1,4 +1,4 @@
-// pod_generation.h — one generation of a pod, as one value: everything an
+// pod/pod_generation.h — one generation of a pod, as one value: everything an
 // in-place restart replaces (the rendezvous round and its leader or member
 // handle, the supervisor and its workers' files, the heartbeat watch, the
 // step rates, the generation's timers and the GPU preflight thread).

@@ -87,7 +87,10 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
 void Roster::Adopt(std::uint32_t generation) {
   Cancel();
   if (!planned_) return;
+  adopted_ = generation;
   RecordLeft(generation);
+  for (std::uint32_t key : planned_->active) lost_spares_.erase(key);
+  for (std::uint32_t key : planned_->waiting) lost_spares_.erase(key);
   pods_.clear();
   for (std::uint32_t r = 0; r < planned_->active.size(); ++r) {
     pods_[planned_->active[r]] = {.key = planned_->active[r], .node_rank = r};
@@ -118,6 +121,12 @@ void Roster::RecordLeft(std::uint32_t generation) {
   }
 }
 
+std::optional<std::uint32_t> Roster::LostSpareIn(std::uint32_t key) const {
+  auto it = lost_spares_.find(key);
+  if (it == lost_spares_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::optional<std::uint32_t> Roster::LeftIn(std::uint32_t key) const {
   auto it = left_.find(key);
   if (it == left_.end()) return std::nullopt;
@@ -128,6 +137,7 @@ void Roster::AddJoined(std::uint32_t key, bool waiting) {
   // A pod counted alive keeps its place (it came back early for the next round).
   auto it = pods_.find(key);
   if (it == pods_.end() || it->second.lost || it->second.must_leave) pods_[key] = {.key = key};
+  lost_spares_.erase(key);  // admitted again: a new pod (a lost one coming back is refused)
   if (waiting) {
     spares_waiting_.insert(key);
   } else {
@@ -164,6 +174,7 @@ std::optional<rendezvous::wire::Replaced> Roster::LastReplacementOf(std::uint32_
 
 void Roster::MarkLost(std::uint32_t key) {
   if (auto it = pods_.find(key); it != pods_.end()) it->second.lost = true;
+  if (spares_waiting_.contains(key)) lost_spares_[key] = adopted_;
 }
 
 void Roster::MarkLeaving(std::uint32_t key) {

@@ -1,4 +1,4 @@
-// roster.h — the leader's roster across generations: which pods it knows,
+// pod/roster.h — the leader's roster across generations: which pods it knows,
 // their last node ranks, who was lost or must leave, and every replacement.
 // The wiring around FormationPolicy and PlanGeneration (formation_policy.h
 // says when a round forms: torch's last call; membership_policy.h says who is
@@ -54,12 +54,15 @@ class Roster final : public rendezvous::LeaderMembership {
   // plan is kept for Adopt.
   std::optional<std::map<std::uint32_t, std::uint32_t>> Plan(
       const std::vector<std::uint32_t>& joined) override;
-  // LeaderMembership: NewlyActive, LastReplacementOf, LeftIn, MarkLeaving.
+  // LeaderMembership: NewlyActive, LastReplacementOf, LeftIn, LostSpareIn, MarkLeaving.
   bool AssignFirst(std::uint32_t index) override { return NewlyActive(index); }
   std::optional<rendezvous::wire::Replaced> ReplacedOf(std::uint32_t index) const override {
     return LastReplacementOf(index);
   }
   std::optional<std::uint32_t> LeftOf(std::uint32_t index) const override { return LeftIn(index); }
+  std::optional<std::uint32_t> LostSpareOf(std::uint32_t index) const override {
+    return LostSpareIn(index);
+  }
   void OnLeave(std::uint32_t index) override { MarkLeaving(index); }
 
   // Generation `generation` formed as last planned: the roster is the plan;
@@ -87,6 +90,10 @@ class Roster final : public rendezvous::LeaderMembership {
   // declared lost while active (the gang shrank; LeaderMembership::LeftOf);
   // nullopt: none since it was last active.
   std::optional<std::uint32_t> LeftIn(std::uint32_t key) const;
+  // Hot spares: the generation adopted last when pod `key`, waiting as a
+  // spare, was declared lost (LeaderMembership::LostSpareOf); nullopt: none
+  // since it was last admitted (AddJoined, or a plan that counts it).
+  std::optional<std::uint32_t> LostSpareIn(std::uint32_t key) const;
 
   // Whether the round being formed (the last Plan that formed) makes pod
   // `key` active although the generation adopted last did not: a spare taking
@@ -112,6 +119,8 @@ class Roster final : public rendezvous::LeaderMembership {
   std::set<std::uint32_t> spares_waiting_;
   std::vector<Replacement> replacements_;
   std::map<std::uint32_t, std::uint32_t> left_;  // LeftIn: key -> generation
+  std::map<std::uint32_t, std::uint32_t> lost_spares_;  // LostSpareIn: key -> generation
+  std::uint32_t adopted_ = 0;  // the generation adopted last
   // The round being formed: its formation settings, start, when MIN pods were
   // in, and the timer that reconsiders it.
   FormationConfig formation_{};

@@ -105,7 +105,20 @@ void OutputTurns::Leave(const void* who) {
 
 LinePrefixer::LinePrefixer(std::string prefix, std::size_t max_line, Format format)
     : prefix_(std::move(prefix)), max_line_(std::max<std::size_t>(max_line, 1)),
-      format_(format) {}
+      format_(format) {
+  std::string_view tag = prefix_;
+  while (!tag.empty() && tag.back() == ' ') tag.remove_suffix(1);
+  if (format_ == Format::kText && tag.size() > 3 && tag.front() == '[' && tag.ends_with("]:")) {
+    tag_ = tag;
+  }
+}
+
+bool LinePrefixer::Tagged(std::string_view a, std::string_view b) const {
+  if (tag_.empty() || part_ > 1 || a.size() + b.size() < tag_.size()) return false;
+  const std::size_t in_a = std::min(a.size(), tag_.size());
+  return a.substr(0, in_a) == std::string_view(tag_).substr(0, in_a) &&
+         b.substr(0, tag_.size() - in_a) == std::string_view(tag_).substr(in_a);
+}
 
 std::string JsonLinePrefix(int rank, std::string_view stream) {
   return "{\"rank\":" + std::to_string(rank) + ",\"stream\":\"" + std::string(stream) +
@@ -143,9 +156,10 @@ void LinePrefixer::PutLine(std::string_view a, std::string_view b, std::string_v
     size_ += close.size() + part.size();
     return;
   }
-  char* o = Reserve(prefix_.size() + a.size() + b.size() + end.size());
-  std::memcpy(o, prefix_.data(), prefix_.size());
-  o += prefix_.size();
+  const std::size_t plen = Tagged(a, b) ? 0 : prefix_.size();
+  char* o = Reserve(plen + a.size() + b.size() + end.size());
+  std::memcpy(o, prefix_.data(), plen);
+  o += plen;
   if (!a.empty()) std::memcpy(o, a.data(), a.size());
   o += a.size();
   if (!b.empty()) std::memcpy(o, b.data(), b.size());
@@ -286,7 +300,6 @@ const char* LinePrefixer::PutCompleteLines(const char* p, const char* const end)
   // are copied straight into the output (bench/HISTORY.md, log forwarding: a
   // byte loop was half of the agent's time; vector steps that copy and search
   // at once, 16 or 64 bytes wide, were slower for 100-byte lines).
-  const std::size_t plen = prefix_.size();
   while (p < end) {
     const void* nl = std::memchr(p, '\n', static_cast<std::size_t>(end - p));
     if (nl == nullptr) break;
@@ -296,6 +309,9 @@ const char* LinePrefixer::PutCompleteLines(const char* p, const char* const end)
       p += n;
       continue;
     }
+    const std::size_t plen =
+        !tag_.empty() && n > tag_.size() && std::memcmp(p, tag_.data(), tag_.size()) == 0
+            ? 0 : prefix_.size();
     char* o = Reserve(plen + n);
     std::memcpy(o, prefix_.data(), plen);
     std::memcpy(o + plen, p, n);
@@ -497,7 +513,7 @@ OutputPump::Read OutputPump::ReadSome() {
   // the pipe but are not in the tail yet.
   std::unique_lock<std::mutex> tail_lock;
   const bool keep_tail = tail_limit_ > 0 && watch_fd_ < 0;  // a followed file is its own tail
-  if (keep_tail || scanner_) tail_lock = std::unique_lock(tail_mu_);
+  if (keep_tail || evidence_.scanner || evidence_.keeper) tail_lock = std::unique_lock(tail_mu_);
   for (;;) {
     ssize_t n = ::read(read_fd_, buf_.get(), kReadBytes);
     if (n > 0) {
@@ -510,10 +526,7 @@ OutputPump::Read OutputPump::ReadSome() {
         tail_.append(data);
         if (tail_.size() > 2 * tail_limit_) tail_.erase(0, tail_.size() - tail_limit_);
       }
-      if (scanner_) {
-        scanner_->Feed(data);
-        if (scanner_->TakeImproved()) marker_ = scanner_->best();
-      }
+      evidence_.Feed(data);
       if (tail_lock.owns_lock()) tail_lock.unlock();
       if (file_fd_ >= 0) WriteFile(data);
       if (out_fd_ >= 0) lines_.Feed(data);
@@ -539,19 +552,69 @@ OutputPump::Read OutputPump::ReadSome() {
     // EOF: every writer (the worker and whatever inherited its stdout) is gone;
     // a read error ends the stream the same way.
     eof_ = true;
-    if (scanner_) {
-      scanner_->Finish();
-      if (scanner_->TakeImproved()) marker_ = scanner_->best();
-    }
+    evidence_.Finish();
     if (tail_lock.owns_lock()) tail_lock.unlock();
     lines_.Finish();
     return Read::kEof;
   }
 }
 
+void OutputPump::Evidence::Feed(std::string_view data) {
+  if (!scanner && !keeper) return;
+  const Clock::time_point now = Clock::now();
+  if (scanner) {
+    scanner->Feed(data);
+    if (scanner->TakeImproved()) {
+      marker = scanner->best();
+      marker_at = now;
+    }
+  }
+  if (keeper && keeper->Feed(data)) {
+    exception = keeper->last();
+    exception_at = now;
+  }
+}
+
+void OutputPump::Evidence::Finish() {
+  const Clock::time_point now = Clock::now();
+  if (scanner) {
+    scanner->Finish();
+    if (scanner->TakeImproved()) {
+      marker = scanner->best();
+      marker_at = now;
+    }
+  }
+  if (keeper && keeper->Finish()) {
+    exception = keeper->last();
+    exception_at = now;
+  }
+  ended_at = now;
+}
+
+std::int64_t OutputPump::Evidence::AgeMs(Clock::time_point at) const {
+  const Clock::time_point end = std::min(ended_at, Clock::now());
+  return std::max<std::int64_t>(
+      0, std::chrono::duration_cast<std::chrono::milliseconds>(end - at).count());
+}
+
 std::optional<exitcodes::MarkerHit> OutputPump::Marker() const {
   std::lock_guard lock(tail_mu_);
-  return marker_;
+  std::optional<exitcodes::MarkerHit> m = evidence_.marker;
+  if (m) {
+    m->bytes_after = evidence_.scanner->fed() - m->offset;
+    m->age_ms = evidence_.AgeMs(evidence_.marker_at);
+  }
+  return m;
+}
+
+std::optional<exitcodes::LastException> OutputPump::LastException() const {
+  std::lock_guard lock(tail_mu_);
+  std::optional<exitcodes::LastException> e = evidence_.exception;
+  if (e) {
+    e->bytes_after = evidence_.keeper->fed() - e->end_offset;
+    e->age_ms = evidence_.AgeMs(evidence_.exception_at);
+  }
+  return e;
 }
 
 bool OutputPump::CaughtUp() const {
@@ -559,7 +622,7 @@ bool OutputPump::CaughtUp() const {
   if (watch_fd_ >= 0) {
     // Tail() reads the file itself; the scanner has seen what was read.
     struct stat st{};
-    return !scanner_ || eof_ || ::fstat(read_fd_, &st) != 0 ||
+    return (!evidence_.scanner && !evidence_.keeper) || eof_ || ::fstat(read_fd_, &st) != 0 ||
            ::lseek(read_fd_, 0, SEEK_CUR) >= st.st_size;
   }
   if (eof_ || read_fd_ < 0) return true;

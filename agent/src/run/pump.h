@@ -39,6 +39,7 @@
 #include <boost/asio/any_io_executor.hpp>
 
 #include "trainlet/agent/base/metrics.h"
+#include "trainlet/exitcodes/last_exception.h"
 #include "trainlet/exitcodes/marker_scanner.h"
 
 namespace trainlet::agent {
@@ -65,6 +66,11 @@ class LinePrefixer {
   // line alone, never on how the bytes were fed. Long lines are split, never
   // dropped, and memory stays bounded (an unfinished line keeps at most
   // max_line bytes).
+  //
+  // kText: a line that already starts with the prefix's own tag, the prefix
+  // without its trailing blanks when that is "[...]:" (the default
+  // "[rank3]: " has "[rank3]:", which torch 2.x puts before its own
+  // exception and c10 log lines), goes out as it is, not tagged twice.
   LinePrefixer(std::string prefix, std::size_t max_line, Format format = Format::kText);
   // Appends every line that `data` completes to output(), each after the
   // prefix; the first one starts with what earlier calls left unfinished. The
@@ -111,7 +117,10 @@ class LinePrefixer {
     return capacity_ - size_ >= n ? out_.get() + size_ : Grow(n);
   }
   char* Grow(std::size_t n);
+  // True if the line a + b starts with tag_ (not tagged again).
+  bool Tagged(std::string_view a, std::string_view b) const;
   std::string prefix_;
+  std::string tag_;  // "[rank3]:", or "" when lines are always prefixed
   std::size_t max_line_;
   Format format_;
   std::string partial_;
@@ -221,14 +230,25 @@ class OutputPump {
   // Tail() reads the file itself. Call before Start().
   void Follow(int watch_fd);
   // Passes every byte read through a marker scanner (classify.h), as it is
-  // forwarded: Marker() then holds the strongest marker of the whole stream.
-  // `table` is not owned and must outlive the pump. Call before Start().
+  // forwarded, for the markers a whole-stream scan looks for
+  // (exitcodes::ScannedInWholeStream): Marker() then holds the strongest of
+  // the whole stream. `table` is not owned and must outlive the pump. Call
+  // before Start().
   void ScanMarkers(const exitcodes::MarkerTable& table) {
-    scanner_ = std::make_unique<exitcodes::MarkerScanner>(table);
+    evidence_.scanner = std::make_unique<exitcodes::MarkerScanner>(
+        table, exitcodes::MarkerScanner::Search::kBest,
+        exitcodes::MarkerScanner::Which::kWholeStream);
   }
-  // The strongest marker read so far (ScanMarkers), nullopt if none.
+  // Keeps the stream's last exception (exitcodes::ExceptionKeeper), apart
+  // from the tail: for a worker's stderr. Call before Start().
+  void KeepLastException() { evidence_.keeper = std::make_unique<exitcodes::ExceptionKeeper>(); }
+  // The strongest marker read so far (ScanMarkers), nullopt if none; its
+  // offset, bytes_after and age_ms set (age: until the stream ended, or now).
   // Thread-safe.
   std::optional<exitcodes::MarkerHit> Marker() const;
+  // The last exception read so far (KeepLastException), nullopt if none; its
+  // bytes_after and age_ms set as Marker()'s. Thread-safe.
+  std::optional<exitcodes::LastException> LastException() const;
   // No process is left that could write a followed file (the supervisor has
   // no children left): the pump reads to the file's end and ends the stream,
   // as a pipe's EOF would. No-op for a pipe. Thread-safe, idempotent, never
@@ -327,8 +347,23 @@ class OutputPump {
   std::unique_ptr<char[]> buf_;  // kReadBytes, not zeroed: a quiet worker leaves it unbacked
   mutable std::mutex tail_mu_;
   std::string tail_;  // guarded by tail_mu_
-  std::unique_ptr<exitcodes::MarkerScanner> scanner_;  // pump thread only
-  std::optional<exitcodes::MarkerHit> marker_;  // scanner_'s best, guarded by tail_mu_
+  // What classification reads beyond the tail (ScanMarkers, KeepLastException).
+  struct Evidence {
+    using Clock = std::chrono::steady_clock;
+    std::unique_ptr<exitcodes::MarkerScanner> scanner;  // pump thread only
+    std::unique_ptr<exitcodes::ExceptionKeeper> keeper;  // pump thread only
+    // Copies for other threads, with when they changed; guarded by tail_mu_.
+    std::optional<exitcodes::MarkerHit> marker;
+    std::optional<exitcodes::LastException> exception;
+    Clock::time_point marker_at{}, exception_at{};
+    Clock::time_point ended_at = Clock::time_point::max();  // at EOF
+    // Feeds `data` to the scanner and the keeper, copying what changed.
+    void Feed(std::string_view data);
+    // At the stream's end.
+    void Finish();
+    // ms from `at` to the stream's end, or to now.
+    std::int64_t AgeMs(Clock::time_point at) const;
+  } evidence_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> full_{false};  // max_ahead_ buffered: reading paused (CaughtUp)
   std::thread thread_;

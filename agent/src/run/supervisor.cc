@@ -462,6 +462,7 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
       pump.OnFileError([file, followed](int err) { LogFileError(file, followed, err); });
     }
     if (options.markers != nullptr) pump.ScanMarkers(*options.markers);
+    if (options.markers != nullptr && is_err) pump.KeepLastException();
     (is_err ? stderr_pumps : stdout_pumps).push_back(&pump);
   }
   if (stdout_pumps.size() < stderr_pumps.size()) stdout_pumps.push_back(nullptr);
@@ -757,6 +758,13 @@ std::optional<exitcodes::MarkerHit> Supervisor::StreamMarker(int local_rank) con
     }
   }
   return best;
+}
+
+std::optional<exitcodes::LastException> Supervisor::LastException(int local_rank) const {
+  if (local_rank < 0 || local_rank >= static_cast<int>(impl_->stderr_pumps.size())) return {};
+  const OutputPump& pump = *impl_->stderr_pumps[local_rank];
+  AwaitCaughtUp(pump);
+  return pump.LastException();
 }
 
 bool Supervisor::running(int local_rank) const {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "trainlet/agent/base/address.h"
+
 namespace trainlet::agent {
 
 namespace {
@@ -74,9 +76,7 @@ std::vector<std::string> WorkerEnvironment(const std::map<std::string, std::stri
   }
   // JAX on the same gang: jax.distributed.initialize()'s arguments.
   if (p.jax_port != 0) {
-    const bool v6 = p.master_addr.find(':') != std::string::npos;
-    set("JAX_COORDINATOR_ADDRESS", (v6 ? "[" + p.master_addr + "]" : p.master_addr) + ":" +
-                                       std::to_string(p.jax_port));
+    set("JAX_COORDINATOR_ADDRESS", JoinHostPort(p.master_addr, p.jax_port));  // [v6]:port
     set("JAX_NUM_PROCESSES", std::to_string(p.world_size));
     set("JAX_PROCESS_ID", std::to_string(rank));
     // The GPUs this worker drives: LOCAL_RANK's share of the pod's GPUs.

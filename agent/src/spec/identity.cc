@@ -7,6 +7,7 @@
 
 #include <boost/asio/ip/address.hpp>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/base/tunables.h"
 
 namespace trainlet::agent {
@@ -49,12 +50,16 @@ std::optional<std::string> IndexedPrefix(const std::string& host) {
   return host.substr(0, dash);
 }
 
-bool IsIpLiteral(const std::string& s) {
-  if (s.find(':') != std::string::npos) return true;  // IPv6
-  for (char c : s) {
-    if (c != '.' && (c < '0' || c > '9')) return false;
-  }
-  return !s.empty();
+// The first label of a host name: the pod's short host name when the kubelet
+// set its FQDN as the host name (pod spec setHostnameAsFQDN: true).
+std::string FirstLabel(const std::string& host) { return host.substr(0, host.find('.')); }
+
+// The kubelet writes this first line in the /etc/hosts of a pod with
+// hostNetwork: true, followed by the node's own hosts file
+// (pkg/kubelet/kubelet_pods.go, managedHostsHeaderWithHostNetwork): the host
+// name and any FQDN there are the node's, not the pod's.
+bool HostNetworkHosts(const std::string& etc_hosts) {
+  return etc_hosts.starts_with("# Kubernetes-managed hosts file (host network).");
 }
 
 bool AllDigits(const std::string& s) {
@@ -216,6 +221,10 @@ std::optional<std::string> LookupPodInfo(const std::string& content, const std::
 }
 
 std::string FqdnFromHosts(const std::string& etc_hosts, const std::string& hostname) {
+  // The kubelet's line is "<pod IP>\t<host>.<subdomain>.<ns>.svc.<domain>\t<host>"
+  // (one per pod IP: two in a dual-stack pod), <host> the pod spec's hostname.
+  // With setHostnameAsFQDN the host name is that FQDN, the line the same.
+  const std::string short_host = FirstLabel(hostname);
   std::string best;
   std::istringstream is(etc_hosts);
   std::string line;
@@ -228,11 +237,11 @@ std::string FqdnFromHosts(const std::string& etc_hosts, const std::string& hostn
     bool lists_host = false;
     while (fields >> f) {
       names.push_back(f);
-      if (f == hostname) lists_host = true;
+      if (f == hostname || f == short_host) lists_host = true;
     }
     if (!lists_host) continue;
     for (const auto& n : names) {
-      if (n.size() > hostname.size() && n.compare(0, hostname.size() + 1, hostname + ".") == 0 &&
+      if (n.size() > short_host.size() + 1 && n.starts_with(short_host + ".") &&
           n.size() > best.size()) {
         best = n;
       }
@@ -312,6 +321,8 @@ struct Resolution {
   std::size_t role = 0;  // this pod's role in `layout`
   std::optional<JobSetHost> host_parts;
   std::optional<std::string> own_prefix;  // "<prefix>" of this pod's "<prefix>-<index>"
+  std::string short_host;  // the host name's first label (all of it without setHostnameAsFQDN)
+  bool host_network = false;  // hostNetwork: true (HostNetworkHosts): no pod FQDN
   PodIdentity id;
 
   explicit Resolution(const IdentityInputs& inputs) : in(inputs), files(ReadPodInfo(inputs)) {}
@@ -330,6 +341,7 @@ struct Resolution {
                           std::string source);
   Status LeaderFromJobSetName();
   Status LeaderFromFqdn();
+  Status RefuseHostNetwork() const;
   Status ResolveLeader();
   Status ResolveAttempt();
   Status ResolveJobId();
@@ -548,8 +560,9 @@ Status Resolution::ResolveWorkers() {
 
 // JobSet's coordinator names gang index 0.
 Status Resolution::LeaderFromCoordinator(const Sourced& coordinator) {
-  const std::string& name = coordinator.value;
-  if (auto s = ValidateDnsName(coordinator.source, name); !s.ok()) return s;
+  auto parsed = ParseHostAddress(coordinator.source, coordinator.value, PortRule::kNone);
+  if (!parsed.ok()) return parsed.status();
+  const std::string& name = parsed->host;
   std::string first = name.substr(0, name.find('.'));
   auto parts = ParseJobSetHost(first, *layout);
   bool is_zero = parts && parts->role == 0 && parts->job_index == "0" && parts->pod_index == "0";
@@ -565,7 +578,7 @@ Status Resolution::LeaderFromCoordinator(const Sourced& coordinator) {
   auto labels_of = Split(name, '.');
   if (labels_of.size() == 2 && own_labels.size() > 2 && labels_of[1] == own_labels[1] &&
       name.back() != '.') {
-    id.leader_host = name + id.own_fqdn.substr(id.own_fqdn.find('.', in.hostname.size() + 1)) +
+    id.leader_host = name + id.own_fqdn.substr(id.own_fqdn.find('.', short_host.size() + 1)) +
                      ".";
   } else {
     id.leader_host = name;
@@ -574,27 +587,23 @@ Status Resolution::LeaderFromCoordinator(const Sourced& coordinator) {
   return Status::Ok();
 }
 
-// A leader name or address given: checked against this pod's own domain.
+// A leader name or address given (address.h: bare or bracketed IPv6, no port):
+// a name is checked against this pod's own domain.
 Status Resolution::LeaderGiven(const Sourced& leader) {
-  const std::string& name = leader.value;
-  if (name.empty() || name.find("$(") != std::string::npos ||
-      name.find_first_of(" \t/") != std::string::npos) {
-    return Status::Config(leader.source + "=" + Quote(name) + " is not a host name or address");
-  }
-  if (!IsIpLiteral(name)) {
-    if (auto s = ValidateDnsName(leader.source, name); !s.ok()) return s;
-  }
+  auto parsed = ParseHostAddress(leader.source, leader.value, PortRule::kNone);
+  if (!parsed.ok()) return parsed.status();
+  const std::string& name = parsed->host;
   // A leader name in another subdomain than this pod's never resolves to a
   // member of this Job (kubernetes-sigs/jobset#603): fail now, not after the
   // rendezvous timeout.
-  if (!IsIpLiteral(name) && !id.own_fqdn.empty()) {
+  if (!parsed->is_ip() && !id.own_fqdn.empty()) {
     auto leader_labels = Split(name, '.');
     auto own_labels = Split(id.own_fqdn, '.');
     if (leader_labels.size() >= 2 && own_labels.size() >= 2 &&
         leader_labels[1] != own_labels[1]) {
       std::string suggestion = own_prefix ? *own_prefix + "-0." + own_labels[1] : "";
       return Status::Config(
-          leader.source + "=" + Quote(name) + " is in subdomain '" + leader_labels[1] +
+          leader.source + "=" + Quote(leader.value) + " is in subdomain '" + leader_labels[1] +
           "' but this pod is " + id.own_fqdn + " (subdomain '" + own_labels[1] + "')" +
           (suggestion.empty() ? "" : "; did you mean " + suggestion + "?"));
     }
@@ -610,7 +619,7 @@ Status Resolution::LeaderGiven(const Sourced& leader) {
 // seed negative caches with names that never exist.
 Status Resolution::UseDerivedLeader(const std::string& host, const std::string& derived_from,
                                     std::string source) {
-  id.leader_host = host + id.own_fqdn.substr(in.hostname.size()) + ".";
+  id.leader_host = host + id.own_fqdn.substr(short_host.size()) + ".";
   if (auto s = ValidateDnsName("the leader's name derived from " + derived_from, id.leader_host);
       !s.ok()) {
     return s;
@@ -632,6 +641,7 @@ Status Resolution::LeaderFromJobSetName() {
     jobset = host_parts->jobset;
     jobset_source = "hostname " + Quote(in.hostname);
   }
+  if (host_network) return RefuseHostNetwork();
   if (id.own_fqdn.empty() || !jobset) {
     return Status::Config(
         "cannot find the gang's leader: set --master-addr to the name of the first pod of "
@@ -645,8 +655,21 @@ Status Resolution::LeaderFromJobSetName() {
                           "JobSet name of gang index 0 in this pod's domain " + id.own_fqdn);
 }
 
+// hostNetwork: true: the pod has the node's host name and /etc/hosts, no FQDN
+// of its own, so the leader's name cannot be derived; the headless Service
+// still publishes <hostname>.<subdomain> for the pod spec's hostname.
+Status Resolution::RefuseHostNetwork() const {
+  return Status::Config(
+      "cannot derive the leader's name: this pod runs with hostNetwork: true (its /etc/hosts "
+      "is the node's and its host name " + Quote(in.hostname) + " the node's, so it has no "
+      "pod FQDN): set --master-addr (or MASTER_ADDR) to the leader pod's name in its headless "
+      "Service (<job>-0.<subdomain>, or for JobSet <jobset>-<role>-0-0.<subdomain>), or run "
+      "the pods without hostNetwork");
+}
+
 // The leader's name derived from this pod's FQDN: "<prefix>-0.<same domain>.".
 Status Resolution::LeaderFromFqdn() {
+  if (host_network) return RefuseHostNetwork();
   if (id.own_fqdn.empty() || !own_prefix) {
     return Status::Config(
         "cannot find the leader: set --master-addr (or MASTER_ADDR) to the name of the pod "
@@ -737,7 +760,7 @@ Status Resolution::ResolveJobId() {
   } else if (!id.leader_host.empty()) {
     // Every pod of a gang names the same leader, so its first label (the whole
     // literal for an IP) is a job id they agree on without configuration.
-    id.job_id = IsIpLiteral(id.leader_host) ? id.leader_host
+    id.job_id = IsIpAddress(id.leader_host) ? id.leader_host
                                             : id.leader_host.substr(0, id.leader_host.find('.'));
   } else {
     id.job_id = "trainlet";
@@ -760,13 +783,16 @@ Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   }
   r.FindIndex();
   if (auto st = r.ResolveGangSize(); !st.ok()) return st;
-  if (r.layout) r.host_parts = ParseJobSetHost(in.hostname, *r.layout);
+  r.short_host = FirstLabel(in.hostname);
+  r.host_network = HostNetworkHosts(in.etc_hosts);
+  if (r.layout) r.host_parts = ParseJobSetHost(r.short_host, *r.layout);
   for (auto step : {&Resolution::PlaceInGang, &Resolution::ResolveWorkers}) {
     if (auto st = (r.*step)(); !st.ok()) return st;
   }
-  // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`).
-  r.id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
-  r.own_prefix = IndexedPrefix(in.hostname);
+  // This pod's FQDN, when the kubelet wrote one (pod spec `subdomain`); none
+  // with hostNetwork (the node's names are no pod's).
+  if (!r.host_network) r.id.own_fqdn = FqdnFromHosts(in.etc_hosts, in.hostname);
+  r.own_prefix = IndexedPrefix(r.short_host);
   for (auto step : {&Resolution::ResolveLeader, &Resolution::ResolveAttempt,
                     &Resolution::ResolveJobId}) {
     if (auto st = (r.*step)(); !st.ok()) return st;

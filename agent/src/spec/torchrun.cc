@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "trainlet/agent/base/tunables.h"
 #include "trainlet/agent/base/values.h"
 
 namespace trainlet::agent {
@@ -195,8 +196,8 @@ Result<std::set<std::uint32_t>> ParseLocalRanksFilter(const std::string& what,
 }
 
 const std::vector<RdzvConfKey>& RdzvConfKeys() {
-  // trainlet has one gang of a fixed size, its own rendezvous and its own
-  // heartbeats; these say why a key of torch's changes nothing here.
+  // trainlet has its own rendezvous, its own heartbeats and no etcd; these say
+  // why a key of torch's changes nothing here.
   static constexpr std::string_view kFixed =
       "a trainlet gang ends by the leader's stop, not by closing its rendezvous";
   static constexpr std::string_view kOwnBeat =
@@ -204,11 +205,16 @@ const std::vector<RdzvConfKey>& RdzvConfKeys() {
   static constexpr std::string_view kNoStore =
       "trainlet's rendezvous is not a TCPStore; the trainers' store is torch's own";
   static constexpr std::string_view kNoEtcd = "trainlet has no etcd backend";
+  static_assert(kDefaultLastCall == std::chrono::seconds(30), "last_call_timeout's help");
   static const std::vector<RdzvConfKey> kKeys = {
-      {"join_timeout", RdzvValue::kSeconds, ""},
-      {"timeout", RdzvValue::kSeconds, ""},
-      {"read_timeout", RdzvValue::kSeconds, ""},
-      {"last_call_timeout", RdzvValue::kSeconds, ""},
+      {"join_timeout", RdzvValue::kSeconds, "",
+       "seconds a round waits for the gang (as --rdzv-timeout)"},
+      {"timeout", RdzvValue::kSeconds, "", "as join_timeout, which wins"},
+      {"read_timeout", RdzvValue::kSeconds, "", "seconds a connecting pod has for its hello"},
+      {"last_call_timeout", RdzvValue::kSeconds, "",
+       "seconds a round waits for more pods once MIN joined (--nnodes MIN:MAX, and the "
+       "first round with --spares; default 30, torch's); it forms a moment before "
+       "--rdzv-timeout at the latest"},
       {"close_timeout", RdzvValue::kSeconds, kFixed},
       {"heartbeat_timeout", RdzvValue::kSeconds, kOwnBeat},
       {"keep_alive_interval", RdzvValue::kSeconds, kOwnBeat},
@@ -229,6 +235,17 @@ const std::vector<RdzvConfKey>& RdzvConfKeys() {
       {"etcd_prefix", RdzvValue::kText, kNoEtcd},
   };
   return kKeys;
+}
+
+std::string RdzvConfHelp() {
+  std::string used, none;
+  for (const RdzvConfKey& k : RdzvConfKeys()) {
+    const std::string key(k.key);
+    if (!k.used.empty()) used += (used.empty() ? "" : "; ") + key + ": " + std::string(k.used);
+    if (!k.no_effect.empty()) none += (none.empty() ? "" : ", ") + key;
+  }
+  return "KEY=VALUE,... (torch's rendezvous keys): " + used + ". Accepted with no effect (the "
+         "log says why): " + none + ". Other keys are refused";
 }
 
 namespace {

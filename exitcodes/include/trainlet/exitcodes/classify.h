@@ -1,25 +1,21 @@
 // trainlet/exitcodes/classify.h — from everything observed to one verdict.
 //
 // One pure function decides the class, the exit code and the reason of a pod's
-// outcome. Evidence, strongest first (README, "Exit codes"):
+// outcome. Evidence, strongest first (README, "How a failure is classified"):
 //   1. trainlet's own phase: a config, DNS or rendezvous failure, or a stop
 //      requested before any worker failed (TERMINATED); then the gang: another
 //      pod failed first (PEER_FAILED) — "who failed first" beats any message
 //      parsing (a peer's crash surfaces as NCCL errors on the survivors);
-//   2. the memory cgroup's OOM-kill counter rising before the first worker
-//      failed, however it failed (OOM): the killer's victim may be the worker
-//      itself (SIGKILL) or one of its processes, e.g. a PyTorch DataLoader
-//      worker, after which the trainer exits 1; then NVML's GPU-fault evidence
-//      (HARDWARE);
-//   3. the torchelastic error file the worker wrote (TORCHELASTIC_ERROR_FILE);
-//      a message no marker matches is quoted in the reason (kErrorFileExcerpt);
-//   4. the strongest marker anywhere in the worker's stdout and stderr
-//      (MarkerScanner, fed as the output is forwarded; the stderr tail when
-//      nothing was scanned), read for what it means: an Xid by its number
-//      (xid.h), shared memory running out as config (/dev/shm is a pod-spec
-//      size), an illegal memory access as the worker's own failure;
-//   5. the worker's exit code: one of --fatal-exit-codes is BUG, anything else
-//      passes through as the worker's own code (or 128+signal).
+//      then a hang trainlet found (INFRA);
+//   2. the first worker failure, by the numbered rules of WorkerFailureRules():
+//      structured evidence first (the OOM counter, NVML, a --fatal-exit-codes
+//      code, the torchelastic error file), then the failure's own text (the
+//      exception that ended the worker, from its stderr: last_exception.h),
+//      then the rest of the stream, read only for markers whose cause
+//      persists and that are no verdict against the code, the pod spec or
+//      the node. The classes need evidence in proportion to what they cost:
+//      bug and config fail the Job at once and hardware pages an operator,
+//      so none is decided by a line that is not the failure's own.
 // The first failure wins: only the worker that failed first, before any stop,
 // is classified; workers trainlet stopped afterwards never are. No I/O, no
 // globals; thread-safe.
@@ -38,6 +34,7 @@
 
 #include "trainlet/exitcodes/contract.h"
 #include "trainlet/exitcodes/exit_code.h"
+#include "trainlet/exitcodes/last_exception.h"
 #include "trainlet/exitcodes/status.h"
 
 namespace trainlet::exitcodes {
@@ -47,6 +44,18 @@ enum class MarkerMeaning {
   kPlain,         // the listed class
   kXid,           // an NVIDIA Xid report: the number on its line decides (xid.h)
   kSharedMemory,  // shared memory ran out: config, naming /dev/shm and the fix
+  kStatement,     // the trainer's own [trainlet:CLASS] (trainlet::Session::ReportError)
+};
+
+// Where a marker may decide (WorkerFailureRules).
+enum class MarkerScope {
+  // Only in the failure's own text (the exception that ended the worker, or
+  // the end of its stderr) or its error file.
+  kOwnText,
+  // Anywhere in the stream: its cause persists until the worker fails and
+  // it is no verdict against the code, the spec or the node (an NCCL
+  // watchdog timeout; always infra).
+  kAnywhere,
 };
 
 // A substring that, found in a worker's output, says what kind of failure it
@@ -59,7 +68,13 @@ struct Marker {
   // Non-empty: the marker counts only on a line that also contains this
   // ("No space left on device" is shared memory only under /dev/shm).
   std::string context{};
+  MarkerScope scope = MarkerScope::kOwnText;
 };
+
+// True for the markers a scan of the whole stream looks for: those of scope
+// kAnywhere, and shared memory running out (which decides only while
+// /dev/shm is full: WorkerFailureRules).
+bool ScannedInWholeStream(const Marker& m);
 
 // Longest marker text (bytes): --marker entries longer are a config error.
 inline constexpr std::size_t kMaxMarkerText = 256;
@@ -73,6 +88,12 @@ struct MarkerHit {
   std::string note{};     // what the line means, e.g. "Xid 31: GPU memory page fault ..."
   std::string line{};     // the first line it counted on, at most kEvidenceLine bytes
   std::string stream{};   // where: "stderr", "stdout", "error file" (set by the caller)
+  // Where in a stream its line began (bytes from the stream's start), how
+  // many bytes of the stream followed it, and how long before the stream
+  // ended (or before it was asked) it was read: -1 unknown. Set by the pump.
+  std::uint64_t offset = 0;
+  std::uint64_t bytes_after = 0;
+  std::int64_t age_ms = -1;
 };
 
 // Compares two hits of the same stream or worker: true if `a` is stronger (a
@@ -94,6 +115,10 @@ class MarkerTable {
   [[nodiscard]] Status Add(const std::vector<std::string>& specs);
   // The strongest marker in `text` (a whole text at once: MarkerScanner).
   std::optional<MarkerHit> Match(std::string_view text) const;
+  // Every marker in `text` that counts on its line (Interpret), each once
+  // with the first line it counted on, strongest first. For short texts (an
+  // exception, an error file): a plain search per marker.
+  std::vector<MarkerHit> MatchEach(std::string_view text) const;
   const std::vector<Marker>& markers() const { return c_->markers; }
 
   // The prefilter MarkerScanner uses (marker_scanner.h): every marker has one
@@ -147,9 +172,13 @@ struct WorkerFailure {
   WorkerExit exit{};
   std::string error_file_message{};  // the "message" of its torchelastic error file, if any
   std::string stderr_tail{};         // the last bytes it wrote to stderr
-  // The strongest marker in everything it wrote (MarkerScanner); nullopt when
-  // its output was not scanned (then stderr_tail is matched).
+  // The strongest marker of those ScannedInWholeStream in everything it
+  // wrote (MarkerScanner); nullopt when its output was not scanned (then
+  // stderr_tail is matched for them).
   std::optional<MarkerHit> stream_marker = std::nullopt;
+  // The last exception it printed on stderr (ExceptionKeeper), with
+  // bytes_after and age_ms; nullopt: none, or not read.
+  std::optional<LastException> last_exception = std::nullopt;
 };
 
 struct Evidence {
@@ -177,6 +206,9 @@ struct Evidence {
   // The size of /dev/shm in bytes (statvfs), for a shared-memory verdict's
   // message; nullopt when unknown.
   std::optional<std::uint64_t> shm_bytes = std::nullopt;
+  // Bytes free in /dev/shm at the first failure (statvfs f_bavail); nullopt
+  // when unknown.
+  std::optional<std::uint64_t> shm_free_bytes = std::nullopt;
 };
 
 struct Verdict {
@@ -184,7 +216,31 @@ struct Verdict {
   int code = 0;
   std::string reason;  // one line, e.g. "local rank 1 (rank 3) exited 42"
   std::string evidence;  // which evidence decided: "phase", "oom", "error-file", "marker", "exit-code"
+  int rule = 0;  // the WorkerFailureRules() number that decided; 0: not a worker failure's
 };
+
+// An exception counts as the failure's own text when its last line was read
+// at most this long before the stream ended (or the failure was classified),
+// and at most kOwnExceptionTrail bytes of stderr followed it (a faulthandler
+// dump of 40 threads is ~15 KB). An older one was printed and survived
+// (logging.exception in a retry loop).
+inline constexpr std::int64_t kOwnExceptionAgeMs = 30'000;
+inline constexpr std::uint64_t kOwnExceptionTrail = 64 * 1024;
+// Without such an exception, the failure's own text is the end of its stderr:
+// its last kOwnStderrLines lines, at most kOwnStderrEnd bytes. With one, only
+// the trainer's [trainlet:CLASS] statement counts there.
+inline constexpr std::size_t kOwnStderrLines = 4;
+inline constexpr std::size_t kOwnStderrEnd = 1024;
+// /dev/shm is full when at most this percentage of it is free.
+inline constexpr std::uint64_t kShmFullPercent = 5;
+
+// One rule of the first worker failure's classification.
+struct WorkerFailureRule {
+  int number;             // 1, 2, ...: the order they are tried in
+  std::string_view says;  // one sentence, for `trainlet exit-codes` and the README
+};
+// The rules, in order: the first that applies decides (Classify). Pure.
+const std::vector<WorkerFailureRule>& WorkerFailureRules();
 
 // The bytes of an error file's message that a reason quotes when no marker
 // matched it (its first non-blank line, cut to this many bytes).

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,19 +40,25 @@ class MarkerScanner {
   enum class Search { kBest, kPortable, kSsse3, kAvx2 };
   // Whether this CPU runs `search` (kSsse3, kAvx2: x86-64 only).
   static bool Runs(Search search);
+  // Which of the table's markers it looks for: all, or only those a scan of
+  // the whole stream may use (ScannedInWholeStream: the pump's).
+  enum class Which { kAll, kWholeStream };
   // `table` is not owned and must outlive the scanner. A `search` this CPU
   // does not run for the table (Runs) gives kBest.
-  explicit MarkerScanner(const MarkerTable& table, Search search = Search::kBest);
+  explicit MarkerScanner(const MarkerTable& table, Search search = Search::kBest,
+                         Which which = Which::kAll);
   // The search in use (never kBest).
   Search search() const { return search_; }
   // Scans the next piece of the stream.
   void Feed(std::string_view data);
   // The stream ended: judges a line still open (one without its '\n').
   void Finish();
-  // The strongest hit so far (its `stream` is empty).
+  // The strongest hit so far (its `stream` is empty; its `offset` set).
   const std::optional<MarkerHit>& best() const { return best_; }
   // True once after best() changed.
   bool TakeImproved() { return std::exchange(improved_, false); }
+  // Bytes fed so far.
+  std::uint64_t fed() const { return fed_; }
 
  private:
   struct Match {
@@ -77,7 +84,10 @@ class MarkerScanner {
   bool Done() const { return best_ && best_->index == 0 && best_->failure_class != FailureClass::kWorker; }
 
   const MarkerTable& table_;
+  std::vector<bool> skip_;  // by marker: not looked for (Which)
   std::size_t carry_limit_;
+  std::uint64_t fed_ = 0;         // bytes fed before the current piece, then after it
+  std::uint64_t line_offset_ = 0;  // the open line's start in the stream
   std::string carry_;  // the stream's last carry_limit_ bytes
   std::optional<MarkerHit> best_;
   bool improved_ = false;

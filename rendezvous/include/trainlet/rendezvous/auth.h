@@ -8,6 +8,7 @@
 // OpenSSL's SHA-256, getrandom(2)).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "trainlet/exitcodes/status.h"
@@ -22,6 +23,9 @@ inline constexpr std::size_t kNonceBytes = 32;
 
 // kNonceBytes of cryptographically random bytes (getrandom(2), the kernel's CSPRNG).
 std::string NewNonce();
+// `count` cryptographically random bytes, as NewNonce (a pod's instance id:
+// wire::Hello::instance_id).
+std::string RandomBytes(std::size_t count);
 
 // HMAC-SHA256 (RFC 2104, test vectors in RFC 4231) of `message` under `key`:
 // 32 raw bytes. Built on OpenSSL's SHA-256.

@@ -9,13 +9,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trainlet/exitcodes/ports.h"
+
 namespace trainlet::rendezvous::tunables {
 
 using std::chrono::milliseconds;
 
 // ---- control channel (leader <-> members, after and while waiting for the assignment) ----
-inline constexpr milliseconds kHeartbeatInterval{800};  // ms; a frame each way per interval: cheap at 12,500 pods; a lost pod known 2.4 s after its last frame, so at most ~2.7 s after it froze (checks 4x per interval)
-inline constexpr int kHeartbeatMisses = 3;               // intervals; silent this long = lost (one lost packet plus a retransmit must not count)
+inline constexpr milliseconds kHeartbeatInterval{400};  // ms; a frame each way per interval: cheap at 12,500 pods; a lost pod known 2.4 s after its last frame, so at most ~2.5 s after it froze (checks 4x per interval). A link blip of d s leaves a peer silent for up to interval + d + one retransmission (200 ms, kept linear by TCP_THIN_LINEAR_TIMEOUTS: net_util.h), so 1.6 s blips must fit in 2.4 s: 0.4 + 1.6 + 0.2
+inline constexpr int kHeartbeatMisses = 6;               // intervals; silent this long (2.4 s) = lost (one lost packet plus a retransmit must not count)
+inline constexpr milliseconds kWaitingHeartbeatInterval{800};  // ms; the leader's heartbeats to members waiting for the assignment (they give a silent leader up after kReplyTimeout, 2.4 s: three of them); the control channel's pace would double the leader's frames while 12,500 pods wait
+inline constexpr milliseconds kLeaderCheckInterval{800};  // ms; the leader's name check and rival-leader probe rounds (name_check.h, leader_probe.h): DNS and connects, not the heartbeats' pace
 
 // ---- the leader's handshakes ----
 inline constexpr milliseconds kHandshakeTimeout{3000};   // ms; a member sends its hello (and proof) within one RTT of connecting; idle sockets must not hold a slot long
@@ -32,8 +36,8 @@ inline constexpr milliseconds kReplyTimeout{kHeartbeatInterval * kHeartbeatMisse
 inline constexpr milliseconds kLeaderNameCheckPatience{15'000};  // ms; a pod's record appears seconds after its IP and NXDOMAIN is cached briefly: warn only once it stays wrong this long
 
 // ---- the leader's listening socket ----
-inline constexpr std::uint16_t kRendezvousPort = 29400;  // port; torchrun's c10d default for an endpoint without a port (torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py DEFAULT_PORT)
-inline constexpr std::uint16_t kMasterPort = 29500;      // port; torch's MASTER_PORT default (torch/distributed/run.py --master-port), the trainers' store when one is asked for by number
+inline constexpr std::uint16_t kRendezvousPort = exitcodes::ports::kRendezvous;  // port; torchrun's default (trainlet/exitcodes/ports.h, the ports' one home)
+inline constexpr std::uint16_t kMasterPort = exitcodes::ports::kTorchMaster;    // port; torch's MASTER_PORT default, the trainers' store when one is asked for by number
 inline constexpr milliseconds kBindRetryInitial{100};    // ms; first wait after EADDRINUSE (a leftover process or TIME_WAIT usually lets go within seconds)
 inline constexpr milliseconds kBindRetryCap{1000};       // ms; longest wait between bind attempts, until the rendezvous deadline
 

@@ -1,4 +1,4 @@
-// trainlet/agent/log_format.h — how trainlet's own log lines look.
+// trainlet/agent/base/log_format.h — how trainlet's own log lines look.
 //
 // text (default): "[trainlet pod3 2026-12-01T11:22:33.123 info] message".
 // json (--log-format json, TRAINLET_LOG_FORMAT=json): one JSON object per line,

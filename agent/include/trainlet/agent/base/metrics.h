@@ -1,4 +1,4 @@
-// trainlet/agent/metrics.h — the pod's metrics, in the Prometheus text format.
+// trainlet/agent/base/metrics.h — the pod's metrics, in the Prometheus text format.
 //
 // GET /metrics on --health-port (health.h) and `trainlet probe metrics` answer
 // with RenderMetrics() of a snapshot the pod takes on its event loop at each

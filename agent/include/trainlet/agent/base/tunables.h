@@ -1,4 +1,4 @@
-// trainlet/agent/tunables.h — the agent front end's defaults and limits, each
+// trainlet/agent/base/tunables.h — the agent front end's defaults and limits, each
 // written once, with its unit and why. The rendezvous's timings live in
 // trainlet/rendezvous/tunables.h.
 #pragma once
@@ -9,18 +9,15 @@
 #include <string_view>
 #include <utility>
 
+#include "trainlet/exitcodes/ports.h"
 #include "trainlet/rendezvous/tunables.h"
 
 namespace trainlet::agent {
 
-// The leader's rendezvous port when none is given: torchrun's default for
-// --rdzv-endpoint (torch/distributed/elastic/rendezvous/utils.py
-// parse_rendezvous_endpoint, default_port=29400).
-inline constexpr std::uint16_t kDefaultRdzvPort = rendezvous::tunables::kRendezvousPort;
-
-// The JAX coordinator port handed to the workers (JAX_COORDINATOR_ADDRESS):
-// one above torch's MASTER_PORT default 29500, so the two never meet.
-inline constexpr std::uint16_t kDefaultJaxPort = rendezvous::tunables::kMasterPort + 100;
+// The leader's rendezvous port when none is given, and the JAX coordinator port
+// handed to the workers: the default ports' one home is trainlet/exitcodes/ports.h.
+inline constexpr std::uint16_t kDefaultRdzvPort = exitcodes::ports::kRendezvous;
+inline constexpr std::uint16_t kDefaultJaxPort = exitcodes::ports::kJaxCoordinator;
 
 // Seconds between forwarding SIGTERM and SIGKILL: a few below Kubernetes'
 // default terminationGracePeriodSeconds of 30 (README "Grace period").
@@ -36,6 +33,12 @@ inline constexpr std::chrono::seconds kLocalRdzvTimeout{60};
 // last_call_timeout): torch's RendezvousTimeout default "last_call"
 // (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py).
 inline constexpr std::chrono::seconds kDefaultLastCall{30};
+// With MIN pods joined, a round forms this long before its deadline at the
+// latest (a tenth of --rdzv-timeout when that is shorter), so its assignments
+// reach the members before their own deadline ends the wait: a last call that
+// would end with the deadline (the defaults: 30 s each) forms instead of
+// timing out (formation_policy.h).
+inline constexpr std::chrono::milliseconds kFormBeforeDeadline{1000};
 
 // `trainlet local` gives its agents their own grace period plus this before
 // SIGKILL: each agent first stops its own workers.

@@ -1,5 +1,5 @@
-// trainlet/agent/values.h — the front end's value parsers: counts, seconds,
-// rates, ports, signals, endpoints and DNS names, as the user writes them in a
+// trainlet/agent/base/values.h — the front end's value parsers: counts, seconds,
+// rates, ports, signals and DNS names (endpoints: address.h), as the user writes them in a
 // flag, TRAINLET_<FLAG>, PET_<FLAG> or a Kubernetes variable. Pure functions:
 // no I/O. Every error is class config and names `what`, the source as the user
 // wrote it ("--grace-period", "PET_NNODES", "JOB_COMPLETION_INDEX"), and the
@@ -38,20 +38,6 @@ bool IsPlainDecimal(const std::string& v);
 // A TCP port peers dial: 1-65535 (0, a free port, is refused).
 [[nodiscard]] exitcodes::Result<std::uint16_t> ParsePort(const std::string& what,
                                                          const std::string& value);
-
-// "HOST", "HOST:PORT", "[v6]:PORT", "[v6]": HOST and PORT (default_port when
-// absent). PORT 0 is kept (torch's parse_rendezvous_endpoint takes it: a free
-// port); the caller refuses it where other pods would have to know the port.
-// Refused, as torch refuses them: a port above 65535, an empty port ("host:"),
-// more than one ':' outside brackets ("a:b:c"; an IPv6 address is written
-// "[fd00::1]:PORT", RFC 3986 3.2.2).
-struct Endpoint {
-  std::string host;
-  std::uint16_t port = 0;
-};
-[[nodiscard]] exitcodes::Result<Endpoint> ParseEndpoint(const std::string& what,
-                                                        const std::string& value,
-                                                        std::uint16_t default_port);
 
 // A signal that can be sent for diagnostics: "SIGUSR1", "USR1" or "10"
 // (1-31, not SIGKILL or SIGSTOP).

@@ -1,4 +1,4 @@
-// trainlet/agent/cli.h — the command line: `trainlet [flags] -- cmd...`,
+// trainlet/agent/front/cli.h — the command line: `trainlet [flags] -- cmd...`,
 // `trainlet local ...`, `trainlet exit-codes`, `--help`, `--version`.
 //
 // Every flag can also be set as TRAINLET_<FLAG> in the environment (dashes as

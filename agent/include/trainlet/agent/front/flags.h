@@ -1,4 +1,4 @@
-// trainlet/agent/flags.h — the agent's flags as one table, and their values.
+// trainlet/agent/front/flags.h — the agent's flags as one table, and their values.
 //
 // Each flag is one row of FlagTable(): its typed id, long and short name, how
 // torchrun spells it (both `--a-b` and `--a_b`, the last of a repeat wins) and

@@ -1,4 +1,4 @@
-// trainlet/agent/front_end.h — the front end's pipeline after the parse:
+// trainlet/agent/front/front_end.h — the front end's pipeline after the parse:
 //
 //   parse (cli.cc, flags.h) -> Validate (pure) -> Probe (the only syscalls) ->
 //   PlanLocal / PlanPod (pure) -> RunLocal (local.h) / RunPod (pod.h).
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "trainlet/agent/base/address.h"
 #include "trainlet/agent/front/flags.h"
 #include "trainlet/agent/front/local.h"
 #include "trainlet/agent/pod/pod.h"

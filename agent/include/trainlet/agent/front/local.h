@@ -1,4 +1,4 @@
-// trainlet/agent/local.h — `trainlet local`: a whole gang on one machine.
+// trainlet/agent/front/local.h — `trainlet local`: a whole gang on one machine.
 //
 // Starts `nnodes` trainlet agents as child processes (this same binary), with
 // indices 0..nnodes-1, the leader on 127.0.0.1 and free ports, so the pods'

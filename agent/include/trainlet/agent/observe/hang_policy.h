@@ -1,4 +1,4 @@
-// trainlet/agent/hang_policy.h — what hang detection decides, as pure code:
+// trainlet/agent/observe/hang_policy.h — what hang detection decides, as pure code:
 // which workers are hung (from the ages of their heartbeat files) and which
 // processes may get the diagnostics signal (from their caught-signal masks).
 // No syscalls, no clocks: Pod feeds it samples and carries out the result.

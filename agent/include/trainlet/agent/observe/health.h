@@ -1,4 +1,4 @@
-// trainlet/agent/health.h — readiness and liveness for Kubernetes probes.
+// trainlet/agent/observe/health.h — readiness and liveness for Kubernetes probes.
 //
 // A tiny HTTP/1.1 server (Boost.Beast) on the agent's event loop:
 //   GET /readyz -> 200 once the gang has formed and the workers run, else 503;

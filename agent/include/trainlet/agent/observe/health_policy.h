@@ -1,4 +1,4 @@
-// trainlet/agent/health_policy.h — the health server's decisions, as pure code.
+// trainlet/agent/observe/health_policy.h — the health server's decisions, as pure code.
 //
 // Who keeps a slot when the health port is full, and what a request gets. No
 // I/O, no clocks: health.cc turns sockets into calls here and the decisions

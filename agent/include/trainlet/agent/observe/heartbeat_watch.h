@@ -1,4 +1,4 @@
-// trainlet/agent/heartbeat_watch.h — one generation's heartbeat files, watched.
+// trainlet/agent/observe/heartbeat_watch.h — one generation's heartbeat files, watched.
 //
 // With hang detection on (--hang-timeout), every worker gets
 // TRAINLET_HEARTBEAT_FILE and shows progress by touching it. The watch polls

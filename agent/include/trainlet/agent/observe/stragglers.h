@@ -1,4 +1,4 @@
-// trainlet/agent/stragglers.h — step rates from heartbeat files, and who is behind.
+// trainlet/agent/observe/stragglers.h — step rates from heartbeat files, and who is behind.
 //
 // A trainer that touches $TRAINLET_HEARTBEAT_FILE once per step (what hang
 // detection already asks of it) shows its step rate with no other change: each

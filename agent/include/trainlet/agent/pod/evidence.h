@@ -1,4 +1,4 @@
-// trainlet/agent/evidence.h — reading the evidence the classifier weighs:
+// trainlet/agent/pod/evidence.h — reading the evidence the classifier weighs:
 // the memory cgroup's OOM-kill counter and the torchelastic error file.
 //
 // Plain file reads with injectable roots, so tests can use a fake tree. Never
@@ -62,6 +62,10 @@ std::string ErrorFileMessage(const std::string& content);
 // f_blocks * f_frsize), nullopt when it cannot be read. A container's
 // /dev/shm is 64 MiB unless the pod mounts an emptyDir with medium: Memory.
 std::optional<std::uint64_t> SharedMemoryBytes(const std::string& path = "/dev/shm");
+// The bytes an unprivileged writer may still use there (statvfs(3): f_bavail
+// * f_frsize), nullopt when it cannot be read. Read at a worker's failure: a
+// full /dev/shm makes a SIGBUS a config failure (exitcodes, WorkerFailureRules).
+std::optional<std::uint64_t> SharedMemoryFree(const std::string& path = "/dev/shm");
 
 // Below this, /dev/shm is worth a warning at start (torch's DataLoader
 // workers pass batches through it, NCCL its intra-node buffers).

@@ -32,9 +32,12 @@
 //    count reached MIN (torch's last call), a fixed gang's (MIN = MAX) first
 //    round with spares too: a spare arriving after the round formed is
 //    admitted while the generation runs (membership.h M13: it waits as a spare).
-//  - At the round's deadline (--rdzv-timeout): at least MIN pods form
-//    (torch would time out when its last call outlasts join_timeout; trainlet
-//    keeps the pods it has); fewer give up (the caller exits infra, 75).
+//  - Near the round's deadline (--rdzv-timeout less kFormBeforeDeadline, or
+//    a tenth of it when shorter): at least MIN pods form, the last call cut
+//    short (torch would time out when its last call outlasts join_timeout;
+//    trainlet keeps the pods it has, and forms early enough for the members,
+//    whose own deadline ends their wait, to get their assignments); at the
+//    deadline fewer than MIN give up (the caller exits infra, 75).
 //  - A pod arriving while a generation runs, and which generations count as
 //    restarts: the membership machine's (membership.h M2, M13).
 #pragma once

@@ -1,4 +1,4 @@
-// trainlet/agent/gang_policy.h — what the gang decides, as a pure state machine:
+// trainlet/agent/pod/gang_policy.h — what the gang decides, as a pure state machine:
 // (state, event) -> actions. No sockets, no clocks, no processes: Pod (pod.cc)
 // turns the control channel, the supervisor, signals and timers into events,
 // and carries out the actions. Not thread-safe; owned by the one event loop.

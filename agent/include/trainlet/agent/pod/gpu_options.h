@@ -1,4 +1,4 @@
-// trainlet/agent/gpu_options.h — a pod's GPU settings (--preflight, NVML,
+// trainlet/agent/pod/gpu_options.h — a pod's GPU settings (--preflight, NVML,
 // NCCL ids): plain values, set by the front end, read by the pod (pod.h) and
 // its GPU steps (gpu_setup.h). No behaviour.
 #pragma once

@@ -1,4 +1,4 @@
-// trainlet/agent/membership_policy.h — who is in the next generation, and on
+// trainlet/agent/pod/membership_policy.h — who is in the next generation, and on
 // which node rank: hot spares (--spares K) and elastic sizes (--nnodes MIN:MAX)
 // as one pure function, beside GangPolicy (gang_policy.h), which decides when
 // a generation ends. No sockets, no clocks: the leader gathers the pods that

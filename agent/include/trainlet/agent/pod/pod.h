@@ -1,4 +1,4 @@
-// trainlet/agent/pod.h — the life of one pod: rendezvous, run workers, exit.
+// trainlet/agent/pod/pod.h — the life of one pod: rendezvous, run workers, exit.
 //
 //   identify -> check the trainer -> resolve leader -> join gang -> run workers
 //   -> stop -> exit

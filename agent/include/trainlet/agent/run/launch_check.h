@@ -1,4 +1,4 @@
-// trainlet/agent/launch_check.h — input that retrying cannot fix, found before
+// trainlet/agent/run/launch_check.h — input that retrying cannot fix, found before
 // the rendezvous: a trainer program or interpreter that cannot be executed, a
 // training script that does not exist, a --log-dir that cannot be made. The
 // README's contract: config errors (78) "within a second and before any

@@ -1,4 +1,4 @@
-// trainlet/agent/signals.h — asynchronous signals consumed as events.
+// trainlet/agent/run/signals.h — asynchronous signals consumed as events.
 //
 // main() blocks the signals trainlet handles (BlockHandledSignals) before any
 // thread exists; a SignalSource then reads them from a signalfd(2) inside the

@@ -1,4 +1,4 @@
-// trainlet/agent/supervision_policy.h — what the supervisor decides, as a pure
+// trainlet/agent/run/supervision_policy.h — what the supervisor decides, as a pure
 // state machine: (state, event) -> actions. No syscalls, no clocks: the
 // Supervisor feeds it events (a worker exited, a signal arrived, the grace
 // period ended, no children are left) and carries out the actions it returns.

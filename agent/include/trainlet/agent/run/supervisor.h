@@ -1,4 +1,4 @@
-// trainlet/agent/supervisor.h — starts the local workers and sees them through
+// trainlet/agent/run/supervisor.h — starts the local workers and sees them through
 // to the end: output with rank prefixes, signal forwarding, reaping every child
 // (adopted orphans included), grace period then SIGKILL, and the exit code.
 //
@@ -159,6 +159,12 @@ class Supervisor {
   // tie), with MarkerHit::stream set; nullopt when none or not scanned. Waits
   // like StderrTail, at most 100 ms per stream.
   std::optional<exitcodes::MarkerHit> StreamMarker(int local_rank) const;
+
+  // The last exception the worker printed on stderr (exitcodes::ExceptionKeeper,
+  // kept apart from the tail while SupervisorOptions::markers is set), with
+  // how much of stderr followed it and how long before stderr ended it was
+  // read; nullopt when none or not kept. Waits like StderrTail.
+  std::optional<exitcodes::LastException> LastException(int local_rank) const;
 
   // True once the workers are being stopped (a failure, a signal, a peer).
   bool stopping() const;

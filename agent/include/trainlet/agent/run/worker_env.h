@@ -1,4 +1,4 @@
-// trainlet/agent/worker_env.h — the environment of a worker process: what
+// trainlet/agent/run/worker_env.h — the environment of a worker process: what
 // torchrun sets for each worker it starts. Pure functions, any thread.
 #pragma once
 

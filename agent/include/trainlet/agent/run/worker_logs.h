@@ -1,4 +1,4 @@
-// trainlet/agent/worker_logs.h — per-rank log files in torchrun's layout
+// trainlet/agent/run/worker_logs.h — per-rank log files in torchrun's layout
 // (torch/distributed/elastic/multiprocessing/api.py DefaultLogsSpecs):
 //
 //   <log-dir>/<run-id>_<suffix>/attempt_<generation>/<local-rank>/{stdout,stderr}.log

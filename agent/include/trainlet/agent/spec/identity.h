@@ -1,4 +1,4 @@
-// trainlet/agent/identity.h — who this pod is: completion index, gang size,
+// trainlet/agent/spec/identity.h — who this pod is: completion index, gang size,
 // workers per pod, the leader's address and the job it belongs to.
 //
 // Everything is derived here, from flags, environment and downward-API files,
@@ -157,11 +157,15 @@ struct PodIdentity {
 //           Indexed Job's completions are not visible to its pods, see
 //           kubernetes/kubernetes#106009), else 1;
 //   nproc_per_node: --nproc-per-node, PET_NPROC_PER_NODE, else 1;
-//   leader: --master-addr, PET_MASTER_ADDR, MASTER_ADDR, else derived from this
-//           pod's FQDN: hostname "<prefix>-<index>" in a subdomain gives
-//           "<prefix>-0.<same domain>." (absolute, so no search domains are tried; the
-//           name the headless Service publishes,
+//   leader: --master-addr, PET_MASTER_ADDR, MASTER_ADDR (ParseHostAddress,
+//           address.h, PortRule::kNone: IPv6 bare or bracketed, kept canonical),
+//           else derived from this pod's FQDN: hostname "<prefix>-<index>" (or
+//           the FQDN whose first label it is: setHostnameAsFQDN) in a subdomain
+//           gives "<prefix>-0.<same domain>." (absolute, so no search domains are
+//           tried; the name the headless Service publishes,
 //           https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/).
+//           With hostNetwork (/etc/hosts under the kubelet's "host network"
+//           header) there is no pod FQDN: nothing is derived (config error);
 //   job id: --job-id; else the `jobset.sigs.k8s.io/jobset-name` label or
 //           annotation (JobSet), else the `batch.kubernetes.io/controller-uid`
 //           label (the Job's UID), from the downward-API files (`labels` beside
@@ -205,7 +209,9 @@ bool IsLoopbackHost(const std::string& host);
 std::optional<std::string> LookupPodInfo(const std::string& content, const std::string& key);
 
 // This pod's FQDN from /etc/hosts content: the longest name on a line that also
-// lists `hostname`, starting with "<hostname>.". Empty when none.
+// lists `hostname` or its first label, starting with "<first label>." (the
+// kubelet's "<IP>\t<host>.<subdomain>.<ns>.svc.<domain>\t<host>", one line per pod
+// IP; with setHostnameAsFQDN `hostname` is that FQDN). Empty when none.
 std::string FqdnFromHosts(const std::string& etc_hosts, const std::string& hostname);
 
 // The line a gang without --token-file logs once at start when it runs in a

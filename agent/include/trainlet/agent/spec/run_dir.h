@@ -1,4 +1,4 @@
-// trainlet/agent/run_dir.h — where trainlet puts the files it makes for the
+// trainlet/agent/spec/run_dir.h — where trainlet puts the files it makes for the
 // workers (TORCHELASTIC_ERROR_FILE error files, TRAINLET_HEARTBEAT_FILE
 // heartbeat files), on images whose root is read-only
 // (securityContext.readOnlyRootFilesystem) or whose user cannot write /tmp.

@@ -1,4 +1,4 @@
-// trainlet/agent/torchrun.h — torchrun's command line, with torchrun's meaning
+// trainlet/agent/spec/torchrun.h — torchrun's command line, with torchrun's meaning
 // (torch 2.x torch/distributed/run.py): where the trainer's command starts,
 // how `script.py`, `-m`, `--no-python` and `--run-path` become its argv, and
 // the values of --nnodes, --redirects/--tee, --local-ranks-filter,
@@ -164,14 +164,20 @@ struct RdzvConf {
 // One rendezvous key torch reads (torch/distributed/elastic/rendezvous/
 // {c10d,etcd}_rendezvous_backend.py, dynamic_rendezvous.py,
 // static_tcp_rendezvous.py, etcd_rendezvous.py), what its value is, and what it
-// means here ("" = the meaning is trainlet's own, see ParseRdzvConf).
+// does here: `used` (ParseRdzvConf gives it that meaning) or `no_effect` (why
+// it is accepted and changes nothing); exactly one of them is set.
 enum class RdzvValue { kSeconds, kBool, kText };
 struct RdzvConfKey {
   std::string_view key;
   RdzvValue value;
   std::string_view no_effect;  // why it has no effect here; empty: it has one
+  std::string_view used = {};  // what it does here; empty: no effect
 };
 const std::vector<RdzvConfKey>& RdzvConfKeys();
+
+// --rdzv-conf's help, from RdzvConfKeys: each key that does something and
+// what, then the keys accepted with no effect; other keys are refused.
+std::string RdzvConfHelp();
 
 // Python's string.Template.safe_substitute, as torchrun applies it to
 // --log-line-prefix-template / TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE: "$name"
