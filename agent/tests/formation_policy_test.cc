@@ -95,7 +95,7 @@ TEST(FormationPolicy, Table) {
       {"fixed gang of 4, 3 in", Elastic(4, 4), {.joined = 3, .since_min = none}, Kind::kWait,
        kTimeout},
       // Hot spares: whole = N + K. The first round takes the last call too: a
-      // spare arriving later is admitted while the generation runs (OnLateJoin).
+      // spare arriving later is admitted while the generation runs (membership.h M13).
       {"spares: N + K forms at once", Elastic(2, 2, 1), {.joined = 3, .since_min = milliseconds(0)},
        Kind::kForm, {}},
       {"spares: N in, the first round waits out the last call", Elastic(2, 2, 1),
@@ -137,34 +137,6 @@ TEST(FormationPolicy, MinReachedAtFollowsTorchsDeadline) {
   EXPECT_EQ(MinReachedAt(t0, 3, c, t1), t0);                 // stays: more pods do not reset it
   EXPECT_EQ(MinReachedAt(t0, 1, c, t1), std::nullopt);       // dropped below: forgotten
   EXPECT_EQ(MinReachedAt(std::nullopt, 2, c, t2), t2);       // reached again: a new last call
-}
-
-TEST(FormationPolicy, LateJoins) {
-  EXPECT_EQ(OnLateJoin(2, Elastic(2, 3)).kind, LateJoin::Kind::kNextGeneration);
-  EXPECT_EQ(OnLateJoin(3, Elastic(2, 3)).kind, LateJoin::Kind::kWaitAsSpare);
-  EXPECT_EQ(OnLateJoin(2, Elastic(2, 2, 1)).kind, LateJoin::Kind::kWaitAsSpare);
-  EXPECT_EQ(OnLateJoin(1, Elastic(2, 2, 1)).kind, LateJoin::Kind::kNextGeneration);
-}
-
-TEST(FormationPolicy, OnlyFailuresAndLossesAreRestarts) {
-  struct {
-    GenerationCause cause;
-    std::uint32_t restarts, max;
-    RestartBudget want;
-  } rows[] = {
-      {{.joined = true}, 0, 0, {.restarts = 0, .allowed = true}},  // a join with no restarts left
-      {{.joined = true}, 2, 2, {.restarts = 2, .allowed = true}},
-      {{.failed = true}, 0, 2, {.restarts = 1, .allowed = true}},
-      {{.lost = true}, 1, 2, {.restarts = 2, .allowed = true}},
-      {{.lost = true}, 2, 2, {.restarts = 3, .allowed = false}},
-      {{.joined = true, .lost = true}, 0, 3, {.restarts = 1, .allowed = true}},  // loss dominates
-      {{.joined = true, .failed = true}, 0, 0, {.restarts = 1, .allowed = false}},
-  };
-  for (const auto& r : rows) {
-    RestartBudget b = NextRestarts(r.restarts, r.cause, r.max);
-    EXPECT_EQ(b.restarts, r.want.restarts);
-    EXPECT_EQ(b.allowed, r.want.allowed);
-  }
 }
 
 TEST(FormationPolicyProperty, RandomRounds) {

@@ -226,7 +226,10 @@ TEST(LeaderPolicyTest, LostMemberIsInfraAndRestartsWhenAllowed) {
 TEST(LeaderPolicyTest, LossAfterTheMembersReportIsIgnored) {
   GangPolicy p = Make(0, 3);
   p.On(Ok(1));
-  EXPECT_EQ(p.On(gang::Lost{1, "closed"}), GangActions{});
+  GangActions a = p.On(gang::Lost{1, "closed"});
+  EXPECT_EQ(a.lost, std::vector<std::uint32_t>{1}) << "the roster forgets it (membership.h M3)";
+  a.lost.clear();
+  EXPECT_EQ(a, GangActions{}) << "no failure of the gang";
 }
 
 TEST(LeaderPolicyTest, OwnStallMakesTheLeaderTheCulprit) {
@@ -396,6 +399,7 @@ TEST(MemberPolicyTest, SigtermFirstIsReportedAndTerminated) {
   GangActions a = p.On(gang::StopSignal{SIGTERM});
   ASSERT_TRUE(a.report);
   EXPECT_EQ(a.report->failure_class, static_cast<std::uint16_t>(FailureClass::kTerminated));
+  EXPECT_TRUE(a.report->leaving) << "a graceful leave (G5), not a failure";
   // Even a verdict naming another pod does not make it collateral.
   p.On(gang::Stop{FinalStop(2)});
   EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Kind::kTerminated);
@@ -404,8 +408,11 @@ TEST(MemberPolicyTest, SigtermFirstIsReportedAndTerminated) {
 TEST(MemberPolicyTest, SigtermWhileStoppingForARestartEndsThePod) {
   GangPolicy p = Make(1, 3, 2);
   p.On(gang::Stop{RestartStop(2)});
-  EXPECT_EQ(p.On(gang::StopSignal{SIGTERM}), GangActions{});
-  GangActions a = p.On(gang::WorkersDone{false});
+  GangActions a = p.On(gang::StopSignal{SIGTERM});
+  ASSERT_TRUE(a.report) << "it tells the leader it leaves (G5): the next round need not wait";
+  EXPECT_TRUE(a.report->leaving);
+  EXPECT_FALSE(a.conclude);
+  a = p.On(gang::WorkersDone{false});
   EXPECT_FALSE(a.restart);
   EXPECT_EQ(KindOf(a), Kind::kTerminated);
 }
@@ -596,7 +603,8 @@ namespace wire = rendezvous::wire;
 // --nnodes 2:3 --max-restarts `max`: generation `g` runs with `active` pods.
 GangPolicy MakeElastic(std::uint32_t index, std::uint32_t max, std::uint32_t g,
                        std::uint32_t active, std::uint32_t restarts) {
-  GangPolicy p({.index = index, .nnodes = 3, .max_restarts = max, .hang_signal = SIGUSR1});
+  GangPolicy p({.index = index, .nnodes = 3, .max_restarts = max, .hang_signal = SIGUSR1,
+                .min_nodes = 2});
   p.On(gang::Assigned{.generation = g, .nnodes = active, .restarts = restarts});
   return p;
 }
@@ -608,7 +616,7 @@ wire::Report FailedReport(std::uint32_t index) {
 
 TEST(ElasticPolicyTest, AJoinGrowsTheGangWithoutARestart) {
   GangPolicy p = MakeElastic(0, 0, 0, 2, 0);  // no restarts allowed at all
-  GangActions a = p.On(gang::Joined{.index = 2, .grows = true});
+  GangActions a = p.On(gang::Joined{.index = 2});
   ASSERT_TRUE(a.broadcast);
   EXPECT_TRUE(a.broadcast->restart);
   EXPECT_EQ(a.broadcast->failed_index, 2u);
@@ -636,22 +644,17 @@ TEST(ElasticPolicyTest, AMemberFollowsAGrowingGangAndCountsNoRestart) {
   EXPECT_EQ(m.role().restarts(), 0u);
 }
 
-// A failure while the gang stops to grow, with no restart left: the leader's
-// final Stop still reaches the members stopping for the growth.
-TEST(ElasticPolicyTest, AFailureWhileGrowingWithoutRestartsLeftEndsTheGang) {
-  GangPolicy p = MakeElastic(0, 0, 0, 2, 0);
-  const wire::Stop grow = *p.On(gang::Joined{.index = 2, .grows = true}).broadcast;
+// A failure while the gang stops to grow is collateral of that stop
+// (membership.h M12): the members that already rejoined for the growth could
+// never hear a restart decided after it, so the counts would differ.
+TEST(ElasticPolicyTest, AFailureWhileGrowingIsCollateralAndCountsNoRestart) {
+  GangPolicy p = MakeElastic(0, 1, 0, 2, 0);
+  ASSERT_TRUE(p.On(gang::Joined{.index = 2}).broadcast);
   GangActions a = p.On(gang::Report{1, FailedReport(1)});
-  ASSERT_TRUE(a.broadcast) << "a failure during the growth is still decided";
-  EXPECT_FALSE(a.broadcast->restart) << "no restart left";
-  const wire::Stop final_stop = *a.broadcast;
-  GangPolicy m = MakeElastic(2, 0, 0, 2, 0);  // a member stopping for the growth
-  EXPECT_EQ(m.On(gang::Stop{grow}).stop_workers, 0);
-  m.On(gang::Stop{final_stop});
-  a = m.On(gang::WorkersDone{false});
-  EXPECT_FALSE(a.restart) << "the final word overrides the growth";
-  ASSERT_TRUE(a.conclude);
-  EXPECT_EQ(a.conclude->kind, Conclusion::Kind::kPeerFailed);
+  EXPECT_FALSE(a.broadcast) << "the growth's stop stands";
+  a = p.On(gang::WorkersDone{false});
+  EXPECT_TRUE(a.restart);
+  EXPECT_EQ(p.role().restarts(), 0u) << "as every member counts";
 }
 
 TEST(ElasticPolicyTest, RestartsAreCountedNotGenerations) {
@@ -669,16 +672,76 @@ TEST(ElasticPolicyTest, RestartsAreCountedNotGenerations) {
 
 TEST(ElasticPolicyTest, AJoinAtMaxOrAfterAFailureGrowsNothing) {
   GangPolicy p = MakeElastic(0, 2, 0, 3, 0);
-  GangActions a = p.On(gang::Joined{.index = 3, .grows = false});
+  GangActions a = p.On(gang::Joined{.index = 3});
   EXPECT_FALSE(a.broadcast);
-  EXPECT_EQ(p.role().gen().spares, std::set<std::uint32_t>{3}) << "it waits as a spare";
+  EXPECT_EQ(p.membership()->spares(), std::set<std::uint32_t>{3}) << "it waits as a spare";
   GangPolicy q = MakeElastic(0, 2, 0, 2, 0);
   ASSERT_TRUE(q.On(gang::Report{1, FailedReport(1)}).broadcast);
-  a = q.On(gang::Joined{.index = 2, .grows = true});
+  a = q.On(gang::Joined{.index = 2});
   EXPECT_FALSE(a.broadcast) << "the restart under way takes it in";
-  EXPECT_TRUE(q.role().gen().spares.empty());
+  EXPECT_TRUE(q.membership()->spares().empty());
   EXPECT_TRUE(q.On(gang::WorkersDone{false}).restart);
   EXPECT_EQ(q.role().restarts(), 1u) << "the failure counts";
+}
+
+wire::Report Leaving(std::uint32_t index) {
+  return {.index = index, .ok = false,
+          .failure_class = static_cast<std::uint16_t>(FailureClass::kTerminated),
+          .reason = "stopped by SIGTERM", .leaving = true};
+}
+
+TEST(ElasticPolicyTest, AMemberLeavingAboveMinResizesTheGangWithoutARestart) {
+  GangPolicy p = MakeElastic(0, 0, 0, 3, 0);  // no restarts allowed at all
+  GangActions a = p.On(gang::Report{2, Leaving(2)});
+  EXPECT_TRUE(a.arm_settle_timer) << "leaves close together are decided once";
+  EXPECT_EQ(a.leaving, std::vector<std::uint32_t>{2});
+  EXPECT_FALSE(a.broadcast);
+  a = p.On(gang::Timer{gang::TimerKind::kSettle});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_TRUE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kOk));
+  EXPECT_EQ(a.broadcast->failed_index, 2u);
+  EXPECT_TRUE(a.resize);
+  EXPECT_FALSE(a.note_failure) << "a leave is no failure";
+  EXPECT_EQ(p.On(gang::Lost{2, "closed"}).lost, std::vector<std::uint32_t>{});
+  EXPECT_TRUE(p.On(gang::WorkersDone{false}).restart);
+  EXPECT_EQ(p.role().restarts(), 0u) << "a leave is no restart";
+}
+
+TEST(ElasticPolicyTest, TheLeaderLeavingSendsTheMembersToItsReplacement) {
+  GangPolicy p = MakeElastic(0, 2, 3, 3, 1);
+  GangActions a = p.On(gang::StopSignal{SIGTERM});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_TRUE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kOk));
+  EXPECT_FALSE(a.stop_workers) << "the supervisor forwards the signal itself";
+  a = p.On(gang::WorkersDone{false});
+  EXPECT_FALSE(a.restart);
+  EXPECT_EQ(KindOf(a), Conclusion::Kind::kTerminated);
+  GangPolicy m = MakeElastic(1, 2, 3, 3, 1);  // a member hears it
+  wire::Stop rejoin = *MakeElastic(0, 2, 3, 3, 1).On(gang::StopSignal{SIGTERM}).broadcast;
+  m.On(gang::Stop{rejoin});
+  EXPECT_TRUE(m.On(gang::WorkersDone{false}).restart);
+  EXPECT_EQ(m.role().restarts(), 1u) << "the count is kept for the replacement leader";
+}
+
+TEST(ElasticPolicyTest, ALeaveAtMinStopsTheGangAsBefore) {
+  GangPolicy p = MakeElastic(0, 2, 0, 2, 0);
+  p.On(gang::Report{1, Leaving(1)});
+  GangActions a = p.On(gang::Timer{gang::TimerKind::kSettle});
+  ASSERT_TRUE(a.broadcast);
+  EXPECT_FALSE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->failure_class, static_cast<std::uint16_t>(FailureClass::kTerminated));
+  EXPECT_EQ(KindOf(p.On(gang::WorkersDone{false})), Conclusion::Kind::kPeerFailed);
+}
+
+TEST(ElasticPolicyTest, AFixedGangStopsAtTheLeaveItself) {
+  GangPolicy p({.index = 0, .nnodes = 3, .max_restarts = 2});
+  p.On(gang::Assigned{.generation = 0});
+  GangActions a = p.On(gang::Report{1, Leaving(1)});
+  ASSERT_TRUE(a.broadcast) << "no window: nothing could go on";
+  EXPECT_FALSE(a.broadcast->restart);
+  EXPECT_EQ(a.broadcast->reason, "pod 1: stopped by SIGTERM");
 }
 
 TEST(ElasticPolicyTest, TheGangThatSucceededIsThisGenerationsActivePods) {

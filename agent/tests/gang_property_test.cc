@@ -21,6 +21,14 @@
 // size <= MAX with pod 0 on rank 0, no pod the leader declared lost in the
 // active set, and a generation that followed only joins keeps the restart
 // count (joins never count as restarts); restarts never exceed --max-restarts.
+// Graceful leaves (membership.h M7-M11): SIGTERM to a member is a leave the
+// leader decides after its settle window (a timer the run fires at random),
+// to the leader itself a leave too. Checked at every generation (issue
+// "the same numbers on every pod"): every pod that joins it counts the same
+// restarts as the leader's assignment before it hears it (a member's own
+// count after a restart, a resize or a leave agrees with the leader's), no
+// pod the leader was told leaves or declared lost is active, and the
+// generation only grows.
 #include "trainlet/agent/pod/gang_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
 
@@ -61,8 +69,10 @@ struct Pod {
   bool frozen = false;
   bool detected = false;   // a peer noticed the freeze
   bool retired = false;    // elastic: gone from the gang (never started, or left behind)
+  bool ran = false;        // this agent process was assigned a generation (not a fresh one)
   bool spare = false;      // waits as a spare in this generation
   bool verdict_timer = false;
+  bool settle_timer = false;  // leader: the leaves' settle window (membership.h M7)
   bool report_sending = false;
   std::deque<GangEvent> resumed;  // what the wiring delivers first after a freeze
   // Facts for the invariants.
@@ -94,11 +104,13 @@ struct Sim {
   std::uint32_t min_nodes = 0, max_nodes = 0;
   std::map<int, std::uint32_t> rank_of;
   std::set<int> declared_lost;
+  std::set<int> declared_leaving;  // the leader's word: it leaves (a leave, or its hardware)
   std::uint32_t restarts = 0;
   bool joined_in_gen = false;
   // Coverage: joins that grew the gang, joins that waited as a spare, pods
-  // refused after they were declared lost, generations that changed size.
-  std::array<int, 4> stats{};
+  // refused after they were declared lost, generations that changed size,
+  // leaves decided without a restart, leaves that stopped the gang.
+  std::array<int, 6> stats{};
   std::vector<std::string> violations;
   std::string trace;
 
@@ -111,11 +123,13 @@ struct Sim {
     Pod p;
     p.policy = std::make_unique<GangPolicy>(
         GangConfig{.index = static_cast<std::uint32_t>(i),
-                   .nnodes = static_cast<std::uint32_t>(n),
+                   .nnodes = elastic ? max_nodes : static_cast<std::uint32_t>(n),
                    .max_restarts = max_restarts,
-                   .hang_signal = SIGUSR1});
+                   .hang_signal = SIGUSR1,
+                   .min_nodes = elastic ? min_nodes : 0});
     pods[i] = std::move(p);
     declared_lost.erase(i);  // a recreated pod asks for generation 0: admitted
+    declared_leaving.erase(i);
   }
 
   void PlanWorkers(Pod& p) {
@@ -161,10 +175,6 @@ struct Sim {
   void Feed(int i, const GangEvent& e) {
     Pod& p = pods[i];
     if (!p.alive || p.exited) return;
-    if (const auto* l = std::get_if<gang::Lost>(&e); l && i == 0 && !p.joining &&
-                                                     !p.policy->role().gen().restarting()) {
-      declared_lost.insert(static_cast<int>(l->index));  // pod.cc: Roster::MarkLost
-    }
     GangActions a = p.policy->On(e);
     Apply(i, a);
   }
@@ -176,13 +186,24 @@ struct Sim {
 
   void Apply(int i, const GangActions& a) {
     Pod& p = pods[i];
+    // pod.cc: the membership machine's word goes to the roster.
+    for (std::uint32_t k : a.lost) declared_lost.insert(static_cast<int>(k));
+    for (std::uint32_t k : a.leaving) declared_leaving.insert(static_cast<int>(k));
+    if (a.arm_settle_timer) p.settle_timer = true;
     if (a.broadcast) {
       if (i != 0) Violation("a member broadcast");
       const auto c = static_cast<FailureClass>(a.broadcast->failure_class);
-      // A grow (class ok) and, elastic with a spare waiting, a hardware swap restart too.
+      // A next generation without a restart (class ok: a join, a leave, the
+      // leader leaving) and, elastic with a spare waiting, a hardware swap restart too.
       const bool may = RestartableClass(c) || c == FailureClass::kOk ||
                        (elastic && c == FailureClass::kHardware);
-      if (a.broadcast->restart && (!may || p.got_sigterm)) {
+      if (a.resize && a.broadcast->failure_class != 0) Violation("a resize names a failure");
+      if (a.resize && a.broadcast->reason.find("leave") != std::string::npos) ++stats[4];
+      if (!a.broadcast->restart && c == FailureClass::kTerminated && elastic &&
+          a.broadcast->reason.find("needed") != std::string::npos) {
+        ++stats[5];
+      }
+      if (a.broadcast->restart && (!may || (p.got_sigterm && c != FailureClass::kOk))) {
         Violation("leader restarts after class " + std::to_string(a.broadcast->failure_class) +
                   (p.got_sigterm ? " / after SIGTERM" : ""));
       }
@@ -206,6 +227,7 @@ struct Sim {
       p.join_generation = p.policy->role().generation() + 1;
       p.workers = Workers::kNone;
       p.verdict_timer = false;
+      p.settle_timer = false;
       p.report_sending = false;
       p.own_fired.reset();
       p.may_restart = false;
@@ -339,7 +361,8 @@ struct Sim {
       states.push_back({.key = static_cast<std::uint32_t>(i),
                         .node_rank = r == rank_of.end() ? std::nullopt
                                                         : std::optional<std::uint32_t>(r->second),
-                        .lost = !back || declared_lost.contains(i)});
+                        .lost = !back || declared_lost.contains(i),
+                        .must_leave = declared_leaving.contains(i)});
     }
     const GenerationPlan plan = PlanGeneration(states, {.min_nodes = min_nodes,
                                                         .max_nodes = max_nodes});
@@ -381,6 +404,9 @@ struct Sim {
       if (declared_lost.contains(static_cast<int>(k))) {
         Violation("pod " + std::to_string(k) + ", declared lost, is active");
       }
+      if (declared_leaving.contains(static_cast<int>(k))) {
+        Violation("pod " + std::to_string(k) + ", which leaves, is active");
+      }
     }
     for (std::uint32_t k : plan.waiting) {
       if (keys.contains(k)) Violation("pod " + std::to_string(k) + " active and waiting");
@@ -397,10 +423,20 @@ struct Sim {
   std::uint32_t NextRestarts(std::uint32_t g) {
     if (g == 0 && rank_of.empty()) return 0;
     const Pod& leader = pods[0];
-    std::uint32_t next = leader.policy->role().generation() + 1 == g
-                             ? leader.policy->role().restarts()
-                             : restarts + (faults_in_gen > 0 ? 1 : 0);
-    if (faults_in_gen == 0 && next != restarts) {
+    std::uint32_t next = 0;
+    bool carried = leader.ran;  // some pod of the round knows the count
+    if (leader.ran) {
+      next = leader.policy->role().restarts();
+    } else {  // a replaced leader: the highest count its members' hellos bring (M15)
+      for (const Pod& p : pods) {
+        if (p.alive && !p.exited && p.joining && p.ran) {
+          next = std::max(next, p.policy->role().restarts());
+          carried = true;
+        }
+      }
+    }
+    // Every pod of the round is new (the Job recreated them all): nobody knows the count.
+    if (faults_in_gen == 0 && next != restarts && carried) {
       Violation("generation " + std::to_string(g) + " followed only joins (" +
                 (joined_in_gen ? "some" : "none") + ") yet counts restart " +
                 std::to_string(next));
@@ -411,11 +447,25 @@ struct Sim {
 
   void StartGeneration(std::uint32_t g, const GenerationPlan& plan) {
     if (!rank_of.empty() && rank_of.size() != plan.active.size()) ++stats[3];
+    if (g < generation) Violation("generation " + std::to_string(g) + " after " +
+                                  std::to_string(generation));
     restarts = NextRestarts(g);
+    // The same numbers on every pod: a pod that ran the last generation and
+    // rejoins counts what the leader's assignment will say (membership.h M2).
+    for (int i = 0; i < n; ++i) {
+      const Pod& p = pods[i];
+      if (!p.alive || p.exited || !p.joining || !p.ran) continue;  // new to the gang
+      if (p.policy->role().restarts() != restarts) {
+        Violation("pod " + std::to_string(i) + " counts " +
+                  std::to_string(p.policy->role().restarts()) + " restarts, the leader " +
+                  std::to_string(restarts) + " (generation " + std::to_string(g) + ")");
+      }
+    }
     generation = g;
     rank_of.clear();
     for (std::uint32_t r = 0; r < plan.active.size(); ++r) rank_of[plan.active[r]] = r;
     declared_lost.clear();
+    declared_leaving.clear();
     faults_in_gen = 0;
     joined_in_gen = false;
     culprit_in_gen = false;
@@ -429,6 +479,7 @@ struct Sim {
         continue;
       }
       p.joining = false;
+      p.ran = true;
       p.spare = !rank_of.contains(i);
       p.workers = p.spare ? Workers::kNone : Workers::kRunning;
       p.own_fired.reset();
@@ -451,11 +502,12 @@ struct Sim {
     const bool grows = rank_of.size() < max_nodes;
     trace += " join" + std::to_string(i) + (grows ? "+" : "") + ";";
     pods[i].join_generation = leader.policy->role().generation() + 1;
-    Feed(0, gang::Joined{static_cast<std::uint32_t>(i), grows});
+    Feed(0, gang::Joined{static_cast<std::uint32_t>(i)});
     ++stats[grows ? 0 : 1];
-    if (leader.policy->role().gen().spares.contains(static_cast<std::uint32_t>(i))) {
+    if (leader.policy->membership()->spares().contains(static_cast<std::uint32_t>(i))) {
       pods[i].joining = false;
       pods[i].spare = true;
+      pods[i].ran = true;
       Feed(i, gang::Assigned{.generation = leader.policy->role().generation(), .spare = true,
                              .nnodes = static_cast<std::uint32_t>(rank_of.size()),
                              .restarts = restarts});
@@ -509,6 +561,9 @@ struct Sim {
       }
     }
     const Pod& leader = pods[0];
+    if (leader.settle_timer && leader.alive && !leader.exited && !leader.frozen && Coin(30)) {
+      moves.push_back([this] { FireSettle(); });
+    }
     if (elastic && leader.alive && !leader.exited && !leader.joining && !leader.frozen) {
       for (int i = 1; i < n; ++i) {
         if (pods[i].retired && Coin(3)) moves.push_back([this, i] { Join(i); });
@@ -520,7 +575,17 @@ struct Sim {
   }
 
   // Nothing else can happen: timers fire (verdict), or the rendezvous forms.
+  void FireSettle() {
+    pods[0].settle_timer = false;
+    trace += " settle;";
+    Feed(0, gang::Timer{gang::TimerKind::kSettle});
+  }
+
   bool Stuck() {
+    if (pods[0].settle_timer && pods[0].alive && !pods[0].exited && !pods[0].frozen) {
+      FireSettle();
+      return true;
+    }
     if (TryRendezvous()) return true;
     for (int i = 0; i < n; ++i) {
       if (pods[i].verdict_timer && !pods[i].exited && pods[i].alive) {
@@ -693,7 +758,7 @@ TEST(GangPropertyTest, RandomInterleavingsKeepTheContract) {
 
 TEST(GangPropertyTest, ElasticJoinsAndLossesKeepTheContract) {
   int failures = 0;
-  std::array<int, 4> seen{};
+  std::array<int, 6> seen{};
   for (std::uint64_t seed = 1; seed <= 10000; ++seed) {
     Sim sim(seed);
     std::mt19937_64 cfg(seed * 104729);
@@ -716,8 +781,10 @@ TEST(GangPropertyTest, ElasticJoinsAndLossesKeepTheContract) {
   EXPECT_GT(seen[1], 100);
   EXPECT_GT(seen[2], 10);
   EXPECT_GT(seen[3], 200);
-  std::printf("elastic: %d grew, %d spares at MAX, %d refused, %d resized\n", seen[0], seen[1],
-              seen[2], seen[3]);
+  EXPECT_GT(seen[4], 100) << "leaves decided without a restart";
+  std::printf("elastic: %d grew, %d spares at MAX, %d refused, %d resized, %d leaves went on, "
+              "%d leaves stopped the gang\n",
+              seen[0], seen[1], seen[2], seen[3], seen[4], seen[5]);
 }
 
 }  // namespace

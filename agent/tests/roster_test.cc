@@ -185,7 +185,7 @@ TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
 }
 
 // The assignments of pods that start workers from nothing go out first
-// (LeaderOptions::assign_first): every pod of the first generation, then only
+// (LeaderMembership::AssignFirst): every pod of the first generation, then only
 // the spare taking a lost pod's node rank; not a survivor, a waiting spare,
 // or a pod the round leaves out.
 TEST_F(RosterTest, NewlyActiveIsTheSpareTakingANodeRank) {

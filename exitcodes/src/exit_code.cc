@@ -44,7 +44,7 @@ const std::vector<ContractRow>& ContractTable() {
       {FailureClass::kOom, kExitOom,
        "the first worker failed (killed, or exiting on its own) after the memory cgroup counted an OOM kill"},
       {FailureClass::kTerminated, kExitTerminated,
-       "trainlet received SIGTERM or SIGINT (preemption, eviction, deletion) before any failure; trainlet local exits 128+signal (130 on Ctrl-C), as a shell does"},
+       "trainlet received SIGTERM or SIGINT (preemption, eviction, deletion; in an elastic gang or one with spares a graceful leave: the others go on without it) before any failure; trainlet local exits 128+signal (130 on Ctrl-C), as a shell does"},
       {FailureClass::kWorker, -1,
        "any other worker failure: the first failing worker's exit code, or 128+signal"},
   };

@@ -113,9 +113,9 @@ class ChannelPacer {
 // these callbacks, heartbeat interval (ms) and misses (heartbeats missed before the
 // peer counts as lost). `Impl` is the leader's or the member's state; not thread-safe
 // (the io_context's thread only).
+// The caller marks its own state as in the channel.
 template <class Impl, class Callbacks>
 void OpenChannel(Impl& im, Callbacks callbacks, std::chrono::milliseconds heartbeat, int misses) {
-  im.channel = true;
   im.callbacks = std::move(callbacks);
   im.heartbeat = heartbeat;
   im.misses = misses;

@@ -58,6 +58,16 @@ struct Leader::Conn {
   std::string leader_nonce;
 };
 
+// Where the leader's round is: one value, so that no impossible mix of
+// flags can be written.
+enum class RoundPhase {
+  kAdmitting,  // hellos are admitted; the round is not decided
+  kAssigning,  // the plan formed the round: its assignments are being written
+  kFormed,     // every assignment written, `done` called; no channel yet
+  kChannel,    // the control channel runs (StartChannel)
+  kClosed,     // Close(): nothing more happens
+};
+
 struct Leader::Impl {
   explicit Impl(asio::any_io_executor ex)
       : executor(ex), acceptor(ex), accept_pause(ex), progress_timer(ex), waiting_timer(ex) {}
@@ -76,7 +86,10 @@ struct Leader::Impl {
   std::shared_ptr<spdlog::logger> log = Logger("rendezvous");
   std::optional<wire::Hello> own;
   Done done;
-  bool finished = false;
+  RoundPhase phase = RoundPhase::kAdmitting;
+  // The round was decided and written (or the leader closed): what admission
+  // decided is final.
+  bool formed() const { return phase >= RoundPhase::kFormed; }
   std::size_t pending = 0;                                 // connections mid-handshake
   std::map<std::string, std::size_t> pending_by_address;  // ... per peer address (eviction)
   std::map<std::uint32_t, std::shared_ptr<Conn>> members;  // index -> admitted connection
@@ -85,7 +98,6 @@ struct Leader::Impl {
   std::map<std::string, std::uint32_t> job_attempts;
   std::vector<std::shared_ptr<Conn>> all;                  // every open connection
   std::size_t writes_in_flight = 0;
-  bool assigning = false;
   // The round formed and LeaderOptions::admit_late: accepting late pods, whose
   // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
   bool late = false;
@@ -98,7 +110,6 @@ struct Leader::Impl {
     std::map<std::uint32_t, std::string> node_names;  // its hello's node (node_name())
   } indices;
   // Control channel.
-  bool channel = false;
   ChannelCallbacks callbacks;
   std::chrono::milliseconds heartbeat = tunables::kHeartbeatInterval;  // set by StartChannel
   int misses = tunables::kHeartbeatMisses;
@@ -178,7 +189,7 @@ Result<std::shared_ptr<Leader>> Leader::Adopt(std::shared_ptr<Leader> leader) {
 // then accepts members (or, alone, assigns at once).
 void Leader::BindAndAccept() {
   Impl& im = *impl_;
-  if (im.finished) return;
+  if (im.formed()) return;
   std::string busy;  // what is still in use, for the messages
   boost::system::error_code ec;
   if (!im.bound) {
@@ -240,7 +251,7 @@ std::uint32_t Leader::admitted() const {
   return static_cast<std::uint32_t>(impl_->members.size()) + (impl_->own ? 1 : 0);
 }
 
-bool Leader::formed() const { return impl_->assigning || impl_->finished; }
+bool Leader::formed() const { return impl_->phase != RoundPhase::kAdmitting; }
 
 std::vector<std::uint32_t> Leader::missing() const {
   std::vector<std::uint32_t> out;
@@ -253,11 +264,11 @@ std::vector<std::uint32_t> Leader::missing() const {
   return out;
 }
 
-// The node rank of every pod joined (LeaderOptions::plan), or by index without
-// a plan; nullopt while the round cannot form yet.
+// The node rank of every pod joined (LeaderMembership::Plan), or by index
+// without a membership; nullopt while the round cannot form yet.
 std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
   Impl& im = *impl_;
-  if (!im.options.plan) {
+  if (!im.options.membership) {
     if (admitted() < im.options.nnodes) return std::nullopt;
     std::map<std::uint32_t, std::uint32_t> ranks{{0, 0}};
     for (const auto& [index, conn] : im.members) ranks[index] = index;
@@ -265,19 +276,18 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Leader::NodeRanks() {
   }
   std::vector<std::uint32_t> joined{0};
   for (const auto& [index, conn] : im.members) joined.push_back(index);
-  return im.options.plan(joined);
+  return im.options.membership->Plan(joined);
 }
 
 void Leader::Close() {
   if (!impl_) return;
-  impl_->finished = true;
+  impl_->phase = RoundPhase::kClosed;
   impl_->done = nullptr;
   boost::system::error_code ec;
   impl_->acceptor.close(ec);
   impl_->accept_pause.cancel();
   impl_->progress_timer.cancel();
   impl_->waiting_timer.cancel();
-  impl_->channel = false;
   if (impl_->heartbeat_timer) impl_->heartbeat_timer->cancel();
   for (auto& c : impl_->all) {
     c->closed = true;
@@ -314,7 +324,7 @@ void Leader::AcceptNext() {
     if (!im.acceptor.is_open()) return;
     if (!ec) {
       self->OnAccept(std::make_shared<Conn>(std::move(s)));
-      if (!im.finished || im.late) self->AcceptNext();
+      if (!im.formed() || im.late) self->AcceptNext();
       return;
     }
     // EMFILE/ENFILE/ENOBUFS persist: pause instead of spinning on them.
@@ -334,7 +344,7 @@ void Leader::OnAccept(std::shared_ptr<Conn> conn) {
   auto remote = conn->socket.remote_endpoint(ec);
   conn->address = ec ? "?" : AddressForPeers(remote.address());
   conn->peer = ec ? "?" : conn->address + ":" + std::to_string(remote.port());
-  if (im.finished && !im.late) {
+  if (im.formed() && !im.late) {
     Warn(conn, "leader: dropping connection from " + conn->peer + ": rendezvous already complete");
     conn->socket.close(ec);
     return;
@@ -427,11 +437,12 @@ void Leader::Dispatch(const std::shared_ptr<Conn>& conn, wire::Message message) 
   OnHello(conn, std::move(*hello));
 }
 
-// The connection closed or failed: an admitted member is lost (after the
-// assignment) or frees its index (before it).
+// The connection closed or failed: an admitted member is lost (once the
+// round was decided: it has a node rank, so the generation must not run with
+// it, agent membership.h M14) or frees its index (before).
 void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error_code ec) {
   Impl& im = *impl_;
-  if (conn->index && im.finished && !conn->settled) {
+  if (conn->index && im.phase != RoundPhase::kAdmitting && !conn->settled) {
     conn->settled = true;
     std::uint32_t index = *conn->index;
     Drop(conn);
@@ -449,7 +460,7 @@ void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error
     // it, the pod's agent has exited.
     auto line = fmt::format("leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer,
                             ec.message());
-    if (im.finished) im.log->debug("{}", line); else Warn(conn, line);  // Warn: rate-limited
+    if (im.formed()) im.log->debug("{}", line); else Warn(conn, line);  // Warn: rate-limited
   }
   Drop(conn);
 }
@@ -531,6 +542,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
         },
         im.options.expected);
   }
+  const LeaderMembership* m = im.options.membership.get();
   const Admission decided = rendezvous::Admit(
       AdmissionState{.own = *im.own,
                      .nnodes = im.options.nnodes,
@@ -538,11 +550,9 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .leader_id = im.options.leader_id,
                      .job_attempts = im.job_attempts,
                      .holder = std::move(holder),
-                     .replaced = im.options.replaced_of ? im.options.replaced_of(hello.index)
-                                                        : std::nullopt,
-                     .left = im.options.left_of ? im.options.left_of(hello.index) : std::nullopt,
-                     .lost_spare = im.options.lost_spare_of ? im.options.lost_spare_of(hello.index)
-                                                            : std::nullopt,
+                     .replaced = m ? m->ReplacedOf(hello.index) : std::nullopt,
+                     .left = m ? m->LeftOf(hello.index) : std::nullopt,
+                     .lost_spare = m ? m->LostSpareOf(hello.index) : std::nullopt,
                      .free_index = free_index,
                      .token = !im.options.token.empty(),
                      .kept_id = KeptId(hello.index),
@@ -568,7 +578,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   }
   const std::uint32_t index = decided.index;
   im.indices.node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
-  const bool late = im.finished;
+  const bool late = im.formed();
   conn->instance_id = hello.instance_id;
   if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
@@ -592,7 +602,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
 // (LeaderOptions::kept_ids), while it keeps it; empty: none.
 std::string Leader::KeptId(std::uint32_t index) const {
   const Impl& im = *impl_;
-  if (im.finished || std::chrono::steady_clock::now() >= im.options.keep_until) return {};
+  if (im.formed() || std::chrono::steady_clock::now() >= im.options.keep_until) return {};
   auto it = im.options.kept_ids.find(index);
   return it == im.options.kept_ids.end() ? std::string() : it->second;
 }
@@ -611,7 +621,7 @@ std::map<std::uint32_t, std::string> Leader::instance_ids() const {
 void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
   Impl& im = *impl_;
   const auto holder_conn = im.members.at(index);
-  if (im.finished && !holder_conn->settled) {  // an active pod or a spare: lost
+  if (im.formed() && !holder_conn->settled) {  // an active pod or a spare: lost
     holder_conn->settled = true;
     Deliver([self = this, index, why = "a new pod (" + conn->peer + ") claims its index"] {
       if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
@@ -638,7 +648,7 @@ void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t inde
 // keeps (the Reject or the Assignment tells it).
 void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, bool by_arrival) {
   Impl& im = *impl_;
-  const bool told = im.channel && im.callbacks.on_join;  // the next round expects it
+  const bool told = im.phase == RoundPhase::kChannel && im.callbacks.on_join;  // the next round expects it
   const bool spare = told && im.callbacks.on_join(index);
   if (!spare || !im.assignment) {
     wire::Reject next{wire::kNextGenerationField,
@@ -802,25 +812,25 @@ std::vector<std::pair<std::shared_ptr<Leader::Conn>, std::string>> Leader::Assig
     }
   }
   if (!im.options.master_addr.empty()) *own_addr = im.options.master_addr;
-  if (const auto& first = im.options.assign_first) {
+  if (LeaderMembership* m = im.options.membership.get()) {
     std::stable_partition(targets.begin(), targets.end(),
-                          [&first](const auto& t) { return first(*t.first->index); });
+                          [m](const auto& t) { return m->AssignFirst(*t.first->index); });
   }
   return targets;
 }
 
 void Leader::MaybeAssign() {
   Impl& im = *impl_;
-  if (im.finished || im.assigning) return;
+  if (im.phase != RoundPhase::kAdmitting) return;
   std::optional<std::map<std::uint32_t, std::uint32_t>> ranks = NodeRanks();
   if (!ranks) return;
-  im.assigning = true;
+  im.phase = RoundPhase::kAssigning;
   const std::uint32_t nproc = im.own->nproc_per_node;
   const auto active = static_cast<std::uint32_t>(ranks->size());
   // The node rank goes in the assignment where it is not the member's own
   // index: a membership plan, or pods numbered by arrival (launch.h).
   const bool by_arrival = RanksByArrival(im.own->config);
-  const bool membership = im.options.plan || by_arrival;
+  const bool membership = im.options.membership != nullptr || by_arrival;
   const std::uint32_t generation = RoundGeneration();
   std::function<wire::Assignment(std::uint32_t, std::string)> make =
       [nproc, generation, active, ranks = *ranks, membership, by_arrival,
@@ -878,8 +888,8 @@ void Leader::MaybeAssign() {
 
 void Leader::Finish(Result<wire::Assignment> result) {
   Impl& im = *impl_;
-  if (im.finished) return;
-  im.finished = true;
+  if (im.formed()) return;
+  im.phase = RoundPhase::kFormed;
   im.progress_timer.cancel();
   im.waiting_timer.cancel();
   im.accept_pause.cancel();
@@ -906,6 +916,7 @@ void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
                           int misses) {
   Impl& im = *impl_;
   OpenChannel(im, std::move(callbacks), heartbeat, misses);
+  if (im.phase != RoundPhase::kClosed) im.phase = RoundPhase::kChannel;
   auto now = std::chrono::steady_clock::now();
   for (auto& [index, conn] : im.members) conn->peer_state.Heard(now);
   im.heartbeat_timer = std::make_unique<asio::steady_timer>(im.executor);
@@ -919,7 +930,7 @@ void Leader::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
 // `this`: a shared_ptr kept in early_events would keep a leader whose channel never
 // started alive forever (a cycle LeakSanitizer reports).
 void Leader::Deliver(std::function<void()> event) {
-  if (impl_->channel) {
+  if (impl_->phase == RoundPhase::kChannel) {
     event();
   } else {
     impl_->early_events.push_back(std::move(event));
@@ -928,7 +939,7 @@ void Leader::Deliver(std::function<void()> event) {
 
 void Leader::Heartbeat() {
   Impl& im = *impl_;
-  if (!im.channel || !im.heartbeat_timer) return;
+  if (im.phase != RoundPhase::kChannel || !im.heartbeat_timer) return;
   auto now = std::chrono::steady_clock::now();
   auto members = im.members;  // on_lost may drop entries
   const bool send = im.pacer.Due(now, im.heartbeat);
@@ -974,6 +985,16 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
       return;
     }
     if (conn->settled) return;  // one report per pod: the first one stands
+    if (r->leaving && im.phase == RoundPhase::kAdmitting) {
+      // Stopped while it waits in the round: the round goes on without it.
+      const std::uint32_t index = *conn->index;
+      im.log->info("leader: pod {} ({}) leaves before the round formed ({})", index, conn->peer,
+                   r->reason);
+      Drop(conn);
+      if (im.options.membership) im.options.membership->OnLeave(index);
+      MaybeAssign();
+      return;
+    }
     conn->settled = true;
     Deliver([self = this, index = *conn->index, report = *r] {
       if (self->impl_->callbacks.on_report) self->impl_->callbacks.on_report(index, report);
@@ -1001,11 +1022,11 @@ void Leader::ProtocolError(const std::shared_ptr<Conn>& conn, std::string why) {
 
 void Leader::WaitingHeartbeat() {
   Impl& im = *impl_;
-  if (im.finished) return;
+  if (im.formed()) return;
   im.waiting_timer.expires_after(im.options.waiting_heartbeat);
   im.waiting_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     Impl& im = *self->impl_;
-    if (ec || im.finished) return;
+    if (ec || im.formed()) return;
     auto frame = wire::Encode(wire::Heartbeat{});
     auto members = im.members;  // a failed send may drop entries
     for (auto& [index, conn] : members) self->Send(conn, frame);
@@ -1055,7 +1076,7 @@ std::string Leader::node_name(std::uint32_t index) const {
 
 std::chrono::steady_clock::duration Leader::heartbeat_silence() const {
   const Impl& im = *impl_;
-  if (!im.channel || !im.heartbeat_timer) return {};
+  if (im.phase != RoundPhase::kChannel || !im.heartbeat_timer) return {};
   return im.pacer.Silence(std::chrono::steady_clock::now());
 }
 
@@ -1093,7 +1114,7 @@ void Leader::LogProgress() {
   im.progress_timer.expires_after(im.options.progress_interval);
   im.progress_timer.async_wait([self = shared_from_this()](boost::system::error_code ec) {
     Impl& im = *self->impl_;
-    if (ec || im.finished) return;
+    if (ec || im.formed()) return;
     std::string left;
     if (im.options.deadline) {
       auto s = std::chrono::duration<double>(*im.options.deadline -

@@ -530,6 +530,7 @@ void Member::StartChannel(ChannelCallbacks callbacks, std::chrono::milliseconds 
                           int misses) {
   Impl& im = *impl_;
   OpenChannel(im, std::move(callbacks), heartbeat, misses);
+  im.channel = true;
   im.leader.Heard(Clock::now());
   // What came in the same read as the assignment (a Stop, when a pod failed at
   // once) is handled first, posted so no callback runs inside StartChannel.

@@ -164,7 +164,7 @@ void EncodePayload(Writer& w, const Heartbeat& m) {
 
 void EncodePayload(Writer& w, const Report& m) {
   w.U32(m.index);
-  w.U16(static_cast<std::uint16_t>((m.ok ? 1 : 0) | (m.hang ? 2 : 0)));
+  w.U16(static_cast<std::uint16_t>((m.ok ? 1 : 0) | (m.hang ? 2 : 0) | (m.leaving ? 4 : 0)));
   w.U16(m.failure_class);
   w.Str(m.reason);
 }
@@ -306,6 +306,7 @@ bool DecodePayload(Reader& r, Report* m) {
   }
   m->ok = (ok & 1) != 0;
   m->hang = (ok & 2) != 0;
+  m->leaving = (ok & 4) != 0;
   return true;
 }
 

@@ -110,6 +110,24 @@ class RendezvousTest : public ::testing::Test {
 
 using Outcome = std::optional<Result<wire::Assignment>>;
 
+// A LeaderMembership whose answers the test sets: `plan` (required) and
+// `first` (unset: false); no replacements, no leaves.
+struct TestMembership final : LeaderMembership {
+  std::function<std::optional<std::map<std::uint32_t, std::uint32_t>>(
+      const std::vector<std::uint32_t>&)>
+      plan;
+  std::function<bool(std::uint32_t)> first;
+  std::optional<std::map<std::uint32_t, std::uint32_t>> Plan(
+      const std::vector<std::uint32_t>& joined) override {
+    return plan(joined);
+  }
+  bool AssignFirst(std::uint32_t index) override { return first && first(index); }
+  std::optional<wire::Replaced> ReplacedOf(std::uint32_t) const override { return std::nullopt; }
+  std::optional<std::uint32_t> LeftOf(std::uint32_t) const override { return std::nullopt; }
+  std::optional<std::uint32_t> LostSpareOf(std::uint32_t) const override { return std::nullopt; }
+  void OnLeave(std::uint32_t) override {}
+};
+
 // Starts members 1..nnodes-1 of a gang of `nnodes` at `port`; each one's
 // outcome lands in (*got)[index].
 std::vector<std::shared_ptr<Member>> StartMembers(RendezvousTest& t, std::uint32_t nnodes,
@@ -1007,7 +1025,9 @@ TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
   LeaderOptions o;
   bool ready = false;
   std::vector<std::vector<std::uint32_t>> asked;
-  o.plan = [&](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [&](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     asked.push_back(joined);
     if (!ready) return std::nullopt;
@@ -1035,7 +1055,7 @@ TEST_F(RendezvousTest, PlanIsAskedAtEveryJoinAndAtReconsider) {
   EXPECT_TRUE((*got[1])->spare);
 }
 
-// LeaderOptions::assign_first orders the assignment writes only: it is asked
+// LeaderMembership::AssignFirst orders the assignment writes only: it is asked
 // about each member once the plan formed the round, and every member still
 // gets its own assignment (who is written first is not observable here: one
 // event loop reads all the members).
@@ -1043,13 +1063,15 @@ TEST_F(RendezvousTest, AssignFirstOrdersTheWritesOnly) {
   LeaderOptions o;
   bool formed = false;
   std::vector<std::uint32_t> asked;
-  o.plan = [&](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [&](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     if (joined.size() < 4) return std::nullopt;
     formed = true;
     return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {3, 2}};
   };
-  o.assign_first = [&](std::uint32_t index) {
+  membership->first = [&](std::uint32_t index) {
     EXPECT_TRUE(formed) << "asked before the plan formed the round";
     asked.push_back(index);
     return index == 3;
@@ -1080,7 +1102,9 @@ TEST_F(RendezvousTest, LatePodsWaitAsSparesOrJoinTheNextGeneration) {
   LeaderOptions o;
   o.admit_late = true;
   o.restarts = 3;
-  o.plan = [](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     if (joined.size() < 2) return std::nullopt;
     return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}};
@@ -1122,6 +1146,66 @@ TEST_F(RendezvousTest, LatePodsWaitAsSparesOrJoinTheNextGeneration) {
   ASSERT_FALSE(joins.empty());
   EXPECT_EQ(joins.front(), 2u);
   EXPECT_TRUE(lost.empty()) << "the spare is a live member of the channel";
+}
+
+// A member whose connection closes after the leader decided the round but
+// before every assignment was written is in the generation (its node rank was
+// given): the leader must report it lost, or the generation runs with a
+// phantom rank (the trainers block in init_process_group) and a waiting spare
+// is never called. Member 1 does not read, so the leader's writes to it stay
+// in flight (its queue is stuck behind waiting heartbeats) while member 2
+// hangs up; then member 1 drains and the round finishes.
+TEST_F(RendezvousTest, AConnectionClosedWhileTheAssignmentsAreWrittenIsALoss) {
+  LeaderOptions o;
+  o.waiting_heartbeat = 1ms;
+  bool ready = false;
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [&](const std::vector<std::uint32_t>& joined)
+      -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
+    if (!ready || joined.size() < 3) return std::nullopt;
+    return std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {2, 2}};
+  };
+  auto leader = MakeLeader(3, 0, "", o);
+  Outcome own;
+  leader->Start(HelloFor(0, 3), [&](auto r) { own = r; });
+  asio::ip::tcp::socket stuck(io_), leaving(io_);
+  stuck.open(asio::ip::tcp::v4());
+  stuck.set_option(asio::socket_base::receive_buffer_size(1024));
+  stuck.connect({asio::ip::address_v4::loopback(), leader->port()});
+  leaving.connect({asio::ip::address_v4::loopback(), leader->port()});
+  asio::write(stuck, asio::buffer(wire::Encode(HelloFor(1, 3))));
+  asio::write(leaving, asio::buffer(wire::Encode(HelloFor(2, 3))));
+  // Member 1's receive window and the leader's send buffer fill with waiting heartbeats.
+  io_.run_for(1500ms);
+  ready = true;
+  leader->Reconsider();  // the round is decided: every node rank is given
+  ASSERT_FALSE(own) << "member 1 did not read: its assignment cannot have been written";
+  boost::system::error_code ec;
+  leaving.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+  leaving.close(ec);
+  io_.run_for(300ms);
+  // Member 1 reads again: its writes complete and the round finishes.
+  stuck.non_blocking(true);
+  std::array<char, 65536> sink{};
+  RunUntil([&] {
+    while (stuck.read_some(asio::buffer(sink), ec) > 0) {
+    }
+    return own.has_value();
+  });
+  ASSERT_TRUE(own && own->ok());
+  EXPECT_EQ((*own)->nnodes, 3u);
+  std::vector<std::uint32_t> lost;
+  leader->StartChannel({.on_report = {},
+                        .on_lost = [&](std::uint32_t i, const std::string&) { lost.push_back(i); },
+                        .on_join = {}},
+                       10s, 3);
+  RunUntil([&] {
+    while (stuck.read_some(asio::buffer(sink), ec) > 0) {
+    }
+    return !lost.empty();
+  }, 3s);
+  EXPECT_EQ(lost, (std::vector<std::uint32_t>{2})) << "a phantom rank: pod 2 was never lost";
 }
 
 // A peer that never reads cannot make the send queue grow without bound.
@@ -1200,7 +1284,9 @@ TEST_F(RendezvousTest, ElasticByArrivalKeepsExpectedIndicesAndNamesTheIndex) {
   LeaderOptions o;
   o.admit_late = true;
   o.expected = {0, 1};  // pod 1 of the generation that ended rejoins later
-  o.plan = [](const std::vector<std::uint32_t>& joined)
+  auto membership = std::make_shared<TestMembership>();
+  o.membership = membership;
+  membership->plan = [](const std::vector<std::uint32_t>& joined)
       -> std::optional<std::map<std::uint32_t, std::uint32_t>> {
     if (joined.size() < 2) return std::nullopt;
     std::map<std::uint32_t, std::uint32_t> ranks;

@@ -103,7 +103,9 @@ std::vector<Message> Samples() {
                .next_generation = 1, .failure_class = 4, .replacement = 2},
           Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
           Proof{.proof = std::string("\0\xff\x10", 3)},
-          identified, on_node, identified_on_node};
+          identified, on_node, identified_on_node,
+          Report{.index = 2, .ok = false, .failure_class = 7, .reason = "stopped by SIGTERM",
+                 .leaving = true}};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.

@@ -31,6 +31,10 @@ run until the test writes CTL/done (then exit 0).
   WORLD_SIZE 2 a moment before the deadline instead of timing out.
 - test_below_min_waits_then_exits_infra: pods 0 and 1 train; pod 1 SIGKILLed -> pod 0 is
   below MIN, waits --rdzv-timeout, then exits 75 (infra) saying what was missing.
+- Graceful leaves (agent/include/trainlet/agent/pod/membership.h M7-M11): SIGTERM to pod 2
+  of 3 -> it exits 143, pods 0 and 1 go on with WORLD_SIZE 2 and no restart counted; at MIN
+  the gang stops (143 and 76); the leader leaving -> the members wait for a new pod 0 and
+  keep their restart count; SIGTERM to every pod 0.2 s apart -> every pod exits 143.
 
 Skipped for the python stand-in (it has no elastic sizes).
 """
@@ -244,4 +248,78 @@ class ElasticTest(PodsimTestCase):
             self.assertEqual(verdict["class"], "infra")
             self.assertIn("at least 2", verdict.get("reason", ""))
             c.pods[1].wait(10)
+            self.assertNothingLeft(c)
+
+    def start_all(self, c, n):
+        """Pods 0..n-1 start and form generation 0 with WORLD_SIZE n."""
+        c.publish_all()
+        for i in range(n):
+            self.start(c, i)
+        for i in range(n):
+            self.assertEqual(self.wait_starts(c, i, 1), (0, i, n), f"pod {i} first")
+
+    def finish(self, c, pods):
+        """The workers finish: pods `pods` exit 0."""
+        open(os.path.join(self.ctl(c), "done"), "w").close()
+        for i in pods:
+            self.assertExit(c.pods[i], 40, 0)
+
+    def test_sigterm_above_min_leaves_without_a_restart(self):
+        """A graceful leave (membership.h M9): pod 2 of 3 gets SIGTERM (a scale-down, a
+        deleted pod, a drained node): it exits 143, and pods 0 and 1 go on with WORLD_SIZE 2
+        and TORCHELASTIC_RESTART_COUNT still 0 (a leave is no restart); all others exit 0."""
+        with self.cluster(pods=3) as c:
+            self.start_all(c, 3)
+            c.pods[2].signal(signal.SIGTERM)
+            self.assertExit(c.pods[2], 20, 143)
+            for i in (0, 1):
+                self.assertEqual(self.wait_starts(c, i, 2), (0, i, 2), f"pod {i} after the leave")
+            self.assertRegex(c.pods[0].stderr(), r"pod 2 leaves the gang")
+            self.assertRegex(c.pods[0].stderr(), r"the gang goes on with 2 pods")
+            self.finish(c, (0, 1))
+            self.assertNothingLeft(c)
+
+    def test_sigterm_at_min_stops_the_gang(self):
+        """At MIN with no spare (membership.h M10) a leave stops the gang as before: the
+        leaver exits 143, the other pod 76 (peer_failed)."""
+        with self.cluster(pods=2) as c:
+            self.start_all(c, 2)
+            c.pods[1].signal(signal.SIGTERM)
+            self.assertExit(c.pods[1], 20, 143)
+            self.assertExit(c.pods[0], 20, 76)
+            self.assertNothingLeft(c)
+
+    def test_leader_sigterm_members_wait_for_its_replacement(self):
+        """The leader leaving (membership.h M11, M15): pod 2 is lost first (a counted
+        restart: pods 0 and 1 run with count 1); then pod 0 gets SIGTERM and exits 143; pod 1
+        rejoins and waits; a new pod 0 (the Job's replacement, generation 0) leads, and both
+        run with WORLD_SIZE 2 and the count still 1: neither the leave nor the new leader
+        starts it over."""
+        with self.cluster(pods=3) as c:
+            self.start_all(c, 3)
+            c.pods[2].signal(signal.SIGKILL)
+            for i in (0, 1):
+                self.assertEqual(self.wait_starts(c, i, 2), (1, i, 2), f"pod {i} after the loss")
+            c.pods[0].signal(signal.SIGTERM)
+            self.assertExit(c.pods[0], 20, 143)
+            c.pods[1].wait_for_output(r"the leader \(pod 0\) leaves", 20, "stderr")
+            os.unlink(self.marks(c, 0))
+            self.start(c, 0)
+            self.assertEqual(self.wait_starts(c, 0, 1), (1, 0, 2), "the new leader")
+            self.assertEqual(self.wait_starts(c, 1, 3), (1, 1, 2), "pod 1 after the new leader")
+            self.finish(c, (0, 1))
+            c.pods[2].wait(10)
+            self.assertNothingLeft(c)
+
+    def test_sigterm_to_every_pod_ends_every_pod_with_143(self):
+        """A preempted workload: the kubelet's SIGTERMs reach the pods milliseconds apart.
+        Leaves close together are decided once (the settle window), and a pod that gets its
+        own stop signal before it concludes exits 143: every pod exits 143, none 75 or 76."""
+        with self.cluster(pods=3) as c:
+            self.start_all(c, 3)
+            for i in (2, 1, 0):
+                c.pods[i].signal(signal.SIGTERM)
+                time.sleep(0.2)
+            for i in range(3):
+                self.assertExit(c.pods[i], 20, 143)
             self.assertNothingLeft(c)

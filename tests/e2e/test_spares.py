@@ -32,6 +32,8 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
   resumed, it exits 75 (infra) within a few seconds, as a frozen pod does, without refusing
   the leader in a loop; the leader says once that it was lost, pods 0 and 1 train on and
   exit 0.
+- test_sigterm_to_a_member_hands_its_rank_to_the_spare: pod 1 gets SIGTERM (a graceful
+  leave): it exits 143, spare 2 takes RANK 1 with TORCHELASTIC_RESTART_COUNT still 0.
 """
 
 import json
@@ -308,4 +310,32 @@ class SparesTest(PodsimTestCase):
                 self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
             self.assertEqual(self.starts(c, 2), [], "the spare ran a worker")
             self.assertNotRegex(c.pods[0].stderr(), r"takes node rank")
+            self.assertNothingLeft(c)
+
+    def test_sigterm_to_a_member_hands_its_rank_to_the_spare(self):
+        """Graceful leave (membership.h M8): pod 1 gets SIGTERM (a drained node, a deleted
+        pod): it tells the leader it leaves and exits 143; spare 2 takes RANK 1 in the next
+        generation with no restart counted (TORCHELASTIC_RESTART_COUNT stays 0)."""
+        with self.cluster(pods=3) as c:
+            for i in (0, 2):
+                open(self.marks(c, i) + ".hold", "w").close()
+            self.start_gang(c, {})
+            t_term = time.time()
+            c.pods[1].signal(signal.SIGTERM)
+            self.assertEqual(c.pods[1].wait(20), 143, c.pods[1].tail())
+            deadline = time.monotonic() + 30
+            while not self.starts(c, 2):
+                self.assertLess(time.monotonic(), deadline, c.pods[2].tail())
+                time.sleep(0.02)
+            restarts, rank, t = self.starts(c, 2)[0]
+            print(f"\n    spare's worker started {t - t_term:.2f}s after the SIGTERM", end=" ",
+                  flush=True)
+            self.assertEqual((restarts, rank), (0, 1), "the spare: RANK 1, no restart counted")
+            self.assertEqual([(g, r) for g, r, _ in self.starts(c, 0)], [(0, 0), (0, 0)])
+            self.assertRegex(c.pods[0].stderr(), r"pod 1 leaves; a spare takes each node rank")
+            self.assertRegex(c.pods[0].stderr(), r"spare pod 2 takes node rank 1 of pod 1")
+            for i in (0, 2):
+                os.unlink(self.marks(c, i) + ".hold")
+            for i in (0, 2):
+                self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
             self.assertNothingLeft(c)

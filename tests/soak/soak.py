@@ -136,16 +136,32 @@ FAULTS = [
     # one restart counted, no generation after it); with spares, a swapped-out pod the Job
     # recreated, which waits as a spare while the restart runs on the same pods.
     Fault("join_mid_restart", 2, True, 1, "worker", True, ()),
+    # Graceful leaves (agent/include/trainlet/agent/pod/membership.h M7-M9): elastic_leave:
+    # SIGTERM to an active member (not the leader) with more than MIN active: it exits 143,
+    # the rest go on in the next generation with WORLD_SIZE shrunk, ranks dense, and the
+    # restart count unchanged (a leave is no restart), whatever restarts are left.
+    # leave_mid_restart: a worker exits 1 (a restart, slow stops everywhere) and another
+    # active member (not the leader) gets SIGTERM while its workers stop: it exits 143 and
+    # the restart's generation goes on without it (WORLD_SIZE shrunk, one restart counted).
+    Fault("elastic_leave", 2, False, 143, "terminated", False, (143,)),
+    Fault("leave_mid_restart", 2, True, 143, "terminated", False, (143,)),
 ]
 # Kinds of a run with spares only, and kinds such a run does not draw (its own swap kinds cover
 # losses of active members; a lost leader waits for index 0's replacement, outside the model).
+# Nor does such a run, or an elastic one, draw a SIGTERM (agent_sigterm, preempt_save,
+# sigterm_mid_restart): there it is a graceful leave (agent/include/trainlet/agent/pod/
+# membership.h M7-M11: a spare takes the leaver's node rank, an elastic gang shrinks, the
+# members wait for a leaving leader's replacement), which elastic_leave and leave_mid_restart
+# cover; the leader's leave is tests/e2e/test_elastic.py's.
 SPARE_KINDS = {"spare_swap_kill", "spare_swap_freeze", "spare_swap_hardware", "spare_lost"}
-NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart"}
+NOT_WITH_SPARES = {"agent_sigkill", "agent_freeze", "link_cut", "sigterm_mid_restart",
+                   "agent_sigterm", "preempt_save"}
 ELASTIC_KINDS = {"elastic_join", "elastic_join_at_max", "elastic_loss_kill",
-                 "elastic_loss_freeze", "join_mid_restart"}
+                 "elastic_loss_freeze", "join_mid_restart", "elastic_leave",
+                 "leave_mid_restart"}
 ELASTIC_ORDER = ["elastic_join", "elastic_loss_kill", "elastic_join_at_max",
                  "elastic_loss_freeze", "join_mid_restart", "agent_sigkill", "link_cut",
-                 "agent_freeze"]
+                 "agent_freeze", "elastic_leave", "leave_mid_restart"]
 # Losses an elastic run also draws (no spare waiting): a member's with more than MIN active
 # shrinks the gang as elastic_loss_*; the leader's, or one at MIN, waits for the Job's
 # replacement of the index and restarts with the same pods.
@@ -219,9 +235,16 @@ class Run:
             self.max_restarts = max(self.max_restarts, 1 if first == "join_mid_restart" else 0)
         elif first == "elastic_join_at_max":
             k = hi
-        elif first in ("elastic_loss_kill", "elastic_loss_freeze"):
+        elif first in ("elastic_loss_kill", "elastic_loss_freeze", "leave_mid_restart"):
             k = er.randint(lo + 1, hi)
             self.max_restarts = max(self.max_restarts, 1)
+            if first == "leave_mid_restart":
+                self.spares = 0  # a waiting spare would take the leaver's node rank
+                self.npods = hi
+        elif first == "elastic_leave":
+            k = er.randint(lo + 1, hi)
+            self.spares = 0
+            self.npods = hi
         elif first in ELASTIC_LOSSES:
             self.spares = 0  # a waiting spare would make the loss a swap
             self.npods = hi
@@ -468,8 +491,10 @@ class Run:
             return False
         if fault.name == "elastic_join_at_max":
             return bool(self.pending) and active == hi and self.spares > len(self.waiting)
-        if fault.name in ("elastic_loss_kill", "elastic_loss_freeze"):
+        if fault.name in ("elastic_loss_kill", "elastic_loss_freeze", "elastic_leave"):
             return active > lo and not self.waiting
+        if fault.name == "leave_mid_restart":
+            return active > lo and not self.waiting and restarts_left >= 1 and active > 2
         return True
 
     def pick_victim(self, fault):
@@ -516,6 +541,8 @@ class Run:
             return self.join(fault, victim)
         if fault.name == "join_mid_restart":
             return self.join_mid_restart(fault, victim, local_rank)
+        if fault.name in ("elastic_leave", "leave_mid_restart"):
+            return self.leave(fault, victim, local_rank)
         restart = fault.retriable and self.restarts < self.max_restarts
         pod = self.c.pods[victim]
         key = (victim, self.inc[victim])
@@ -683,6 +710,48 @@ class Run:
         self.gone.add(victim)
         self.pending = sorted([*self.pending, victim])
         self.check_ranks(nxt)
+        for _ in self.rank_of:
+            self.record_code(fault.name, "restarted", "in place")
+        return self.restarted(fault, victim, t0)
+
+    def leave(self, fault, victim, local_rank):
+        """Elastic: active member `victim` gets SIGTERM (elastic_leave), or gets it while its
+        workers stop for a restart another pod's worker caused (leave_mid_restart). It exits
+        143, no other pod exits, and the rest run the next generation without it, ranks dense;
+        the restart count rises only for the restart."""
+        key = (victim, self.inc[victim])
+        pod = self.c.pods[victim]
+        mid = fault.name == "leave_mid_restart"
+        gen = str(self.gen)
+        self.c.event(f"soak: fault {fault.name} on pod {victim}, generation {self.gen}")
+        t0 = time.time()
+        if mid:
+            failing = self.rng.choice(sorted(i for i in self.rank_of if i != victim))
+            for i in self.rank_of:
+                with open(os.path.join(self.ctl(i), f"g{self.gen}.slow"), "w"):
+                    pass
+            self.control(failing, self.gen, local_rank, "exit1")
+            self.wait_until(lambda: any(ev == "TERM" and g == gen and n == key[1]
+                                        for ev, _, g, _, n in self.marks(victim)),
+                            PHASE_TIMEOUT, f"the restart's stop reaching pod {victim}",
+                            lambda: self.no_exit(fault, victim, self.gen + 1))
+            t0 = time.time()
+        self.sigtermed.add(key)
+        pod.signal(signal.SIGTERM)
+        nxt = self.gen + 1
+        after = {i: r for r, i in enumerate(sorted(i for i in self.rank_of if i != victim))}
+        self.wait_culprit_and(fault, victim, key, after, lambda: None, lambda: None,
+                              "the others")
+        got = self.summary_of(victim, key[1]).get("class")
+        if got != "terminated":
+            self.violate(f"{fault.name}: pod {victim}'s termination message has class {got!r}, "
+                         "want 'terminated'")
+        self.rank_of, self.gen = after, nxt
+        if mid:
+            self.restarts += 1
+        self.gone.add(victim)
+        self.pending = sorted([*self.pending, victim])
+        self.check_ranks(nxt)  # the restart count: unchanged by the leave
         for _ in self.rank_of:
             self.record_code(fault.name, "restarted", "in place")
         return self.restarted(fault, victim, t0)

@@ -25,7 +25,7 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
   const bool enough = round.joined >= min_nodes;
   // Every round takes torch's last call, a fixed gang's first with spares too:
   // a pod arriving after the round formed is admitted while the generation runs
-  // (as a spare, or by a next generation that takes it in: OnLateJoin).
+  // (as a spare, or by a next generation that takes it in: membership.h M13).
   if (round.joined >= whole) return Form("the gang is whole (" + Count(round.joined, "pods") + ")");
   if (enough && !round.first && round.alive_back >= round.alive) {
     return Form("every pod still alive is back (" + Count(round.joined, "pods") + ")");
@@ -64,22 +64,6 @@ std::optional<std::chrono::steady_clock::time_point> MinReachedAt(
     const FormationConfig& c, std::chrono::steady_clock::time_point now) {
   if (joined < std::max<std::uint32_t>(1, c.min_nodes)) return std::nullopt;
   return reached_at ? reached_at : now;
-}
-
-LateJoin OnLateJoin(std::uint32_t active, const FormationConfig& c) {
-  if (active < c.max_nodes) {
-    return {.kind = LateJoin::Kind::kNextGeneration,
-            .why = "the gang grows: " + std::to_string(active) + " active, MAX " +
-                   std::to_string(c.max_nodes)};
-  }
-  return {.kind = LateJoin::Kind::kWaitAsSpare,
-          .why = "the gang is at MAX (" + std::to_string(c.max_nodes) + "): waits as a spare"};
-}
-
-RestartBudget NextRestarts(std::uint32_t restarts, const GenerationCause& cause,
-                           std::uint32_t max_restarts) {
-  if (!cause.failed && !cause.lost) return {.restarts = restarts, .allowed = true};
-  return {.restarts = restarts + 1, .allowed = restarts < max_restarts};
 }
 
 }  // namespace trainlet::agent

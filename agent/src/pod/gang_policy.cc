@@ -1,6 +1,5 @@
 #include "trainlet/agent/pod/gang_policy.h"
 
-#include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/exitcodes/exit_code.h"
 
 namespace trainlet::agent {
@@ -15,11 +14,6 @@ namespace {
 std::string FirstWords(std::uint32_t index, FailureClass c, const std::string& reason);
 }  // namespace
 
-bool RestartableClass(FailureClass c) {
-  return c == FailureClass::kWorker || c == FailureClass::kInfra || c == FailureClass::kOom ||
-         c == FailureClass::kPeerFailed;
-}
-
 // ---- What both roles share ----
 
 namespace {
@@ -32,7 +26,7 @@ std::string FirstWords(std::uint32_t index, FailureClass c, const std::string& r
 }  // namespace
 
 bool GangPolicyBase::CanRestart(FailureClass c) const {
-  return !stop_signal_ && restarts_ < config_.max_restarts && RestartableClass(c);
+  return RestartAllowed(c, restarts_, config_.max_restarts, stop_signal_.has_value());  // M1
 }
 
 GangActions GangPolicyBase::Conclude(GangActions a, Conclusion c) {
@@ -77,10 +71,8 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
 
 GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
-  // The next generation's count (the next assignment says it again).
-  const bool grow = gen_.decision == Decision::kGrow;
-  restarts_ =
-      NextRestarts(restarts_, {.joined = grow, .failed = !grow}, config_.max_restarts).restarts;
+  // The next generation's count (membership.h M2; the next assignment says it again).
+  if (gen_.decision != Decision::kGrow) ++restarts_;
   gen_ = {};
   restarted_ = true;
   return a;
@@ -93,8 +85,6 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
     restarts_ = a->restarts.value_or(a->generation);
     // A spare has no workers to wait for, and never a success of its own.
     gen_.phase = a->spare ? Phase::kSpare : Phase::kRunning;
-    gen_.spares = a->spares;
-    gen_.active = a->nnodes;
     return GangActions{};
   }
   if (const auto* f = std::get_if<gang::AgentFailed>(&e)) {
@@ -106,7 +96,17 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
     // Joining (the first rendezvous, or the next generation's): no worker runs.
     if (const auto* s = std::get_if<gang::StopSignal>(&e)) {
       if (!stop_signal_) stop_signal_ = s->signo;
-      return Conclude({}, {.kind = Kind::kTerminated,
+      GangActions a;
+      if (config_.index != 0 && config_.index != rendezvous::wire::kNoIndex) {
+        // G5: a member tells the leader, so that the round need not wait for it.
+        a.report = rendezvous::wire::Report{
+            .index = config_.index,
+            .ok = false,
+            .failure_class = static_cast<std::uint16_t>(FailureClass::kTerminated),
+            .reason = "stopped by " + exitcodes::SignalName(s->signo),
+            .leaving = true};
+      }
+      return Conclude(std::move(a), {.kind = Kind::kTerminated,
                            .failure_class = FailureClass::kTerminated,
                            .reason = "received " + exitcodes::SignalName(s->signo) +
                                      (restarted_
@@ -132,6 +132,14 @@ std::optional<GangActions> GangPolicyBase::OnWorkersDoneCommon(const gang::Worke
 
 // ---- The leader ----
 
+LeaderPolicy::LeaderPolicy(GangConfig config)
+    : GangPolicyBase(config),
+      membership_({.min_nodes = config.min_nodes != 0 ? config.min_nodes : config.nnodes,
+                   .max_nodes = config.nnodes,
+                   .max_restarts = config.max_restarts,
+                   .spares = config.spares,
+                   .leader = config.index}) {}
+
 bool LeaderPolicy::GangSucceeded() const {
   return gen_.decision == Decision::kSucceeded || gen_.succeeded();
 }
@@ -140,7 +148,7 @@ bool LeaderPolicy::GangSucceeded() const {
 // told (a final Stop of class ok) and exit 0.
 GangActions LeaderPolicy::ConcludeGang(GangActions a) {
   a = ConcludeNow(std::move(a));
-  if (a.conclude && a.conclude->kind == Kind::kOk && !gen_.spares.empty()) {
+  if (a.conclude && a.conclude->kind == Kind::kOk && !membership_.spares().empty()) {
     a.broadcast = rendezvous::wire::Stop{.failed_index = config_.index,
                                          .reason = "the gang finished",
                                          .restart = false,
@@ -163,14 +171,23 @@ GangActions LeaderPolicy::MaybeConclude(GangActions a) {
 
 GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const std::string& reason,
                                     bool hang) {
+  if (gen_.first) return {};
+  const MembershipActions m = membership_.On(member_event::Failed{
+      .key = index, .failure_class = c, .succeeded = GangSucceeded(),
+      .stopped = stop_signal_.has_value()});
+  if (m.end == MembershipActions::End::kNone) return {};  // collateral (membership.h M12)
+  return Announce(index, c, reason, hang, m);
+}
+
+// The first failure of the generation, decided by the membership machine
+// (M3-M5, M10): the Stop for every member, and this pod's part.
+GangActions LeaderPolicy::Announce(std::uint32_t index, FailureClass c, const std::string& reason,
+                                   bool hang, const MembershipActions& m) {
   GangActions a;
-  if (gen_.first) return a;
   gen_.first = index;
-  // A member's hardware failure: it leaves and a waiting spare takes its place.
-  const bool swap = c == FailureClass::kHardware && index != config_.index &&
-                    !gen_.spares.empty() && !stop_signal_ &&
-                    restarts_ < config_.max_restarts;
-  const bool restart = (CanRestart(c) || swap) && !GangSucceeded();
+  a.leaving = m.leaving;
+  a.note_failure = static_cast<std::uint16_t>(c);
+  const bool restart = m.end == MembershipActions::End::kRestart;
   const int diag = hang ? config_.hang_signal : 0;
   a.broadcast = rendezvous::wire::Stop{.failed_index = index,
                                        .reason = reason,
@@ -181,15 +198,15 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   if (restart) {
     gen_.decision = Decision::kRestart;
     a.log = "gang: " + reason + "; restarting in place (restart " +
-            std::to_string(restarts_ + 1) + " of " + std::to_string(config_.max_restarts) + ")";
-  } else if (index == config_.index && (gen_.active != 0 ? gen_.active : config_.nnodes) == 1) {
+            std::to_string(m.next_restarts) + " of " + std::to_string(config_.max_restarts) + ")";
+  } else if (index == config_.index && membership_.active() == 1) {
     a.log = "gang: " + reason;  // a gang of one: nobody else to stop or wait for
   } else if (index == config_.index && AllSettled()) {
     // E.g. JobSet's successPolicy: the other pods finished, this one is stopped.
     a.log = "gang: " + reason + "; every other pod has finished";
     a.log_info = true;
   } else {
-    a.log = "gang: " + reason + "; stopping every pod";
+    a.log = "gang: " + reason + (m.why.empty() ? "" : " (" + m.why + ")") + "; stopping every pod";
   }
   if (index != config_.index) {
     if (!restart) {
@@ -201,6 +218,28 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
   return restart ? Restart(std::move(a)) : MaybeConclude(std::move(a));
 }
 
+// A next generation that counts no restart (membership.h M8, M9, M11, M13):
+// every member stops its workers and rejoins; the Stop names no failure.
+GangActions LeaderPolicy::NextWithoutRestart(const MembershipActions& m) {
+  GangActions a;
+  const std::uint32_t subject = m.subject.value_or(config_.index);
+  gen_.decision = Decision::kGrow;  // a failure may still be decided (membership.h M12)
+  a.leaving = m.leaving;
+  a.resize = true;
+  a.broadcast = rendezvous::wire::Stop{
+      .failed_index = subject,
+      .reason = m.why,
+      .restart = true,
+      .next_generation = generation_ + 1,
+      .failure_class = static_cast<std::uint16_t>(FailureClass::kOk)};
+  if (!stop_signal_) a.stop_workers = 0;  // else the supervisor forwards the signal itself
+  a.log = "gang: " + m.why + " (generation " + std::to_string(generation_ + 1) + ")";
+  a.log_info = true;
+  if (gen_.done() && !stop_signal_) return Restart(std::move(a));
+  if (gen_.done()) return ConcludeNow(std::move(a));
+  return a;
+}
+
 GangActions LeaderPolicy::OnReport(const gang::Report& r) {
   gen_.settled.insert(r.index);
   if (r.report.ok) {
@@ -209,6 +248,7 @@ GangActions LeaderPolicy::OnReport(const gang::Report& r) {
     return MaybeConclude();
   }
   const auto c = static_cast<FailureClass>(r.report.failure_class);
+  if (r.report.leaving && !GangSucceeded()) return OnLeaving(r);
   if (c == FailureClass::kTerminated && GangSucceeded()) {
     // A Job successPolicy (or JobSet's) met: the controller stops the pods
     // still running. Not a failure of the gang.
@@ -223,17 +263,57 @@ GangActions LeaderPolicy::OnReport(const gang::Report& r) {
 }
 
 GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
-  if (gen_.spares.erase(l.index) > 0) {  // a waiting spare: no worker of the gang ran there
-    if (gen_.restarting()) return {};  // it left to rejoin the next generation
-    GangActions a;
-    a.log = "spare pod " + std::to_string(l.index) + " was lost: " + l.why;
+  const bool spare = membership_.spares().contains(l.index);
+  const bool decided = membership_.decided();
+  const MembershipActions m = membership_.On(member_event::Lost{l.index});
+  GangActions a;
+  a.lost = m.lost;
+  if (spare) {  // M6: a waiting spare; no worker of the gang ran there
+    if (!decided) a.log = "spare pod " + std::to_string(l.index) + " was lost: " + l.why;
     return a;
   }
-  if (!gen_.settled.insert(l.index).second) return {};
-  // Growing: every member closes its connection to rejoin the next round.
-  if (gen_.decision == Decision::kGrow) return {};
-  return PodFailed(l.index, FailureClass::kInfra,
-                   "pod " + std::to_string(l.index) + " was lost: " + l.why, false);
+  // M14: after the next generation is decided every member closes its
+  // connection to rejoin; a leaver closes after its word.
+  if (!gen_.settled.insert(l.index).second || decided || gen_.decision == Decision::kGrow) {
+    return a;
+  }
+  GangActions f = PodFailed(l.index, FailureClass::kInfra,
+                            "pod " + std::to_string(l.index) + " was lost: " + l.why, false);
+  f.lost = std::move(a.lost);
+  return f;
+}
+
+// G5: a member leaves (its own stop signal). The membership machine gathers
+// the leaves of a settle window and decides them at once (M7-M10).
+GangActions LeaderPolicy::OnLeaving(const gang::Report& r) {
+  GangActions a;
+  if (gen_.first || gen_.restarting()) {  // a failure or a next generation came first
+    a.leaving = membership_.On(member_event::Leaving{r.index}).leaving;
+    return a;
+  }
+  const MembershipActions m = membership_.On(member_event::Leaving{r.index});
+  if (m.end == MembershipActions::End::kStop) {  // M10 at once: a fixed gang without spares
+    return Announce(r.index, FailureClass::kTerminated,
+                    "pod " + std::to_string(r.index) + ": " + r.report.reason, false, m);
+  }
+  a.leaving = m.leaving;
+  a.arm_settle_timer = m.arm_settle;
+  a.log = "pod " + std::to_string(r.index) + " leaves the gang (" + r.report.reason + ")";
+  a.log_info = true;
+  return MaybeConclude(std::move(a));
+}
+
+GangActions LeaderPolicy::OnSettled() {
+  if (gen_.first || gen_.restarting()) return {};
+  const MembershipActions m = membership_.On(member_event::SettleEnded{});
+  using End = MembershipActions::End;
+  if (m.end == End::kNone) return {};
+  if (m.end == End::kStop) {
+    const std::uint32_t who = m.subject.value_or(config_.index);
+    return Announce(who, FailureClass::kTerminated, "pod " + std::to_string(who) + ": " + m.why,
+                    false, m);
+  }
+  return NextWithoutRestart(m);
 }
 
 GangActions LeaderPolicy::OnLocalFailure(const gang::LocalFailure& f) {
@@ -276,10 +356,14 @@ GangActions LeaderPolicy::OnStopSignal(int signo) {
                                    .failure_class = FailureClass::kTerminated,
                                    .stop_signal = signo});
   }
-  if (gen_.first || gen_.cause.own()) return {};  // a failure came first; the workers stop anyway
+  // A failure came first, or a next generation is decided (the members rejoin
+  // and wait for this leader's replacement, M11): the workers stop anyway.
+  if (gen_.first || gen_.cause.own() || gen_.restarting()) return {};
   gen_.cause = Cause::StopSignal(why);
-  return PodFailed(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
-                   false);
+  const MembershipActions m = membership_.On(member_event::LeaderLeaving{});
+  if (m.end == MembershipActions::End::kRejoin) return NextWithoutRestart(m);  // M11
+  return Announce(own, FailureClass::kTerminated, "pod " + std::to_string(own) + ": " + why,
+                  false, m);
 }
 
 GangActions LeaderPolicy::OnWorkersDone(const gang::WorkersDone& d) {
@@ -287,35 +371,32 @@ GangActions LeaderPolicy::OnWorkersDone(const gang::WorkersDone& d) {
   return MaybeConclude();
 }
 
-// A pod admitted while the generation runs: the gang grows when it may and
-// nothing has ended the generation yet; otherwise the pod waits as a spare
-// (or, a restart under way, joins the next round with the others).
+// A pod admitted while the generation runs (membership.h M13): the gang
+// grows when it may and nothing has ended the generation yet; otherwise the
+// pod waits as a spare (or, a next generation decided, joins it).
 GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
-  GangActions a;
-  a.log_info = true;
   const bool open =
       gen_.decision == Decision::kOpen && !gen_.first && !gen_.done() && !stop_signal_;
-  if (!j.grows || !open) {
-    if (!gen_.restarting()) gen_.spares.insert(j.index);
-    a.log = "pod " + std::to_string(j.index) + " joined; " +
-            (gen_.restarting() ? "it joins the next generation" : "it waits as a spare");
-    return a;
-  }
-  gen_.decision = Decision::kGrow;
-  const std::string why = "pod " + std::to_string(j.index) + " joined: the gang grows";
-  a.broadcast = rendezvous::wire::Stop{
-      .failed_index = j.index,
-      .reason = why,
-      .restart = true,
-      .next_generation = generation_ + 1,
-      .failure_class = static_cast<std::uint16_t>(FailureClass::kOk)};
-  a.stop_workers = 0;
-  a.log = "gang: " + why + " (generation " + std::to_string(generation_ + 1) + ", no restart)";
+  const MembershipActions m = membership_.On(member_event::Joined{.key = j.index, .open = open});
+  if (m.end == MembershipActions::End::kResize) return NextWithoutRestart(m);
+  GangActions a;
+  a.log_info = true;
+  a.log = "pod " + std::to_string(j.index) + " joined; " +
+          (m.joins_as_spare ? "it waits as a spare" : "it joins the next generation");
   return a;
 }
 
 GangActions LeaderPolicy::On(const GangEvent& e) {
-  if (auto common = OnCommon(e)) return *common;
+  if (auto common = OnCommon(e)) {
+    if (const auto* a = std::get_if<gang::Assigned>(&e); a && !concluded_) {
+      membership_.On(member_event::Formed{.generation = a->generation,
+                                          .active = a->nnodes,
+                                          .spares = a->spares,
+                                          .restarts = restarts_});
+    }
+    return *common;
+  }
+  if (std::holds_alternative<gang::Timer>(e)) return OnSettled();
   if (const auto* j = std::get_if<gang::Joined>(&e)) return OnJoined(*j);
   if (const auto* r = std::get_if<gang::Report>(&e)) return OnReport(*r);
   if (const auto* l = std::get_if<gang::Lost>(&e)) return OnLost(*l);
@@ -323,7 +404,7 @@ GangActions LeaderPolicy::On(const GangEvent& e) {
   if (const auto* s = std::get_if<gang::OwnStall>(&e)) return OnOwnStall(*s);
   if (const auto* s = std::get_if<gang::StopSignal>(&e)) return OnStopSignal(s->signo);
   if (const auto* d = std::get_if<gang::WorkersDone>(&e)) return OnWorkersDone(*d);
-  return {};  // Stop, ReportSent, Timer: the member's
+  return {};  // Stop, ReportSent: the member's
 }
 
 // ---- A member ----
@@ -336,7 +417,9 @@ GangActions MemberPolicy::OwnFailure(Cause cause, bool hang) {
                                       .failure_class =
                                           static_cast<std::uint16_t>(cause.failure_class),
                                       .reason = cause.reason,
-                                      .hang = hang};
+                                      .hang = hang,
+                                      .leaving = cause.kind == Cause::Kind::kStopSignal};
+  a.note_failure = static_cast<std::uint16_t>(cause.failure_class);
   if (cause.failure_class != FailureClass::kTerminated) {
     a.stop_workers = hang ? config_.hang_signal : 0;
   }
@@ -390,6 +473,10 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   }
   const auto c = static_cast<FailureClass>(s.failure_class);
   const std::string first = FirstWords(s.failed_index, c, s.reason);
+  if (s.failed_index != config_.index) {  // trainlet_last_failure: the culprit's, or peer_failed
+    a.note_failure = s.restart ? s.failure_class
+                               : static_cast<std::uint16_t>(FailureClass::kPeerFailed);
+  }
   if (s.restart && s.failed_index == config_.index && !RestartableClass(c)) {
     // Our own failure points at this node (hardware): the gang goes on with a
     // spare in our place; we leave with our own class.
@@ -463,6 +550,17 @@ GangActions MemberPolicy::OnStopSignal(int signo) {
                          .failure_class = FailureClass::kTerminated,
                          .stop_signal = signo});
   }
+  if (gen_.restarting() && !gen_.cause.known()) {
+    // G5: the gang restarts or resizes; the next round need not wait for it.
+    GangActions a;
+    a.report = rendezvous::wire::Report{
+        .index = config_.index,
+        .ok = false,
+        .failure_class = static_cast<std::uint16_t>(FailureClass::kTerminated),
+        .reason = "stopped by " + exitcodes::SignalName(signo),
+        .leaving = true};
+    return a;
+  }
   if (FailureKnown()) return {};
   return OwnFailure(Cause::StopSignal("stopped by " + exitcodes::SignalName(signo)), false);
 }
@@ -519,6 +617,11 @@ GangActions GangPolicy::On(const GangEvent& e) {
 
 void GangPolicy::AdoptIndex(std::uint32_t index) {
   std::visit([index](auto& r) { r.AdoptIndex(index); }, role_);
+}
+
+const Membership* GangPolicy::membership() const {
+  const auto* leader = std::get_if<LeaderPolicy>(&role_);
+  return leader != nullptr ? &leader->membership() : nullptr;
 }
 
 const GangPolicyBase& GangPolicy::role() const {

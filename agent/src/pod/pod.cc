@@ -68,7 +68,9 @@ class Pod {
         policy_({.index = options_.identity.index,
                  .nnodes = options_.identity.nnodes,
                  .max_restarts = options_.max_restarts,
-                 .hang_signal = options_.hang_signal}),
+                 .hang_signal = options_.hang_signal,
+                 .min_nodes = options_.identity.min_pods(),
+                 .spares = options_.identity.spares}),
         release_timer_(io_) {}
 
   int Run() {
@@ -205,13 +207,10 @@ class Pod {
   void Apply(const GangActions& a) {
     if (!a.log.empty()) spdlog::log(a.log_info ? spdlog::level::info : spdlog::level::warn, "{}", a.log);
     PodGeneration& g = *gen_;
-    const auto broadcast_class =
-        exitcodes::FailureClass(a.broadcast ? a.broadcast->failure_class : 0);
-    if (a.broadcast && a.broadcast->restart && broadcast_class != exitcodes::FailureClass::kOk &&
-        !RestartableClass(broadcast_class)) {
-      // A member whose failure points at its node leaves; a spare takes its place.
-      roster_.MarkLeaving(a.broadcast->failed_index);
-    }
+    // The membership machine's word on the roster first: the Stop names the
+    // spare that the roster then gives a leaving or lost pod's node rank.
+    for (std::uint32_t key : a.lost) roster_.MarkLost(key);
+    for (std::uint32_t key : a.leaving) roster_.MarkLeaving(key);
     if (a.broadcast && g.leader) {
       // A restart's survivors are known by identity in the next round.
       if (a.broadcast->restart) kept_ids_ = g.leader->instance_ids();
@@ -228,29 +227,26 @@ class Pod {
         g.member->SendReport(*a.report);
       }
     }
-    // trainlet_last_failure (metrics.h): the class of the failure this pod
-    // reports, or of the culprit the leader names (a growing gang's is none).
-    if (a.broadcast && !(a.broadcast->restart && a.broadcast->failure_class == 0)) {
-      NoteFailureClass(a.broadcast->failure_class);
-      NoteCulprit(*a.broadcast, g);
-    }
-    if (a.report && !a.report->ok) NoteFailureClass(a.report->failure_class);
+    // trainlet_last_failure (metrics.h): the class the policy names.
+    if (a.note_failure) NoteFailureClass(*a.note_failure);
+    // Leader: trainlet_gang_last_culprit, the pod its failure Stop names.
+    if (a.broadcast && a.note_failure && !a.resize) NoteCulprit(*a.broadcast, g);
     if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
       g.failure_seen = true;
       failed_at_ = Clock::now();
     }
     if (a.stop_workers) StopWorkers(*a.stop_workers);
-    if (a.arm_verdict_timer) {
-      g.verdict_timer.expires_after(kVerdictTimeout);
-      g.verdict_timer.async_wait(Guard([this](boost::system::error_code ec) {
-        if (!ec) Feed(gang::Timer{gang::TimerKind::kVerdict});
-      }));
-    }
-    if (a.restart) {
-      g.next_decided = true;
-      PostNextGeneration();
-    }
+    if (a.arm_verdict_timer) ArmTimer(g.verdict_timer, kVerdictTimeout, gang::TimerKind::kVerdict);
+    if (a.arm_settle_timer) ArmTimer(g.settle_timer, tun::kLeaveSettle, gang::TimerKind::kSettle);
+    if (a.restart) PostNextGeneration();
     if (a.conclude) ConcludeWith(*a.conclude);
+  }
+
+  void ArmTimer(asio::steady_timer& timer, Clock::duration after, gang::TimerKind kind) {
+    timer.expires_after(after);
+    timer.async_wait(Guard([this, kind](boost::system::error_code ec) {
+      if (!ec) Feed(gang::Timer{kind});
+    }));
   }
 
   // Leader: the Stop of a restart names the spare the roster gives the
@@ -317,15 +313,6 @@ class Pod {
     return it == options_.env.end() ? std::string() : it->second;
   }
 
-  // A member's view of the leader's Stop, for trainlet_last_failure: the
-  // culprit's class for a restart, peer_failed for a stop caused elsewhere.
-  void NoteStop(const rendezvous::wire::Stop& stop) {
-    if (stop.failed_index == options_.identity.index) return;  // ours: already noted
-    if (stop.restart && stop.failure_class == 0) return;       // the gang grows: no failure
-    NoteFailureClass(stop.restart ? stop.failure_class
-                                  : static_cast<std::uint16_t>(exitcodes::FailureClass::kPeerFailed));
-  }
-
   // ---- The pod's own stall (SIGSTOP, a frozen node, a starved process) ----
 
   void StartStallWatch() {
@@ -382,7 +369,8 @@ class Pod {
          .preflight = options_.gpu.preflight, .generation = gen_->join, .job_name = id.job_name,
          .job_restart_attempt = id.job_restart_attempt, .spares = id.spares,
          .ranks_by_arrival = id.by_arrival,
-         .restarts = id.elastic() ? std::optional(policy_.role().restarts()) : std::nullopt,
+         // Every mode: a replaced leader continues the count (membership.h M15).
+         .restarts = policy_.role().restarts(),
          .node_name = EnvOr("NODE_NAME")});
   }
 
@@ -458,9 +446,11 @@ class Pod {
     lo.deadline = round_started + options_.rdzv_timeout;
     // Every pod of the gang may be mid-handshake at once (bench/HISTORY.md: scale).
     lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, id.nnodes);
-    // Restarts are counted, not generations: with elastic sizes a join starts a
-    // generation that is no restart, so no generation number is out of bounds.
-    lo.max_generation = id.elastic() ? std::nullopt : std::optional(options_.max_restarts);
+    // Restarts are counted, not generations: with elastic sizes or spares a
+    // join or a graceful leave starts a generation that is no restart
+    // (membership.h M2), so no generation number is out of bounds.
+    lo.max_generation = id.elastic() || id.spares > 0 ? std::nullopt
+                                                      : std::optional(options_.max_restarts);
     // Busy ports are retried, until a moment before the rendezvous deadline so
     // the error names the port rather than "timed out".
     lo.bind_deadline = round_started + options_.rdzv_timeout - tun::kBindRetryCap;
@@ -475,11 +465,10 @@ class Pod {
       roster_.StartRound(io_.get_executor(), round_started, FormationNow(),
                          [this] { if (gen_ && gen_->leader) gen_->leader->Reconsider(); });
       lo.expected = roster_.Expected();
-      lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
-      lo.replaced_of = [this](std::uint32_t index) { return roster_.LastReplacementOf(index); };
-      lo.left_of = [this](std::uint32_t index) { return roster_.LeftIn(index); };
-      lo.lost_spare_of = [this](std::uint32_t index) { return roster_.LostSpareIn(index); };
-      lo.assign_first = [this](std::uint32_t index) { return roster_.NewlyActive(index); };
+      // The roster answers the leader (LeaderMembership); it outlives every
+      // generation's Leader (declared before gen_), so the pointer owns nothing.
+      lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(),
+                                                                    &roster_);
     }
     // The survivors' indices are kept for them (by instance id: leader.h)
     // while they may still be stopping their workers.
@@ -605,6 +594,7 @@ class Pod {
     if (g.leader) roster_.Adopt(a.generation);
     g.spare = a.spare;
     assigned_restarts_ = a.restarts.value_or(a.generation);
+    assigned_nnodes_ = a.nnodes;
     const bool was_spare = std::exchange(was_spare_, a.spare);
     if (a.spare) {
       spdlog::info("rendezvous {:.1f} ms: generation {}: a hot spare, waiting without workers "
@@ -884,8 +874,7 @@ class Pod {
 
   // The active pods of the generation that runs (elastic: its own size).
   std::uint32_t ActivePods() const {
-    const std::uint32_t active = policy_.role().gen().active;
-    return active != 0 ? active : options_.identity.nnodes;
+    return assigned_nnodes_ != 0 ? assigned_nnodes_ : options_.identity.nnodes;
   }
 
   // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)
@@ -909,20 +898,13 @@ class Pod {
              Feed(gang::Report{index, r});
            }),
            .on_lost = Guard([this](std::uint32_t index, const std::string& why) {
-             // While the gang restarts, every pod closes its connection to rejoin
-             // (also after the policy moved on to the next generation, which
-             // restarting() no longer says: that survivor would be planned out).
-             if (!policy_.role().gen().restarting() && !gen_->next_decided) {
-               roster_.MarkLost(index);
-             }
-             Feed(gang::Lost{index, why});
+             Feed(gang::Lost{index, why});  // whether it counts: membership.h M14
            }),
            .on_join = [this](std::uint32_t index) { return OnJoin(index); }},
           heartbeat, misses);
     } else if (g.member) {
       g.member->StartChannel(
           {.on_stop = Guard([this](const rendezvous::wire::Stop& stop) {
-             NoteStop(stop);
              NoteReplacement(stop);
              Feed(gang::Stop{stop});
            }),
@@ -932,15 +914,13 @@ class Pod {
   }
 
   // Leader: pod `index` was admitted while this generation runs. Whether the
-  // gang grows for it (OnLateJoin, formation_policy.h) the policy decides with
-  // what it knows (a failure may have come first); the roster counts it for
-  // the next round either way. True: it waits as a spare now.
+  // gang grows for it the membership machine decides (membership.h M13); the
+  // roster counts it for the next round either way. True: it waits as a spare now.
   bool OnJoin(std::uint32_t index) {
     if (concluded_) return false;
-    const LateJoin j = OnLateJoin(policy_.role().gen().active, FormationNow());
-    spdlog::info("pod {} joined while generation {} runs: {}", index, gen_->number, j.why);
-    Feed(gang::Joined{.index = index, .grows = j.kind == LateJoin::Kind::kNextGeneration});
-    const bool spare = !concluded_ && !policy_.role().gen().restarting();
+    spdlog::info("pod {} joined while generation {} runs", index, gen_->number);
+    Feed(gang::Joined{.index = index});
+    const bool spare = !concluded_ && policy_.membership()->spares().contains(index);
     roster_.AddJoined(index, spare);
     return spare;
   }
@@ -1221,6 +1201,7 @@ class Pod {
   PodMeters meters_;             // metrics.h: restarts, exits, the last failure
   bool gang_formed_ = false;     // some generation's rendezvous completed
   std::uint32_t assigned_restarts_ = 0;  // the restarts counted at the last assignment
+  std::uint32_t assigned_nnodes_ = 0;    // the active pods of the last assignment
   // The last generation's first failure (restart timing); nullopt until one is seen.
   std::optional<Clock::time_point> failed_at_;
   // Hot spares: the spare that takes this pod's node rank as it leaves (the

@@ -16,6 +16,7 @@ PodGeneration::PodGeneration(boost::asio::any_io_executor executor, std::uint32_
       stragglers(straggler_factor),
       diag_timer(executor),
       verdict_timer(executor),
+      settle_timer(executor),
       stall_timer(executor) {}
 
 PodGeneration::~PodGeneration() {
@@ -34,6 +35,7 @@ void PodGeneration::Close() {
   deadline_timer.cancel();
   diag_timer.cancel();
   verdict_timer.cancel();
+  settle_timer.cancel();
   stall_timer.cancel();
   stall_watch = false;
   if (heartbeats) heartbeats->Stop();

@@ -84,11 +84,9 @@ struct PodGeneration {
   std::optional<exitcodes::FailureClass> first_failure_class;
   std::optional<SupervisorResult> own_result;  // set when the workers are all gone
   bool failure_seen = false;                   // the generation's first failure was seen
-  // The next generation is decided (a restart or a join): the policy has
-  // moved on, so a pod closing this generation's connection to rejoin is no loss.
-  bool next_decided = false;
   boost::asio::steady_timer diag_timer;        // diagnostics signal -> stop
   boost::asio::steady_timer verdict_timer;     // member: bounded wait for the leader's Stop
+  boost::asio::steady_timer settle_timer;      // leader: the leaves' settle window (membership.h M7)
 
   // The own-stall clock: ticks while the control channel runs.
   bool stall_watch = false;

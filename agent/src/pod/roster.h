@@ -24,11 +24,14 @@
 #include "trainlet/agent/base/metrics.h"
 #include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
+#include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::agent {
 
-class Roster {
+// The leader's LeaderMembership (rendezvous/leader.h): the one interface its
+// rendezvous asks (Plan, AssignFirst, ReplacedOf, LeftOf, OnLeave).
+class Roster final : public rendezvous::LeaderMembership {
  public:
   // The pods the next round waits for: every pod of the roster not lost and
   // not leaving; empty (all indices) before the first generation.
@@ -50,7 +53,17 @@ class Roster {
   // nullopt to wait on (the timer reconsiders when the last call ends). The
   // plan is kept for Adopt.
   std::optional<std::map<std::uint32_t, std::uint32_t>> Plan(
-      const std::vector<std::uint32_t>& joined);
+      const std::vector<std::uint32_t>& joined) override;
+  // LeaderMembership: NewlyActive, LastReplacementOf, LeftIn, LostSpareIn, MarkLeaving.
+  bool AssignFirst(std::uint32_t index) override { return NewlyActive(index); }
+  std::optional<rendezvous::wire::Replaced> ReplacedOf(std::uint32_t index) const override {
+    return LastReplacementOf(index);
+  }
+  std::optional<std::uint32_t> LeftOf(std::uint32_t index) const override { return LeftIn(index); }
+  std::optional<std::uint32_t> LostSpareOf(std::uint32_t index) const override {
+    return LostSpareIn(index);
+  }
+  void OnLeave(std::uint32_t index) override { MarkLeaving(index); }
 
   // Generation `generation` formed as last planned: the roster is the plan;
   // who replaced whom is logged. No plan: nothing changes.
@@ -71,21 +84,21 @@ class Roster {
   const std::set<std::uint32_t>& spares_waiting() const { return spares_waiting_; }
   // Every replacement so far, oldest first.
   const std::vector<Replacement>& replacements() const { return replacements_; }
-  // The latest replacement of pod `key` (LeaderOptions::replaced_of); nullopt: none.
+  // The latest replacement of pod `key` (LeaderMembership::ReplacedOf); nullopt: none.
   std::optional<rendezvous::wire::Replaced> LastReplacementOf(std::uint32_t key) const;
   // Elastic: the latest generation adopted without pod `key` after it was
-  // declared lost while active (the gang shrank; LeaderOptions::left_of);
+  // declared lost while active (the gang shrank; LeaderMembership::LeftOf);
   // nullopt: none since it was last active.
   std::optional<std::uint32_t> LeftIn(std::uint32_t key) const;
   // Hot spares: the generation adopted last when pod `key`, waiting as a
-  // spare, was declared lost (LeaderOptions::lost_spare_of); nullopt: none
+  // spare, was declared lost (LeaderMembership::LostSpareOf); nullopt: none
   // since it was last admitted (AddJoined, or a plan that counts it).
   std::optional<std::uint32_t> LostSpareIn(std::uint32_t key) const;
 
   // Whether the round being formed (the last Plan that formed) makes pod
   // `key` active although the generation adopted last did not: a spare taking
   // a node rank, a pod that joined, every pod of the first generation. Their
-  // assignments are written first (LeaderOptions::assign_first): their
+  // assignments are written first (LeaderMembership::AssignFirst): their
   // workers start from nothing.
   bool NewlyActive(std::uint32_t key) const;
 

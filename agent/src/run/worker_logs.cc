@@ -90,7 +90,7 @@ Status MakeLogDir(const std::string& dir) {
 }
 
 Result<std::vector<WorkerStreams>> WorkerLogDirs::ForAttempt(const std::string& run_id,
-                                                            std::uint32_t restart,
+                                                            std::uint32_t generation,
                                                             std::uint32_t nproc,
                                                             std::uint32_t rank_base,
                                                             const std::string& role_name) {
@@ -114,7 +114,7 @@ Result<std::vector<WorkerStreams>> WorkerLogDirs::ForAttempt(const std::string& 
                             std::strerror(errno));
     }
   }
-  const std::string attempt = run_dir_ + "/attempt_" + std::to_string(restart);
+  const std::string attempt = run_dir_ + "/attempt_" + std::to_string(generation);
   fs::remove_all(attempt, ec);
   for (std::uint32_t lr = 0; lr < nproc; ++lr) {
     fs::create_directories(attempt + "/" + std::to_string(lr), ec);

@@ -36,6 +36,8 @@
 
 namespace trainlet::rendezvous {
 
+class LeaderMembership;  // below
+
 struct LeaderOptions {
   std::uint32_t nnodes = 1;         // pods in the gang, the leader's own included
   // MASTER_PORT handed to every trainer; 0: a port found free on this pod when
@@ -91,18 +93,12 @@ struct LeaderOptions {
   // instance id, is a clash (admission.h rule 11: with a token a non-retriable
   // Reject, it exits config; without one retriable); a silent holder is replaced.
   std::chrono::milliseconds holder_liveness = tunables::kReplyTimeout;
-  // Hot spares and elastic sizes (the agent's membership policy,
-  // agent/include/trainlet/agent/pod/membership_policy.h, formation_policy.h).
-  // With `plan` set, `plan` is asked at every join (and at Reconsider) for the
-  // indices joined (ascending, 0 first) and answers each active pod's node
-  // rank once the round forms; a joined index it leaves out waits as a spare
-  // (Assignment::spare). nullopt: not yet, wait on (the caller bounds the
-  // round). `expected`: the indices the progress line and missing() name
-  // (empty: every index 0..nnodes-1). Called on the executor.
+  // Hot spares and elastic sizes: the caller's membership, the one interface
+  // the leader asks (LeaderMembership below); nullptr: a fixed gang, every
+  // index 0..nnodes-1 on its own node rank. `expected`: the indices the
+  // progress line and missing() name (empty: every index 0..nnodes-1).
+  std::shared_ptr<LeaderMembership> membership;
   std::set<std::uint32_t> expected;
-  std::function<std::optional<std::map<std::uint32_t, std::uint32_t>>(
-      const std::vector<std::uint32_t>& joined)>
-      plan;
   // Admit pods while the generation runs (hot spares, elastic sizes): after the
   // round formed the listener stays open, a hello goes through Admit as before
   // (a live holder's index is a clash; a silent holder's claimant replaces it,
@@ -113,26 +109,6 @@ struct LeaderOptions {
   // on_join, a late pod is refused for now. false: the listener closes when
   // the round forms (late pods find the port closed).
   bool admit_late = false;
-  // The order of the assignment writes: the pods this says true for first,
-  // then the others, each part by index. Hot spares: the pods that start
-  // workers from nothing in this round (a spare taking a lost pod's node rank).
-  // On a busy node each member woken by its assignment may run before the
-  // leader writes the next one, so the pod written last waited for all the
-  // others to start their workers (bench/RESULTS.md, hot spares). Unset: by
-  // index. Called on the executor, once `plan` formed the round.
-  std::function<bool(std::uint32_t index)> assign_first;
-  // Hot spares: the latest replacement of an index by a spare (admission.h,
-  // rule 8: the replaced pod coming back is refused for good). Unset: none.
-  // Called on the executor for each hello.
-  std::function<std::optional<wire::Replaced>(std::uint32_t index)> replaced_of;
-  // Elastic sizes: the latest generation that formed without an index the
-  // leader declared lost (admission.h, rule 8: that pod coming back is refused
-  // for good). Unset: none. Called on the executor for each hello.
-  std::function<std::optional<std::uint32_t>(std::uint32_t index)> left_of;
-  // Hot spares: the generation that ran when the leader declared a waiting
-  // spare of that index lost (admission.h, rule 8: that spare coming back is
-  // refused for good). Unset: none. Called on the executor for each hello.
-  std::function<std::optional<std::uint32_t>(std::uint32_t index)> lost_spare_of;
   // Identity beyond the index (wire::Hello::instance_id, admission.h rules 10
   // and 11): the instance ids of the pods of the generation that ended that
   // this round expects back (a restart's survivors), by index. Until
@@ -155,6 +131,42 @@ struct LeaderOptions {
   // arrival.h: its bind decided that this pod leads); Listen takes it over and
   // owns it (closes it on failure too), and its `port` is then ignored. -1: none.
   int listening_fd = -1;
+};
+
+// What the leader asks of the caller's membership (hot spares, elastic sizes:
+// the agent's roster, agent/src/pod/roster.h, and membership machine,
+// agent/include/trainlet/agent/pod/membership.h). Every method runs on the
+// leader's executor and must not block.
+class LeaderMembership {
+ public:
+  virtual ~LeaderMembership() = default;
+  // Asked at every join (and at Leader::Reconsider) with the indices joined
+  // (ascending, 0 first): each active pod's node rank once the round forms; a
+  // joined index it leaves out waits as a spare (Assignment::spare).
+  // nullopt: not yet, wait on (the caller bounds the round).
+  virtual std::optional<std::map<std::uint32_t, std::uint32_t>> Plan(
+      const std::vector<std::uint32_t>& joined) = 0;
+  // The order of the assignment writes, once Plan formed the round: the pods
+  // this says true for first, then the others, each part by index. Hot
+  // spares: the pods that start workers from nothing (a spare taking a lost
+  // pod's node rank): on a busy node each member woken by its assignment may
+  // run before the leader writes the next one (bench/RESULTS.md, hot spares).
+  virtual bool AssignFirst(std::uint32_t index) = 0;
+  // Hot spares: the latest replacement of `index` by a spare (admission.h,
+  // rule 8: the replaced pod coming back is refused for good); nullopt: none.
+  virtual std::optional<wire::Replaced> ReplacedOf(std::uint32_t index) const = 0;
+  // Elastic sizes: the latest generation that formed without `index` after
+  // the leader declared it lost (admission.h, rule 8); nullopt: none.
+  virtual std::optional<std::uint32_t> LeftOf(std::uint32_t index) const = 0;
+  // Hot spares: the generation that ran when the leader declared a waiting
+  // spare of `index` lost (admission.h, rule 8: that spare coming back is
+  // refused for good); nullopt: none.
+  virtual std::optional<std::uint32_t> LostSpareOf(std::uint32_t index) const = 0;
+  // A member admitted to this round said it leaves (wire::Report::leaving:
+  // its own stop signal) before the round was decided: its index is freed
+  // (the round does not wait for it). After the round was decided the report
+  // reaches ChannelCallbacks::on_report instead.
+  virtual void OnLeave(std::uint32_t index) = 0;
 };
 
 // Binds `port` (0: the kernel's choice) on every interface and listens, with
@@ -219,7 +231,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   // There is no deadline here: the caller bounds the whole rendezvous.
   void Start(wire::Hello own, Done done);
 
-  // Asks LeaderOptions::plan again now, for a round that waits on time as well
+  // Asks LeaderMembership::Plan again now, for a round that waits on time as well
   // as on joins (the caller's timer: torch's last call, formation_policy.h).
   // No effect before Start or once the round formed.
   void Reconsider();
@@ -316,7 +328,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   std::uint32_t RoundGeneration() const;
   std::optional<std::uint32_t> RoundRestarts() const;
   // The members an assignment round writes to, with the MASTER_ADDR each is
-  // given, in the order of the writes (LeaderOptions::assign_first); sets
+  // given, in the order of the writes (LeaderMembership::AssignFirst); sets
   // *own_addr to the leader pod's own MASTER_ADDR.
   std::vector<std::pair<std::shared_ptr<Conn>, std::string>> AssignmentTargets(
       std::string* own_addr);

@@ -54,5 +54,6 @@ inline constexpr milliseconds kVerdictTimeout{kHeartbeatInterval * kHeartbeatMis
 inline constexpr milliseconds kDiagnosticsDelay{2000};   // ms; a hang's diagnostics signal (faulthandler stack dumps) before the stop
 inline constexpr milliseconds kRejoinBackoffInitial{50};  // ms; first retry when rejoining after a restart: the leader re-listens as soon as its own workers are gone
 inline constexpr milliseconds kRejoinBackoffMin{10};      // ms; the jittered retry's floor while rejoining
+inline constexpr milliseconds kLeaveSettle{500};  // ms; leaves heard this soon after the first (a preempted workload's SIGTERMs reach its pods ms to s apart) are decided together: one resize or one stop, never a chain (agent membership.h M7)
 
 }  // namespace trainlet::rendezvous::tunables

@@ -216,6 +216,13 @@ struct Report {
   // The failure is a hang found on that pod (the leader asks every pod for
   // stack dumps first). Encoded as bit 1 of the `ok` flag word.
   bool hang = false;
+  // The pod leaves the gang: its own stop signal (SIGTERM, SIGINT: a
+  // scale-down, a deleted pod, a drained node), not a failure; class
+  // terminated. The leader may go on without it (agent/pod/membership.h,
+  // rules M7-M10). Bit 2 of the `ok` flag word: an older leader reads a
+  // terminated report, as before. Sent before the assignment too (a pod
+  // stopped while it waits in a round), where the leader frees its index.
+  bool leaving = false;
   bool operator==(const Report&) const = default;
 };
 

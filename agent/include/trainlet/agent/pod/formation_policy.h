@@ -1,7 +1,6 @@
 // trainlet/agent/pod/formation_policy.h — *when* the leader's rendezvous round
-// forms a generation, what a pod arriving while a generation runs gets, and
-// which generations count as restarts: elastic `--nnodes MIN:MAX` with
-// torchrun's meaning, and hot spares (`--spares K`). PlanGeneration
+// forms a generation: elastic `--nnodes MIN:MAX` with torchrun's meaning, and
+// hot spares (`--spares K`). PlanGeneration
 // (membership_policy.h) says *who* is active on which node rank; these say
 // when to ask it. No sockets, no clocks: the caller measures the durations.
 // Pure; thread-safe.
@@ -32,19 +31,15 @@
 //  - Otherwise, with at least MIN pods, it forms `last_call` after the pod
 //    count reached MIN (torch's last call), a fixed gang's (MIN = MAX) first
 //    round with spares too: a spare arriving after the round formed is
-//    admitted while the generation runs (OnLateJoin: it waits as a spare).
+//    admitted while the generation runs (membership.h M13: it waits as a spare).
 //  - Near the round's deadline (--rdzv-timeout less kFormBeforeDeadline, or
 //    a tenth of it when shorter): at least MIN pods form, the last call cut
 //    short (torch would time out when its last call outlasts join_timeout;
 //    trainlet keeps the pods it has, and forms early enough for the members,
 //    whose own deadline ends their wait, to get their assignments); at the
 //    deadline fewer than MIN give up (the caller exits infra, 75).
-//  - A pod arriving while a generation runs: fewer than MAX active -> a next
-//    generation that takes it in (a join: not a restart); else it waits as a
-//    spare with no new generation (torch's redundancy list).
-//  - A generation counts against --max-restarts, and raises
-//    TORCHELASTIC_RESTART_COUNT, when something failed or was lost in the one
-//    that ended; a generation caused only by joins does not.
+//  - A pod arriving while a generation runs, and which generations count as
+//    restarts: the membership machine's (membership.h M2, M13).
 #pragma once
 
 #include <chrono>
@@ -109,34 +104,5 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
 std::optional<std::chrono::steady_clock::time_point> MinReachedAt(
     std::optional<std::chrono::steady_clock::time_point> reached_at, std::uint32_t joined,
     const FormationConfig& c, std::chrono::steady_clock::time_point now);
-
-// A pod admitted while a generation runs, with `active` pods active.
-struct LateJoin {
-  enum class Kind {
-    kNextGeneration,  // the gang grows: start a generation that takes it in (not a restart)
-    kWaitAsSpare,     // the gang is at MAX: it waits connected, without workers
-  };
-  Kind kind = Kind::kWaitAsSpare;
-  std::string why{};
-};
-LateJoin OnLateJoin(std::uint32_t active, const FormationConfig& c);
-
-// What ended a generation. Several may hold at once (a pod joined and another
-// was lost); any failure or loss makes the next generation a restart.
-struct GenerationCause {
-  bool joined = false;  // a pod arrived and the gang grows
-  bool failed = false;  // a worker failed (any retriable class), restarting in place or swapping
-  bool lost = false;    // a pod was declared lost (silent, closed) or left (hardware)
-};
-
-struct RestartBudget {
-  std::uint32_t restarts = 0;  // the next generation's TORCHELASTIC_RESTART_COUNT
-  bool allowed = true;         // false: --max-restarts is spent, the gang ends
-};
-
-// The restart count after `cause`, from `restarts` so far and --max-restarts.
-// A join-only generation keeps the count and is always allowed.
-RestartBudget NextRestarts(std::uint32_t restarts, const GenerationCause& cause,
-                           std::uint32_t max_restarts);
 
 }  // namespace trainlet::agent

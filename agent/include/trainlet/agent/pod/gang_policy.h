@@ -3,43 +3,46 @@
 // turns the control channel, the supervisor, signals and timers into events,
 // and carries out the actions. Not thread-safe; owned by the one event loop.
 //
-// The rules (README, "Gang"):
-//  - The leader decides, alone, which failure of a generation came first (its
-//    own pod's, a member's report, a member lost) and tells every member in one
-//    Stop: restart in place (--max-restarts), or stop for good.
-//  - The culprit (the pod named first) exits with its own class; every other
-//    pod exits peer_failed, even one whose own worker failed later: exactly one
-//    counted exit per gang failure. A member whose own worker failed therefore
-//    waits (bounded) for the leader's verdict before it concludes.
-//  - A pod whose own event loop stalled past the heartbeat timeout (SIGSTOP, a
-//    frozen node) is the culprit of what its peers saw (class infra): it stops
-//    its workers and never blames a healthy peer for the silence.
-//  - A stop signal (SIGTERM, SIGINT) received before the pod knew of any
-//    failure ends it as terminated (143), whatever its workers do afterwards.
-//    After a stop signal the pod never restarts, also when the signal arrives
-//    while its workers stop for a restart.
-//  - A restart happens only for worker, infra, oom and peer_failed, while
-//    generation < max_restarts, and never once some pod's workers all succeeded.
-//    With a hot spare waiting (--spares), a member's hardware failure restarts
-//    too: that member leaves (it exits with its own class, so the Job counts
-//    and recreates it) and a spare takes its node rank (membership_policy.h).
-//  - A spare has no workers: it restarts at once with the gang, exits 0 when
-//    the leader says the gang finished, 76 when it stopped for good. The loss
-//    of a spare changes no generation.
-//  - A pod admitted while a generation runs (Joined): when the gang may grow
-//    (elastic --nnodes MIN:MAX below MAX: formation_policy.h OnLateJoin) and
-//    nothing failed, the leader ends the generation for a next one that takes
-//    it in: a Stop with restart and class ok, which is no restart (torch's
-//    num_nodes_waiting() restart: TORCHELASTIC_RESTART_COUNT stays). Else it
-//    waits as a spare.
-//  - Restarts are counted, not generations: --max-restarts bounds the
-//    generations that followed a failure or a loss (formation_policy.h
-//    NextRestarts); the count comes with each assignment.
-//  - Each generation's state is one value (Generation: a phase, a decision and
-//    the first failure known);
-//    a restart replaces it whole. Events the wiring delivers for an old
-//    generation must be dropped by the wiring (it knows which objects belong to
-//    which generation: pod.cc's PodGeneration, its callbacks behind Pod::Guard).
+// The rules (README, "Gang"), numbered (G1-G11; membership's, M1-M15, are in
+// membership.h, which the leader's role holds: who is in the gang, whether
+// an end is a restart or a resize, and the restart budget are decided there):
+//  G1. The leader decides, alone, which failure of a generation came first
+//      (its own pod's, a member's report, a member lost) and tells every
+//      member in one Stop: restart in place (--max-restarts), or stop for good.
+//  G2. The culprit (the pod named first) exits with its own class; every other
+//      pod exits peer_failed, even one whose own worker failed later: exactly
+//      one counted exit per gang failure. A member whose own worker failed
+//      therefore waits (bounded) for the leader's verdict before it concludes.
+//  G3. A pod whose own event loop stalled past the heartbeat timeout (SIGSTOP,
+//      a frozen node) is the culprit of what its peers saw (class infra): it
+//      stops its workers and never blames a healthy peer for the silence.
+//  G4. A stop signal (SIGTERM, SIGINT) received before the pod knew of any
+//      failure ends it as terminated (143), whatever its workers do afterwards.
+//      After a stop signal the pod never restarts, also when the signal
+//      arrives while its workers stop for a restart or a resize.
+//  G5. A member's stop signal is a graceful leave: it tells the leader it
+//      leaves (wire::Report::leaving; also while it waits in a round), stops
+//      its workers and exits 143. The leader's membership decides whether the
+//      gang goes on without it (membership.h M7-M11).
+//  G6. Whether a failure restarts the gang: membership.h M1-M5 (the budget).
+//      With a hot spare waiting (--spares), a member's hardware failure
+//      restarts too: that member leaves (it exits with its own class, so the
+//      Job counts and recreates it) and a spare takes its node rank.
+//  G7. A spare has no workers: it restarts at once with the gang, exits 0 when
+//      the leader says the gang finished, 76 when it stopped for good. The loss
+//      of a spare changes no generation.
+//  G8. A next generation that counts no restart (a join below MAX, a graceful
+//      leave, the leader leaving): a Stop with restart and class ok; the
+//      members rejoin without raising TORCHELASTIC_RESTART_COUNT (torch's
+//      num_nodes_waiting() restart does the same for joins).
+//  G9. Restarts are counted, not generations; the count comes with each
+//      assignment (membership.h M2, M15).
+//  G10. Each generation's state is one value (Generation: a phase, a decision
+//      and the first failure known); a restart replaces it whole. Events the
+//      wiring delivers for an old generation must be dropped by the wiring
+//      (pod.cc's PodGeneration, its callbacks behind Pod::Guard).
+//  G11. Once a member's workers all succeeded no restart follows (the gang
+//      finishes, or stops for whoever failed).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +52,7 @@
 #include <variant>
 #include <vector>
 
+#include "trainlet/agent/pod/membership.h"
 #include "trainlet/exitcodes/status.h"
 #include "trainlet/rendezvous/wire.h"
 
@@ -60,8 +64,8 @@ using exitcodes::FailureClass;
 struct Assigned {  // the gang formed; this pod's workers have been started (or, a spare, none)
   std::uint32_t generation = 0;
   bool spare = false;  // this pod waits as a hot spare in this generation: no workers
-  // Leader: the pods waiting as spares in this generation (their loss changes
-  // no generation; a hardware failure can restart only while one waits).
+  // Leader: the pods waiting as spares in this generation (the roster's plan,
+  // handed to the membership machine, which keeps the one copy).
   std::set<std::uint32_t> spares{};
   // Active pods in this generation (WORLD_SIZE / nproc_per_node); 0: GangConfig::nnodes.
   std::uint32_t nnodes = 0;
@@ -97,14 +101,15 @@ struct OwnStall {  // this pod's own event loop did not run for longer than the 
   std::string why{};
 };
 struct ReportSent {};  // member: the success report was written to the leader
-enum class TimerKind { kVerdict };  // member: the leader's verdict did not come in time
+enum class TimerKind {
+  kVerdict,  // member: the leader's verdict did not come in time
+  kSettle,   // leader: the settle window after a graceful leave ended (membership.h M7)
+};
 struct Timer {
   TimerKind kind = TimerKind::kVerdict;
 };
-struct Joined {  // leader: pod `index` was admitted while this generation runs
+struct Joined {  // leader: pod `index` was admitted while this generation runs (membership.h M13)
   std::uint32_t index = 0;
-  // OnLateJoin said the gang grows (fewer than MAX active); false: it is at MAX.
-  bool grows = false;
 };
 }  // namespace gang
 
@@ -137,6 +142,19 @@ struct GangActions {
   // first (a hang somewhere: stack dumps), 0 for none.
   std::optional<int> stop_workers;
   bool arm_verdict_timer = false;  // member: bound the wait for the leader's Stop
+  bool arm_settle_timer = false;   // leader: decide the leaves after kLeaveSettle
+  // Leader: pods the roster marks lost (never active again) and leaving (its
+  // hardware, or a graceful leave): the membership machine's word, carried out
+  // before the broadcast (whose replacement the roster names).
+  std::vector<std::uint32_t> lost{};
+  std::vector<std::uint32_t> leaving{};
+  // Leader: the broadcast Stop ends the generation for a next one that counts
+  // no restart (a join, a leave), so it names no failure (metrics).
+  bool resize = false;
+  // The class trainlet_last_failure (metrics.h) takes now: this pod's own
+  // failure, or the culprit's the leader names (peer_failed for a final stop
+  // caused elsewhere); nullopt: no failure (a join, a leave).
+  std::optional<std::uint16_t> note_failure{};
   bool restart = false;            // join the rendezvous again for the next generation
   std::optional<Conclusion> conclude;  // exit now
   std::string log{};               // one line worth logging, or ""
@@ -149,10 +167,9 @@ struct GangConfig {
   std::uint32_t nnodes = 1;  // active pods (without the spares) until the first assignment says
   std::uint32_t max_restarts = 0;
   int hang_signal = 10;  // diagnostics signal the Stop asks for after a hang
+  std::uint32_t min_nodes = 0;  // --nnodes MIN; 0: nnodes (a fixed gang)
+  std::uint32_t spares = 0;     // --spares K
 };
-
-// True for the classes an in-place restart may follow.
-bool RestartableClass(exitcodes::FailureClass c);
 
 // One generation's state: a restart replaces it whole (`gen_ = {}`). Each
 // field is one value, so that no impossible combination can be written: where
@@ -175,7 +192,7 @@ struct Generation {
     kFinal,       // member: the leader's final Stop arrived (no restart)
     kLeaderLost,  // member: the leader was lost before it decided; no decision will come
     kSucceeded,   // leader: a member's workers all succeeded: no restart any more
-    kGrow,        // it ends in a next generation that takes in a joining pod (no restart)
+    kGrow,        // it ends in a next generation that counts no restart (a join, a leave: G8)
   };
   // The first failure this pod knows of in the generation; a later one is
   // collateral. A member's own failure gives way to the leader's final word
@@ -224,8 +241,6 @@ struct Generation {
   // Leader.
   std::optional<std::uint32_t> first;    // the pod whose failure was decided first
   std::set<std::uint32_t> settled;       // members that reported or were lost
-  std::set<std::uint32_t> spares;        // the pods waiting as spares
-  std::uint32_t active = 0;              // active pods (Assigned::nnodes)
 
   bool running() const { return phase != Phase::kJoining; }  // workers started (or a spare)
   bool done() const { return running() && phase != Phase::kRunning; }  // none left to wait for
@@ -272,8 +287,9 @@ class GangPolicyBase {
 
 class LeaderPolicy : public GangPolicyBase {
  public:
-  using GangPolicyBase::GangPolicyBase;
+  explicit LeaderPolicy(GangConfig config);
   GangActions On(const GangEvent& e);
+  const Membership& membership() const { return membership_; }
 
  private:
   GangActions OnReport(const gang::Report& r);
@@ -283,14 +299,18 @@ class LeaderPolicy : public GangPolicyBase {
   GangActions OnStopSignal(int signo);
   GangActions OnWorkersDone(const gang::WorkersDone& d);
   GangActions OnJoined(const gang::Joined& j);
+  GangActions OnLeaving(const gang::Report& r);
+  GangActions OnSettled();
   GangActions PodFailed(std::uint32_t index, exitcodes::FailureClass c, const std::string& reason,
                         bool hang);
+  GangActions Announce(std::uint32_t index, exitcodes::FailureClass c, const std::string& reason,
+                       bool hang, const MembershipActions& m);
+  GangActions NextWithoutRestart(const MembershipActions& m);
   GangActions MaybeConclude(GangActions a = {});
   bool GangSucceeded() const;
-  bool AllSettled() const {
-    return gen_.settled.size() + 1 >= (gen_.active != 0 ? gen_.active : config_.nnodes);
-  }
+  bool AllSettled() const { return gen_.settled.size() + 1 >= membership_.active(); }
   GangActions ConcludeGang(GangActions a);
+  Membership membership_;
 };
 
 class MemberPolicy : public GangPolicyBase {
@@ -318,6 +338,8 @@ class GangPolicy {
   // leader gave it; the role stays (index 0 leads from the start).
   void AdoptIndex(std::uint32_t index);
   bool is_leader() const { return std::holds_alternative<LeaderPolicy>(role_); }
+  // The leader's membership machine; nullptr for a member.
+  const Membership* membership() const;
 
  private:
   std::variant<LeaderPolicy, MemberPolicy> role_;

@@ -1,7 +1,13 @@
 // trainlet/agent/run/worker_logs.h — per-rank log files in torchrun's layout
 // (torch/distributed/elastic/multiprocessing/api.py DefaultLogsSpecs):
 //
-//   <log-dir>/<run-id>_<suffix>/attempt_<restart>/<local-rank>/{stdout,stderr}.log
+//   <log-dir>/<run-id>_<suffix>/attempt_<generation>/<local-rank>/{stdout,stderr}.log
+//
+// torch names the folder by its restart count; trainlet by the gang's
+// generation (Assignment::generation), which equals it in a fixed gang and,
+// unlike the count, never repeats within a run: a join or a graceful leave
+// starts a generation without a restart (agent/pod/membership.h M2), and a
+// folder of the same number would be wiped.
 //
 // --redirects sends a stream to its file only, --tee to its file and to the
 // console; --local-ranks-filter keeps other ranks off the console (their files
@@ -65,8 +71,8 @@ std::vector<WorkerStreams> PlanWorkerStreams(const WorkerLogOptions& o, const st
 // The folders of one pod's run, made as torchrun makes them: the run folder
 // once ("<run-id>_" and 8 random characters of [a-z0-9_], mode 0700, as
 // Python's tempfile.mkdtemp makes it, in the log dir, which is created if
-// missing), and for each attempt a fresh attempt_<restart>/ (an old one of
-// that number is removed) with a folder per local rank. Not thread-safe; call
+// missing), and for each generation a fresh attempt_<generation>/ (an old
+// one of that number, from an earlier run in the same folder, is removed) with a folder per local rank. Not thread-safe; call
 // on the agent's thread.
 class WorkerLogDirs {
  public:
@@ -74,7 +80,7 @@ class WorkerLogDirs {
   // The streams for the attempt's workers. Errors (class config): the log dir
   // cannot be made or is not a folder (the message names it and errno).
   [[nodiscard]] exitcodes::Result<std::vector<WorkerStreams>> ForAttempt(
-      const std::string& run_id, std::uint32_t restart, std::uint32_t nproc,
+      const std::string& run_id, std::uint32_t generation, std::uint32_t nproc,
       std::uint32_t rank_base, const std::string& role_name);
   const std::string& run_dir() const { return run_dir_; }
 
