@@ -973,6 +973,7 @@ void Leader::Heartbeat() {
 }
 
 void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m) {
+  Impl& im = *impl_;
   if (const auto* hb = std::get_if<wire::Heartbeat>(&m)) {
     conn->peer_state.OnHeartbeat(*hb, std::chrono::steady_clock::now());
     return;
