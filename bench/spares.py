@@ -7,7 +7,7 @@ them), trainer start-up excluded.
   bench/spares.py --trainlet build/agent/trainlet [--pods 8] [--runs 5] [--fault freeze|kill]
 
 The fault hits pod 1 (agent and worker at once): `freeze` SIGSTOPs both (the connection stays
-open and goes silent: the leader declares the pod lost after the heartbeat timeout, 3 x 0.8 s),
+open and goes silent: the leader declares the pod lost after the heartbeat timeout, 6 x 0.4 s),
 `kill` SIGKILLs both (the connection closes). Every trainer is a `sh` script that prints
 "START <restart count> <RANK> <pid> <ns>" (`date +%s%N`, right after exec) and, on SIGTERM,
 "TERM <RANK> <ns>".
@@ -37,7 +37,7 @@ echo "START $TORCHELASTIC_RESTART_COUNT $RANK $$ $(date +%s%N)"
 trap 'echo "TERM $RANK $(date +%s%N)"; exit 0' TERM
 while :; do sleep 1 & wait $!; done
 '''
-HEARTBEAT_TIMEOUT_MS = 2400  # rendezvous/include/trainlet/rendezvous/tunables.h: 3 x 0.8 s
+HEARTBEAT_TIMEOUT_MS = 2400  # rendezvous/include/trainlet/rendezvous/tunables.h: 6 x 0.4 s
 START = re.compile(r"START (\d+) (\d+) (\d+) (\d+)")
 TERM = re.compile(r"TERM (\d+) (\d+)")
 

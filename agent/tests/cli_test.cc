@@ -59,6 +59,14 @@ TEST(CliTest, BadInputIsOneLineAndItsCodeAtOnce) {
       {"", "--log-level loud -- true", "--log-level='loud'"},           // before the table
       {"TRAINLET_NNODES=x", "-- true", "TRAINLET_NNODES='x'"},          // Validate
       {"", "--token-file /nonexistent/token -- true", "'/nonexistent/token' cannot be read"},
+      // A device or an endless file is refused before any read (it used to grow
+      // the agent until the OOM killer came); a path the system refuses is 78
+      // naming it (it was an exception: "internal error", 75).
+      {"", "--token-file /dev/zero -- true", "'/dev/zero' is a character device"},
+      // (The summary cuts the 4,100-character path: front_end_test sees the whole line.)
+      {"", "--log-dir /tmp/" + std::string(4100, 'a') + " -r 3 -- true", "--log-dir '/tmp/aaa"},
+      {"", "--run-dir /tmp/" + std::string(4100, 'a') + " -- true", "--run-dir /tmp/aaa"},
+      {"TRAINLET_RUN_PATH=xxx", "-- true", "TRAINLET_RUN_PATH"},       // the variable, not the flag
       {"", "", "no trainer command"},                                   // the plan
       {"JOB_COMPLETION_INDEX=1", "-- true", "number of pods is missing"},
       {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
@@ -69,10 +77,11 @@ TEST(CliTest, BadInputIsOneLineAndItsCodeAtOnce) {
   };
   for (const Row& r : rows) {
     Outcome run = Trainlet(r.env, r.args);
-    EXPECT_EQ(run.code, r.code) << r.env << " " << r.args << ": " << run.out;
-    EXPECT_NE(run.out.find(r.expected), std::string::npos) << r.env << " " << r.args << ": "
-                                                           << run.out;
-    EXPECT_LT(run.seconds, kPromptExitSeconds) << r.args;
+    EXPECT_EQ(run.code, r.code) << r.env << " " << r.args.substr(0, 200) << ": " << run.out;
+    EXPECT_NE(run.out.find(r.expected), std::string::npos)
+        << r.env << " " << r.args.substr(0, 200) << ": " << run.out;
+    EXPECT_EQ(run.out.find("internal error"), std::string::npos) << run.out;
+    EXPECT_LT(run.seconds, kPromptExitSeconds) << r.args.substr(0, 200);
     // The last line is the JSON summary every non-zero exit ends with.
     std::string last = run.out.substr(run.out.rfind('\n', run.out.size() - 2) + 1);
     EXPECT_NE(last.find("{\"attempt\""), std::string::npos) << last;
@@ -166,6 +175,79 @@ TEST(CliTest, LocalKilledWithSigkillTakesItsAgentsAndWorkersAlong) {
   EXPECT_TRUE(left.empty()) << left.size() << " agent(s)/worker(s) still running 40 s after "
                             << "`trainlet local` was killed\n" << read_log();
   fs::remove_all(dir);
+}
+
+// A SIGTERM/SIGINT while the agent is still starting ends it at once with the
+// stop's code (the pod: 143; `trainlet local`: 128 + signal), at each point of
+// the start-up that takes time: GPU discovery on a wedged driver (it used to
+// wait out the 20 s discovery timeout, then exit 74), and resolving a leader
+// that does not exist yet (the rendezvous loop).
+TEST(CliTest, AStopDuringStartUpEndsItAtOnce) {
+  struct Row {
+    std::string what, env, args;
+    int signo, code;
+  };
+  const std::string hang = std::string("FAKE_CUDA_HANG=1 TRAINLET_LIBCUDA=") + FAKE_LIBCUDA;
+  const std::vector<Row> rows = {
+      {"GPU discovery", hang, "--require-gpus -- true", SIGTERM, 143},
+      {"GPU discovery, SIGINT", hang, "--nproc-per-node gpu -- true", SIGINT, 143},
+      {"resolving the leader", "",
+       "--nnodes 2 --node-rank 1 --master-addr no-such-leader.invalid --rdzv-timeout 120 -- true",
+       SIGTERM, 143},
+      {"local, GPU discovery", hang, "local --nproc-per-node gpu -- true", SIGINT, 130},
+  };
+  for (const Row& r : rows) {
+    const std::string log = testing::TempDir() + "stop-at-start.log";
+    std::vector<std::string> args = {"/usr/bin/env", "-i", "PATH=/usr/bin:/bin", "HOSTNAME=x",
+                                     "TRAINLET_LIBNCCL=/nonexistent/libnccl.so.2"};
+    std::istringstream env(r.env), words(r.args);
+    for (std::string w; env >> w;) args.push_back(w);
+    args.push_back(TRAINLET_BIN);
+    for (std::string w; words >> w;) args.push_back(w);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    pid_t pid = -1;
+    ASSERT_EQ(::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), nullptr), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    // Past main's first line (the stop signals blocked: /proc's SigBlk), then
+    // into the slow step.
+    auto blocked = [pid] {
+      std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+      for (std::string line; std::getline(f, line);) {
+        if (line.rfind("SigBlk:", 0) == 0) {
+          return (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1) & 1) != 0;
+        }
+      }
+      return false;
+    };
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!blocked() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    const auto t0 = Clock::now();
+    ASSERT_EQ(::kill(pid, r.signo), 0);
+    int status = 0;
+    while (::waitpid(pid, &status, WNOHANG) == 0 && Clock::now() - t0 < std::chrono::seconds(15)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (took >= 15) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    std::ifstream f(log);
+    const std::string out(std::istreambuf_iterator<char>(f), {});
+    ASSERT_TRUE(WIFEXITED(status)) << r.what << ": " << out;
+    EXPECT_EQ(WEXITSTATUS(status), r.code) << r.what << ": " << out;
+    EXPECT_LT(took, 5.0) << r.what << ": " << out;
+  }
 }
 
 // A subcommand is one as the very first argument (front_end_test has their

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -527,10 +528,13 @@ TEST(CommandLine, BadInputIsRefusedAsConfig) {
       {"", "--grace-period ' 1' -- true", "--grace-period=' 1'"},
       {"", "--nnodes 2 --master-addr x -- true", "this pod has no index"},
       {"", "--token-file /nonexistent/token -- true", "'/nonexistent/token' cannot be read"},
-      {"", "--token-file /dev/null -- true", "'/dev/null' is empty"},
+      {"", "--token-file /dev/null -- true", "'/dev/null' is a character device"},
       {"", "--log-level loud -- true", "--log-level='loud'"},
       {"", "--signal-scope pod -- true", "--signal-scope: pod not in {main,group}"},
-      {"TRAINLET_SIGNAL_SCOPE=session", "-- true", "--signal-scope: session not in"},
+      {"TRAINLET_SIGNAL_SCOPE=session", "-- true", "TRAINLET_SIGNAL_SCOPE: session not in"},
+      // CLI11's own refusals name the variable the value came from, not its flag.
+      {"TRAINLET_RUN_PATH=xxx", "-- true", "TRAINLET_RUN_PATH"},
+      {"TRAINLET_LOG_FORMAT=yaml", "-- true", "TRAINLET_LOG_FORMAT"},
       {"", "-- /no/such/trainer", "cannot execute the trainer command '/no/such/trainer'"},
       // torchrun's command line: what trainlet cannot honour is refused by name.
       {"", "--epochs 3 train.py", "unknown option '--epochs'"},
@@ -632,6 +636,78 @@ TEST(CommandLine, BadInputIsRefusedAsConfig) {
   }
 }
 
+// Every file a flag or variable names is read without blocking or growing
+// (exitcodes::ReadUserFile), and every path from the spec goes through the
+// calls that return errors, not exceptions: each bad one is a one-line 78
+// that names it and says what it is.
+TEST(CommandLine, BadFilesAndPathsAreConfigNamingThem) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("front-bad-files-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "podinfo");
+  const std::string fifo = (dir / "fifo").string(), big = (dir / "big").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((dir / "podinfo" / "labels").c_str(), 0600), 0);
+  std::ofstream(big) << std::string((1 << 20) + 1, 'x');
+  const std::string d = dir.string(), long_path = "/tmp/" + std::string(4100, 'a');
+  struct Row {
+    std::string env, args, expected;
+  };
+  const std::vector<Row> rows = {
+      {"", "--token-file " + fifo + " -- true", "--token-file '" + fifo + "' is a FIFO"},
+      {"", "--token-file /dev/zero -- true", "'/dev/zero' is a character device, not a regular"},
+      {"TRAINLET_TOKEN_FILE=/dev/urandom", "-- true",
+       "TRAINLET_TOKEN_FILE '/dev/urandom' is a character device"},
+      {"", "--token-file " + d + " -- true", "--token-file '" + d + "' is a directory"},
+      {"", "--token-file " + big + " -- true",
+       "--token-file '" + big + "' is 1048577 bytes (1.0 MiB), more than the 1 MiB"},
+      {"", "--token-file " + long_path + " -- true", "cannot be read: File name too long"},
+      {"", "--podinfo-dir " + d + "/podinfo -- true",
+       "the downward-API file '" + d + "/podinfo/labels' is a FIFO"},
+      {"", "--podinfo-file /dev/zero -- true",
+       "the downward-API file '/dev/zero' is a character device"},
+      {"", "--podinfo-dir " + long_path + " -- true", "File name too long"},
+      {"", "--log-dir " + long_path + " -r 3 -- true",
+       "--log-dir '" + long_path + "' is not a folder that can be made: File name too long"},
+  };
+  for (const Row& r : rows) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Outcome o = FrontEndOf(r.env, r.args);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)) << r.args;
+    EXPECT_EQ(o.code, 78) << r.env << " " << r.args.substr(0, 200) << ": " << o.out;
+    EXPECT_NE(o.message.find(r.expected), std::string::npos)
+        << r.env << " " << r.args.substr(0, 200) << ": " << o.message.substr(0, 300);
+    EXPECT_EQ(o.message.find('\n'), std::string::npos) << "one line: " << o.message;
+  }
+  fs::remove_all(dir);
+}
+
+// A subcommand's refusal names what the user wrote, not the parser's names.
+TEST(CommandLine, ProbeSaysWhatItTakes) {
+  Outcome o = FrontEndOf("", "probe x");
+  EXPECT_EQ(o.code, 78) << o.out;
+  EXPECT_NE(o.out.find("trainlet: probe 'x': what to probe is one of ready, live, metrics"),
+            std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("what:"), std::string::npos) << o.out;
+}
+
+// A token too short to be secret is taken, with a warning that says its size
+// (never the token).
+TEST(CommandLine, AShortTokenIsWarnedAbout) {
+  const std::string path = testing::TempDir() + "short-token";
+  std::ofstream(path) << "abcde\n";
+  Outcome o = FrontEndOf("", "--token-file " + path + " -- true");
+  ASSERT_NE(o.pod(), nullptr) << o.message;
+  EXPECT_EQ(o.pod()->token, "abcde");
+  EXPECT_NE(o.out.find("--token-file '" + path + "' holds 5 bytes: a token shorter than 32"),
+            std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("abcde"), std::string::npos) << "never the token";
+  std::ofstream(path) << std::string(32, 'k');
+  Outcome long_enough = FrontEndOf("", "--token-file " + path + " -- true");
+  ASSERT_NE(long_enough.pod(), nullptr) << long_enough.message;
+  EXPECT_EQ(long_enough.out.find("holds"), std::string::npos) << long_enough.out;
+  ::unlink(path.c_str());
+}
+
 // cli_test's GpuFlagsAndTheirEnvironment, RequireGpusOnItsOwn and NprocPerNodeCpu.
 TEST(CommandLine, GpuFlagsAndTheirEnvironment) {
   struct Row {
@@ -653,7 +729,7 @@ TEST(CommandLine, GpuFlagsAndTheirEnvironment) {
       {nogpu, "--preflight --preflight-timeout abc -- true", 78, "--preflight-timeout='abc'"},
       {nogpu + " TRAINLET_PREFLIGHT=1 TRAINLET_PREFLIGHT_MIN_BUSBW=-1", "-- true", 78,
        "TRAINLET_PREFLIGHT_MIN_BUSBW='-1' is negative"},
-      {nogpu + " TRAINLET_NCCL_IDS=maybe", "-- true", 78, "nccl-ids"},
+      {nogpu + " TRAINLET_NCCL_IDS=maybe", "-- true", 78, "TRAINLET_NCCL_IDS: maybe"},
       {nogpu + " CUDA_VISIBLE_DEVICES=0,,1", "--nproc-per-node gpu -- true", 78,
        "CUDA_VISIBLE_DEVICES='0,,1' has an empty entry"},
       {nogpu + " NCCL_SOCKET_IFNAME=nosuchif0", "-- true", 78,

@@ -520,6 +520,20 @@ TEST(SparePolicyTest, TheSpareRestartsAtOnceAndExitsZeroWhenTheGangFinishes) {
   EXPECT_EQ(a.conclude->kind, Kind::kOk);
 }
 
+// A waiting spare frozen past the heartbeat timeout (SIGSTOP): the leader gave
+// it up; resumed, it leaves as the culprit of its own stall (infra), as an
+// active pod does, and does not read the closed connection as a lost leader
+// (which would make it rejoin a leader that no longer counts it).
+TEST(SparePolicyTest, AFrozenSpareLeavesWithItsOwnStall) {
+  GangPolicy spare = MakeWithSpare(2, /*spare=*/true);
+  GangActions a = spare.On(gang::OwnStall{"this pod's event loop did not run for 5.0 s"});
+  ASSERT_TRUE(a.conclude);
+  EXPECT_EQ(a.conclude->kind, Kind::kStall);
+  EXPECT_EQ(a.conclude->failure_class, FailureClass::kInfra);
+  EXPECT_FALSE(a.restart);
+  EXPECT_EQ(spare.On(gang::Lost{0, "closed"}), GangActions{}) << "concluded: no rejoin";
+}
+
 TEST(SparePolicyTest, ASpareOfAGangThatStopsForGoodIsCollateral) {
   GangPolicy spare = MakeWithSpare(2, /*spare=*/true);
   GangActions a = spare.On(gang::Stop{FinalStop(1, FailureClass::kBug)});

@@ -33,6 +33,12 @@ TEST(MetricsTest, EveryFamilyHasHelpAndTypeAndSamplesFollowThem) {
   s.restarts = 2;
   s.pods_joined = 3;
   s.pods_expected = 4;
+  s.pods_min = 2;
+  s.formed = true;
+  s.max_restarts = 3;
+  s.restart_count = 2;
+  s.spares_configured = 2;
+  s.last_culprit = Culprit{.index = 2, .node_name = "gpu-\"7\\", .failure_class = "hardware"};
   s.worker_exits = {{"bug", 1}, {"ok", 3}};
   s.last_failure_class = "bug";
   s.heartbeat_rtt_seconds = {{1, 0.00025}, {3, 0.5}};
@@ -43,7 +49,8 @@ TEST(MetricsTest, EveryFamilyHasHelpAndTypeAndSamplesFollowThem) {
                     {.generation = 2, .node_rank = 2, .replaced = 2, .spare = 4}};
   const std::string text = RenderMetrics(s);
   // Text format 0.0.4: "# HELP name text", "# TYPE name type", then samples of that family.
-  std::regex sample(R"(^([a-z_]+)(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (\S+)$)");
+  const std::string value = R"("(?:[^"\\\n]|\\[\\"n])*")";  // escapes: \\ \" \n
+  std::regex sample("^([a-z_]+)(\\{[a-z_]+=" + value + "(,[a-z_]+=" + value + R"()*\})? (\S+)$)");
   std::string family;
   int families = 0;
   std::size_t pos = 0;
@@ -70,14 +77,29 @@ TEST(MetricsTest, EveryFamilyHasHelpAndTypeAndSamplesFollowThem) {
     ASSERT_TRUE(std::regex_match(line, m, sample)) << line;
     EXPECT_EQ(m[1], family) << line;
   }
-  EXPECT_GE(families, 17);
+  EXPECT_GE(families, 23);
   EXPECT_NE(text.find("\ntrainlet_gang_restarts_total 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\ntrainlet_worker_exits_total{class=\"bug\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("\ntrainlet_worker_exits_total{class=\"oom\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("\ntrainlet_last_failure{class=\"bug\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("\ntrainlet_last_failure{class=\"infra\"} 0\n"), std::string::npos);
-  EXPECT_NE(text.find("\ntrainlet_heartbeat_rtt_seconds{pod=\"1\"} 0.00025\n"), std::string::npos);
-  EXPECT_NE(text.find("\ntrainlet_straggler{pod=\"1\"} 1\n"), std::string::npos);
+  // The pod's index is "member": the Prometheus Operator's target label "pod"
+  // would rename a "pod" of ours to "exported_pod".
+  EXPECT_NE(text.find("\ntrainlet_heartbeat_rtt_seconds{member=\"1\"} 0.00025\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("\ntrainlet_straggler{member=\"1\"} 1\n"), std::string::npos);
+  EXPECT_EQ(text.find("pod=\""), std::string::npos) << text;
+  // What alert rules need: the budget, the spares, MIN, formation, the culprit's node.
+  EXPECT_NE(text.find("\ntrainlet_gang_max_restarts 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntrainlet_gang_restart_count 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntrainlet_gang_spares_configured 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntrainlet_gang_pods_min 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntrainlet_gang_formed 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ntrainlet_gang_last_culprit{member=\"2\",node_name=\"gpu-\\\"7\\\\\","
+                      "class=\"hardware\"} 1\n"),
+            std::string::npos)
+      << "escaped as the text format asks\n"
+      << text;
   // Hot spares: which spare took which pod's node rank, per generation.
   EXPECT_NE(text.find("\ntrainlet_gang_replacements_total 2\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\ntrainlet_gang_replacement{generation=\"2\",node_rank=\"2\",spare=\"4\","
@@ -86,9 +108,9 @@ TEST(MetricsTest, EveryFamilyHasHelpAndTypeAndSamplesFollowThem) {
       << text;
   EXPECT_NE(text.find("\ntrainlet_output_dropped_lines_total{stream=\"stderr\"} "),
             std::string::npos);
-  // A member has no per-pod series.
+  // A member has no per-member series.
   s.leader = false;
-  EXPECT_EQ(RenderMetrics(s).find("{pod="), std::string::npos);
+  EXPECT_EQ(RenderMetrics(s).find("member="), std::string::npos);
 }
 
 TEST(MetricsTest, OutputCountersAreCountedPerStream) {

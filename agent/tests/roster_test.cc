@@ -135,6 +135,27 @@ TEST_F(RosterTest, ASpareTakingALostPodsRankIsNoLeaving) {
   EXPECT_TRUE(roster_.LastReplacementOf(1));
 }
 
+// A waiting spare declared lost (cut off, frozen) is recorded with the
+// generation that ran, for the admission to refuse it when it comes back;
+// a pod admitted at its index again (recreated) clears it, as does a plan
+// that counts the index.
+TEST_F(RosterTest, ALostWaitingSpareIsRecordedUntilItsIndexIsAdmittedAgain) {
+  Round();
+  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  roster_.Adopt(0);
+  roster_.MarkLost(1);  // active, not a spare: the replacement says so
+  EXPECT_EQ(roster_.LostSpareIn(1), std::nullopt);
+  roster_.MarkLost(2);
+  EXPECT_EQ(roster_.LostSpareIn(2), std::optional<std::uint32_t>(0));
+  roster_.AddJoined(2, /*waiting=*/true);  // the Job recreated index 2
+  EXPECT_EQ(roster_.LostSpareIn(2), std::nullopt);
+  roster_.MarkLost(2);
+  Round();
+  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  roster_.Adopt(1);
+  EXPECT_EQ(roster_.LostSpareIn(2), std::nullopt) << "active in generation 1";
+}
+
 // A pod gone while the gang restarted (never declared lost: every connection
 // closes to rejoin) is not waited for past the last call: the spare takes its rank.
 TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {

@@ -12,6 +12,7 @@
 #include "trainlet/exitcodes/xid.h"
 
 #include "trainlet/exitcodes/termination.h"
+#include "trainlet/exitcodes/user_file.h"
 
 namespace trainlet::exitcodes {
 
@@ -326,17 +327,6 @@ std::string Says(const MarkerHit& h, const MarkerTable& markers) {
   return s;
 }
 
-// "64 MiB", "1.5 GiB".
-std::string Size(std::uint64_t bytes) {
-  char buf[32];
-  if (bytes >= (1ULL << 30)) {
-    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
-  } else {
-    std::snprintf(buf, sizeof buf, "%.0f MiB", static_cast<double>(bytes) / (1ULL << 20));
-  }
-  return buf;
-}
-
 // "15.3 KiB before the end of its stderr, 2.5 s before it ended": where a
 // whole-stream hit was.
 std::string Where(const MarkerHit& h) {
@@ -389,7 +379,7 @@ struct Facts {
   // The pod spec sizes /dev/shm (a container's default is 64 MiB): a retry
   // fails the same way, so the Job should not retry (config, FailJob).
   std::string ShmAdvice() const {
-    return "; /dev/shm" + (e.shm_bytes ? " (" + Size(*e.shm_bytes) + ")" : std::string()) +
+    return "; /dev/shm" + (e.shm_bytes ? " (" + FormatBytes(*e.shm_bytes) + ")" : std::string()) +
            " is too small: mount an emptyDir with medium: Memory at /dev/shm";
   }
 };
@@ -544,7 +534,7 @@ std::optional<Verdict> FileException(const Facts& x) {
 std::optional<Verdict> SigbusShmFull(const Facts& x) {
   if (!x.f.exit.signaled || x.f.exit.signal != SIGBUS || !x.ShmFull()) return std::nullopt;
   return Make(FailureClass::kConfig, x.codes.CodeFor(FailureClass::kConfig),
-              x.who + " while /dev/shm was full (" + Size(*x.e.shm_free_bytes) + " free)" +
+              x.who + " while /dev/shm was full (" + FormatBytes(*x.e.shm_free_bytes) + " free)" +
                   x.ShmAdvice(),
               "shm");
 }
@@ -557,7 +547,7 @@ std::optional<Verdict> SharedMemory(const Facts& x) {
   if (const MarkerHit* h = Facts::First(x.own, shm)) return x.FromHit(*h, "marker");
   if (x.stream && shm(*x.stream) && x.ShmFull()) {
     Verdict v = x.FromHit(*x.stream, "marker", /*where=*/true);
-    v.reason += " (" + Size(*x.e.shm_free_bytes) + " free at the failure)";
+    v.reason += " (" + FormatBytes(*x.e.shm_free_bytes) + " free at the failure)";
     return v;
   }
   return std::nullopt;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "child.h"
+#include "trainlet/exitcodes/user_file.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -196,6 +197,9 @@ Discovery DiscoverInChild(const std::string& libcuda, std::chrono::milliseconds 
 
 namespace internal {
 
+// How often the wait for a child's answer looks for a pending stop signal.
+constexpr long kStopCheckMs = 100;
+
 std::optional<std::string> RunInChild(const std::function<std::string()>& fn,
                                       std::chrono::milliseconds timeout, std::string* why) {
   int fds[2];
@@ -226,7 +230,7 @@ std::optional<std::string> RunInChild(const std::function<std::string()>& fn,
   ::close(fds[1]);
   std::string text;
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool timed_out = false;
+  bool timed_out = false, stopped = false;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
@@ -234,8 +238,14 @@ std::optional<std::string> RunInChild(const std::function<std::string()>& fn,
       timed_out = true;
       break;
     }
+    // A SIGTERM/SIGINT while the agent starts (blocked, so it stays pending):
+    // the answer no longer matters, the stop does (user_file.h).
+    if (exitcodes::PendingStopSignal() != 0) {
+      stopped = true;
+      break;
+    }
     pollfd p{fds[0], POLLIN, 0};
-    int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    int r = ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), kStopCheckMs)));
     if (r <= 0) continue;
     char buf[4096];
     ssize_t n = ::read(fds[0], buf, sizeof(buf));
@@ -244,9 +254,13 @@ std::optional<std::string> RunInChild(const std::function<std::string()>& fn,
     text.append(buf, static_cast<std::size_t>(n));
   }
   ::close(fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
+  if (timed_out || stopped) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (stopped) {
+    *why = "stopped: a stop signal arrived first";
+    return std::nullopt;
   }
   if (timed_out) {
     *why = "no answer within " + std::to_string(timeout.count()) + " ms (driver hung?)";

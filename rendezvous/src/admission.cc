@@ -119,15 +119,20 @@ std::optional<Admission> LaunchFence(const AdmissionState& state, const wire::He
   return std::nullopt;
 }
 
-// Rule 9: a second claim of an admitted index: a recreated pod whose
-// predecessor's connection has not closed yet (no FIN: keepalive or silence
-// tells later), or two live pods given one index.
+// Rule 11: a second claim of an admitted index: the holder itself on a new
+// connection, a survivor finding another pod in its place, a recreated pod
+// whose predecessor's connection has not closed yet (no FIN: keepalive or
+// silence tells later), or two live pods given one index.
 Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admission out) {
   const IndexHolder& holder = *state.holder;
   const bool dropped_by_fence = out.drop_older_of_job && holder.job_name == hello.job_name &&
                                 holder.job_restart_attempt.value_or(0) < *out.record_job_attempt;
   if (dropped_by_fence) return out;
-  if (!holder.live) {
+  const bool same = MatchIdentity(holder.instance_id, hello.instance_id) == Identity::kSame;
+  const bool survivor_back =
+      MatchIdentity(state.kept_id, hello.instance_id) == Identity::kSame &&
+      MatchIdentity(state.kept_id, holder.instance_id) == Identity::kOther;
+  if (!holder.live || same || survivor_back) {
     out.replace_holder = true;
     return out;
   }
@@ -147,13 +152,41 @@ Admission HeldIndex(const AdmissionState& state, const wire::Hello& hello, Admis
                        holder.peer + "'s now: it leaves with its own failure",
                    /*retriable=*/false);
   }
+  // With a token both hold the secret: two pods of this gang were given one
+  // index. Without one the claimant may be anyone who reached the port: it
+  // retries (its deadline makes it exit infra), and the holder keeps its place.
   return Refusal(
       "index",
       "two live pods claim " + index + " of job '" + hello.job_id + "' attempt " +
           std::to_string(hello.attempt) + ": " + holder.peer +
           " joined first and answers heartbeats; refusing " + state.peer +
-          ". Each pod needs its own index (--node-rank, JOB_COMPLETION_INDEX)",
-      /*retriable=*/false);
+          ". Each pod needs its own index (--node-rank, JOB_COMPLETION_INDEX)" +
+          (state.token ? "" : "; it retries until --rdzv-timeout (no --token-file: a pod "
+                              "cannot be told from a stranger)"),
+      /*retriable=*/!state.token);
+}
+
+// Rule 9: the generations a round of a known generation admits.
+std::optional<Admission> StaleGeneration(const AdmissionState& state, const wire::Hello& hello) {
+  const std::uint32_t round = state.own.generation;
+  if (round == 0 || hello.generation == 0 || hello.generation == round) return std::nullopt;
+  return Refusal("generation",
+                 Who(state, hello) + " asks for generation " + std::to_string(hello.generation) +
+                     "; this round runs generation " + std::to_string(round) +
+                     " (a stale or replayed hello: pods new to the gang ask for 0)",
+                 /*retriable=*/true);
+}
+
+// Rule 10: an index the round keeps for its survivor, not claimed yet.
+std::optional<Admission> KeptIndex(const AdmissionState& state, const wire::Hello& hello) {
+  if (state.holder || MatchIdentity(state.kept_id, hello.instance_id) != Identity::kOther) {
+    return std::nullopt;
+  }
+  return Refusal("index",
+                 Who(state, hello) + " is not the pod that ran index " +
+                     std::to_string(hello.index) +
+                     " in the last generation; the round keeps that index for it",
+                 /*retriable=*/true);
 }
 
 // Rule 8's window: the pod, declared lost, asks for a generation from 1 up to
@@ -184,18 +217,36 @@ std::optional<Admission> ReplacedIndex(const AdmissionState& state, const wire::
   return a;
 }
 
+// Rule 8: `what` happened to a pod declared lost, come back: refused for
+// good, field wire::kLeftField (it exits infra, the loss's one culprit).
+Admission LeavesAsLost(const std::string& what, const char* joins_as) {
+  return Refusal(wire::kLeftField,
+                 what + ": it leaves with its own failure (the Job recreates its index, which "
+                        "joins as " + joins_as + ")",
+                 /*retriable=*/false);
+}
+
 // Rule 8, elastic: a pod the leader declared lost, that the gang went on
 // without (generation `state.left` formed with the rest), comes back asking
 // for a generation from 1 up to that one. A recreated pod starts at 0.
 std::optional<Admission> LeftIndex(const AdmissionState& state, const wire::Hello& hello) {
   if (!MissedGeneration(hello, state.left)) return std::nullopt;
-  return Refusal(wire::kLeftField,
-                 "pod " + std::to_string(hello.index) + " (" + state.peer +
-                     ") was declared lost; the gang went on without it in generation " +
-                     std::to_string(*state.left) +
-                     ": it leaves with its own failure (the Job recreates its index, which "
-                     "joins as a new pod)",
-                 /*retriable=*/false);
+  return LeavesAsLost("pod " + std::to_string(hello.index) + " (" + state.peer +
+                          ") was declared lost; the gang went on without it in generation " +
+                          std::to_string(*state.left),
+                      "a new pod");
+}
+
+// Rule 8, spares: a waiting spare the leader declared lost while generation
+// `state.lost_spare` ran comes back asking for a generation from 1 up to the
+// next (it lost the leader too, and rejoins for a restart it thinks is due).
+// A recreated pod starts at 0.
+std::optional<Admission> LostSpare(const AdmissionState& state, const wire::Hello& hello) {
+  if (!state.lost_spare || !MissedGeneration(hello, *state.lost_spare + 1)) return std::nullopt;
+  return LeavesAsLost("spare pod " + std::to_string(hello.index) + " (" + state.peer +
+                          ") was declared lost while it waited (generation " +
+                          std::to_string(*state.lost_spare) + ")",
+                      "a spare");
 }
 
 }  // namespace
@@ -226,6 +277,12 @@ Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
     decided = *replaced;
   } else if (auto left = LeftIndex(state, hello)) {
     decided = *left;
+  } else if (auto lost = LostSpare(state, hello)) {
+    decided = *lost;
+  } else if (auto stale = StaleGeneration(state, hello)) {
+    decided = *stale;
+  } else if (auto kept = hello.index != wire::kNoIndex ? KeptIndex(state, hello) : std::nullopt) {
+    decided = *kept;
   } else if (state.holder && hello.index != wire::kNoIndex) {
     decided = HeldIndex(state, hello, out);
   }
@@ -233,6 +290,11 @@ Admission Admit(const AdmissionState& state, const wire::Hello& hello) {
   decided.record_job_attempt = out.record_job_attempt;
   decided.drop_older_of_job = out.drop_older_of_job;
   return decided;
+}
+
+Identity MatchIdentity(std::string_view known, std::string_view claimed) {
+  if (known.empty()) return Identity::kUnknown;
+  return known == claimed ? Identity::kSame : Identity::kOther;
 }
 
 std::optional<std::uint32_t> LowestFreeIndex(std::uint32_t nnodes,

@@ -7,8 +7,8 @@
 #include <array>
 #include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+
+#include "trainlet/exitcodes/user_file.h"
 
 // OpenSSL's low-level SHA-256 (deprecated since 3.0 in favour of EVP, but
 // present and maintained): EVP_sha256() would link the whole provider and
@@ -76,24 +76,37 @@ std::string Message(std::initializer_list<const std::string*> fields) {
 
 }  // namespace
 
-exitcodes::Result<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return exitcodes::Status::Config("--token-file '" + path + "' cannot be read");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string token = ss.str();
+exitcodes::Result<std::string> ReadTokenFile(const std::string& path, const std::string& what) {
+  // A mounted Secret: at most 1 MiB (exitcodes::kSecretMaxBytes).
+  auto content = exitcodes::ReadUserFile(path, what, exitcodes::kSecretMaxBytes);
+  if (!content.ok()) return content.status();
+  if (!*content) {
+    return exitcodes::Status::Config(what + " '" + path +
+                                     "' cannot be read: No such file or directory");
+  }
+  std::string token = std::move(**content);
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r' ||
                             token.back() == ' ' || token.back() == '\t')) {
     token.pop_back();
   }
-  if (token.empty()) return exitcodes::Status::Config("--token-file '" + path + "' is empty");
+  if (token.empty()) return exitcodes::Status::Config(what + " '" + path + "' is empty");
   return token;
 }
 
-std::string NewNonce() {
+std::string ShortTokenWarning(const std::string& path, const std::string& what,
+                              std::size_t token_bytes) {
+  if (token_bytes >= kMinTokenBytes) return "";
+  return what + " '" + path + "' holds " + exitcodes::FormatBytes(token_bytes) +
+         ": a token shorter than " + std::to_string(kMinTokenBytes) +
+         " bytes can be guessed; use 32 random bytes or more (e.g. openssl rand -base64 32)";
+}
+
+std::string NewNonce() { return RandomBytes(kNonceBytes); }
+
+std::string RandomBytes(std::size_t count) {
   // getrandom(2) without flags: the kernel's CSPRNG (urandom pool), blocking
   // only until it is first seeded at boot.
-  std::string n(kNonceBytes, '\0');
+  std::string n(count, '\0');
   std::size_t got = 0;
   while (got < n.size()) {
 #if __GLIBC_PREREQ(2, 25)

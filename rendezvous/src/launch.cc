@@ -36,6 +36,7 @@ wire::Hello MakeHello(const LaunchSettings& s) {
   hello.job_name = s.job_name;
   hello.job_restart_attempt = s.job_restart_attempt;
   hello.restarts = s.restarts;
+  hello.node_name = s.node_name;
   return hello;
 }
 

@@ -46,6 +46,7 @@ struct Leader::Conn {
   std::optional<std::uint32_t> restarts;  // the restarts its hello counts (elastic)
   std::string job_name;                // its hello's (JobSet's Job), for the per-Job fence
   std::optional<std::uint32_t> job_restart_attempt;
+  std::string instance_id;  // its hello's (never logged): who it is beyond its index
   bool closed = false;
   bool fresh = true;  // not read yet: the first read is tried at accept (see ReadFrom)
   // Control channel.
@@ -89,9 +90,13 @@ struct Leader::Impl {
   // assignment (a spare's) `assignment` makes (index, MASTER_ADDR).
   bool late = false;
   std::shared_ptr<const std::function<wire::Assignment(std::uint32_t, std::string)>> assignment;
-  // Ranks by arrival: indices given to pods without one that were admitted
-  // while the generation runs, for the next round (they are not members here).
-  std::set<std::uint32_t> given_late;
+  // What is kept per pod index apart from its connection (which a loss drops).
+  struct Indices {
+    // Ranks by arrival: indices given to pods without one that were admitted
+    // while the generation runs, for the next round (they are not members here).
+    std::set<std::uint32_t> given_late;
+    std::map<std::uint32_t, std::string> node_names;  // its hello's node (node_name())
+  } indices;
   // Control channel.
   bool channel = false;
   ChannelCallbacks callbacks;
@@ -313,7 +318,9 @@ void Leader::AcceptNext() {
       return;
     }
     // EMFILE/ENFILE/ENOBUFS persist: pause instead of spinning on them.
-    im.log->warn("leader: accept failed: {}; pausing 100 ms", ec.message());
+    if (im.log_limit.Admit("(accept)", std::chrono::steady_clock::now())) {  // per kind
+      im.log->warn("leader: accept failed: {}; pausing 100 ms", ec.message());
+    }
     im.accept_pause.expires_after(std::chrono::milliseconds(100));
     im.accept_pause.async_wait([self](boost::system::error_code wait_ec) {
       if (!wait_ec) self->AcceptNext();
@@ -434,14 +441,15 @@ void Leader::OnReadError(const std::shared_ptr<Conn>& conn, boost::system::error
     return;
   }
   if (conn->pending_hello) {
-    im.log->warn("leader: pod {} ({}) hung up during authentication (its token differs?)",
-                 conn->pending_hello->index, conn->peer);
+    Warn(conn, fmt::format("leader: pod {} ({}) hung up during authentication (its token "
+                           "differs?)", conn->pending_hello->index, conn->peer));
   }
   if (conn->index) {
     // Before the assignment this frees the index for a restarted pod; after
     // it, the pod's agent has exited.
-    im.log->log(im.finished ? spdlog::level::debug : spdlog::level::warn,
-                "leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer, ec.message());
+    auto line = fmt::format("leader: pod {} ({}) disconnected: {}", *conn->index, conn->peer,
+                            ec.message());
+    if (im.finished) im.log->debug("{}", line); else Warn(conn, line);  // Warn: rate-limited
   }
   Drop(conn);
 }
@@ -488,6 +496,17 @@ void Leader::OnProof(const std::shared_ptr<Conn>& conn, const wire::Proof& proof
   Admit(conn, std::move(hello));
 }
 
+namespace {
+
+// This side's "address:port" of `socket`, for messages; "?" when unknown.
+std::string LocalEndpointOf(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto ep = socket.local_endpoint(ec);
+  return ec ? "?" : AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
+}
+
+}  // namespace
+
 // The decision is Admit (admission.h); this applies it.
 void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   Impl& im = *impl_;
@@ -499,20 +518,19 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
         .live = std::chrono::steady_clock::now() - h.peer_state.last_rx() <=
                 im.options.holder_liveness,
         .job_name = h.job_name,
-        .job_restart_attempt = h.job_restart_attempt};
+        .job_restart_attempt = h.job_restart_attempt,
+        .instance_id = h.instance_id};
   }
-  std::string local = "?";
-  boost::system::error_code ec;
-  if (auto ep = conn->socket.local_endpoint(ec); !ec) {
-    local = AddressForPeers(ep.address()) + ":" + std::to_string(ep.port());
-  }
+  const std::string local = LocalEndpointOf(conn->socket);
   // Only a pod without an index needs it: the scan is O(nnodes) per hello, so
   // computing it for every hello made a 12,500-pod rendezvous O(n^2) (~3 s).
   std::optional<std::uint32_t> free_index;
   if (hello.index == wire::kNoIndex) {
     free_index = LowestFreeIndex(
         im.options.nnodes,
-        [&im](std::uint32_t i) { return im.members.contains(i) || im.given_late.contains(i); },
+        [&im](std::uint32_t i) {
+          return im.members.contains(i) || im.indices.given_late.contains(i);
+        },
         im.options.expected);
   }
   const Admission decided = rendezvous::Admit(
@@ -525,7 +543,11 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
                      .replaced = im.options.replaced_of ? im.options.replaced_of(hello.index)
                                                         : std::nullopt,
                      .left = im.options.left_of ? im.options.left_of(hello.index) : std::nullopt,
+                     .lost_spare = im.options.lost_spare_of ? im.options.lost_spare_of(hello.index)
+                                                            : std::nullopt,
                      .free_index = free_index,
+                     .token = !im.options.token.empty(),
+                     .kept_id = KeptId(hello.index),
                      .peer = conn->peer,
                      .address = conn->address,
                      .local = local},
@@ -547,7 +569,9 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
       break;
   }
   const std::uint32_t index = decided.index;
+  im.indices.node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
   const bool late = im.finished;
+  conn->instance_id = hello.instance_id;
   if (decided.replace_holder) ReplaceHolder(conn, index);
   if (late) {
     AdmitLate(conn, index, hello.index == wire::kNoIndex);
@@ -566,7 +590,26 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   MaybeAssign();
 }
 
-// A silent holder of `index` gives way to `conn` (admission.h: replace_holder).
+// The instance id of the survivor the round keeps `index` for
+// (LeaderOptions::kept_ids), while it keeps it; empty: none.
+std::string Leader::KeptId(std::uint32_t index) const {
+  const Impl& im = *impl_;
+  if (im.finished || std::chrono::steady_clock::now() >= im.options.keep_until) return {};
+  auto it = im.options.kept_ids.find(index);
+  return it == im.options.kept_ids.end() ? std::string() : it->second;
+}
+
+std::map<std::uint32_t, std::string> Leader::instance_ids() const {
+  std::map<std::uint32_t, std::string> out;
+  for (const auto& [index, conn] : impl_->members) {
+    if (!conn->closed && !conn->instance_id.empty()) out[index] = conn->instance_id;
+  }
+  return out;
+}
+
+// The holder of `index` gives way to `conn` (admission.h: replace_holder): it
+// went silent, it is `conn`'s own pod on an old connection, or another pod
+// took the index the round kept for `conn`.
 void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index) {
   Impl& im = *impl_;
   const auto holder_conn = im.members.at(index);
@@ -576,12 +619,19 @@ void Leader::ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t inde
       if (self->impl_->callbacks.on_lost) self->impl_->callbacks.on_lost(index, why);
     });
   }
-  im.log->warn("leader: index {} claimed again from {}; its holder {} has been silent for {} ms: "
-               "replacing it",
-               index, conn->peer, holder_conn->peer,
-               std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx())
-                   .count());
+  const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - holder_conn->peer_state.last_rx());
+  std::string why;
+  if (!holder_conn->instance_id.empty() && holder_conn->instance_id == conn->instance_id) {
+    why = "the same pod held it on an older connection, from " + holder_conn->peer;
+  } else if (silent > im.options.holder_liveness) {
+    why = "its holder " + holder_conn->peer + " has been silent for " +
+          std::to_string(silent.count()) + " ms";
+  } else {
+    why = "it is kept for that pod (it ran the index in the last generation); " +
+          holder_conn->peer + " held it";
+  }
+  Warn(conn, fmt::format("leader: index {} claimed again from {}; {}: replacing it", index, conn->peer, why));
   Drop(holder_conn);
 }
 
@@ -599,7 +649,7 @@ void Leader::AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, b
                       /*retriable=*/true};
     if (by_arrival && told) {
       next.index = index;
-      im.given_late.insert(index);  // no other newcomer gets it meanwhile
+      im.indices.given_late.insert(index);  // no other newcomer gets it meanwhile
     }
     Refuse(conn, std::move(next));
     return;
@@ -914,14 +964,14 @@ void Leader::Heartbeat() {
 }
 
 void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Message& m) {
-  Impl& im = *impl_;
   if (const auto* hb = std::get_if<wire::Heartbeat>(&m)) {
     conn->peer_state.OnHeartbeat(*hb, std::chrono::steady_clock::now());
     return;
   }
   if (const auto* r = std::get_if<wire::Report>(&m)) {
     if (r->index != *conn->index) {
-      im.log->warn("leader: pod {} sent a report for index {}; closing", *conn->index, r->index);
+      Warn(conn, fmt::format("leader: pod {} sent a report for index {}; closing", *conn->index,
+                             r->index));
       ProtocolError(conn, "protocol error (a report for another index)");
       return;
     }
@@ -932,7 +982,7 @@ void Leader::OnChannelMessage(const std::shared_ptr<Conn>& conn, const wire::Mes
     });
     return;
   }
-  im.log->warn("leader: pod {} sent an unexpected message; closing", *conn->index);
+  Warn(conn, fmt::format("leader: pod {} sent an unexpected message; closing", *conn->index));
   ProtocolError(conn, "protocol error");
 }
 
@@ -997,6 +1047,12 @@ std::map<std::uint32_t, Leader::PeerStats> Leader::peer_stats() const {
     if (!conn->closed) out[index] = {p.rtt_seconds(), p.step_rate_milli(), p.slowest_rank()};
   }
   return out;
+}
+
+std::string Leader::node_name(std::uint32_t index) const {
+  const auto& names = impl_->indices.node_names;
+  auto it = names.find(index);
+  return it == names.end() ? std::string() : it->second;
 }
 
 std::chrono::steady_clock::duration Leader::heartbeat_silence() const {

@@ -110,6 +110,7 @@ void LeaderProbe::Ask(const asio::ip::address& address) {
   im.decoder = wire::Decoder();
   im.peer = AddressForPeers(address) + ":" + std::to_string(im.options.port);
   im.options.hello.nonce = im.options.token.empty() ? "" : NewNonce();
+  im.options.hello.instance_id.clear();  // a pod's instance id goes to its leader alone
   im.frame = wire::Encode(im.options.hello);
   im.deadline.expires_after(im.options.timeout);
   im.deadline.async_wait([self = shared_from_this(), attempt](boost::system::error_code ec) {

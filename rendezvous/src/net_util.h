@@ -15,8 +15,12 @@ std::string AddressForPeers(const boost::asio::ip::address& address);
 
 // TCP keepalive (first probe after 5 s idle, then every 2 s, 3 probes) and
 // TCP_USER_TIMEOUT (15 s of unacknowledged data), so a peer whose node vanished
-// without a FIN is noticed in seconds, not the kernel's default two hours
-// (tcp(7)). Best effort: failures are ignored.
+// without a FIN is noticed in seconds, not the kernel's default two hours; and
+// TCP_THIN_LINEAR_TIMEOUTS, so the heartbeats lost in a link blip shorter than
+// the heartbeat timeout are retransmitted at a steady pace, not backed off
+// past it (tcp(7)). The heartbeats (tunables.h), not TCP_USER_TIMEOUT, decide
+// a loss: it only closes a connection long after. Best effort: failures are
+// ignored.
 void EnableDeadPeerDetection(boost::asio::ip::tcp::socket& socket);
 
 // Opens `acceptor` dual stack (one socket serves IPv4 as v4-mapped and IPv6

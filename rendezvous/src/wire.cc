@@ -100,9 +100,13 @@ void EncodePayload(Writer& w, const Hello& m) {
   w.U32(m.generation);
   w.Str(m.job_name);
   w.U32(m.job_restart_attempt.value_or(0));
-  w.U16(static_cast<std::uint16_t>((m.job_restart_attempt ? 1 : 0) | (m.restarts ? 2 : 0)));
+  w.U16(static_cast<std::uint16_t>((m.job_restart_attempt ? 1 : 0) | (m.restarts ? 2 : 0) |
+                                   (m.instance_id.empty() ? 0 : 4) |
+                                   (m.node_name.empty() ? 0 : 8)));
   w.Str(m.leader_id);
   if (m.restarts) w.U32(*m.restarts);
+  if (!m.instance_id.empty()) w.Str(m.instance_id);
+  if (!m.node_name.empty()) w.Str(m.node_name);
 }
 
 void EncodePayload(Writer& w, const Challenge& m) {
@@ -212,6 +216,11 @@ bool DecodePayload(Reader& r, Hello* m) {
     if (!r.U32(&restarts)) return false;
     m->restarts = restarts;
   }
+  if ((flags & 4) != 0) {  // who the pod is beyond its index (wire.h)
+    if (!r.Str(&m->instance_id, "instance_id")) return false;
+    if (m->instance_id.empty()) return r.Fail("instance_id flagged but empty");
+  }
+  if ((flags & 8) != 0 && !r.Str(&m->node_name, "node_name")) return false;  // wire.h
   return true;
 }
 

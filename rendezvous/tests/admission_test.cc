@@ -31,7 +31,10 @@ class AdmissionTest : public ::testing::Test {
                                 .holder = std::move(holder),
                                 .replaced = replaced_,
                                 .left = left_,
+                                .lost_spare = lost_spare_,
                                 .free_index = free_index,
+                                .token = token_,
+                                .kept_id = kept_id_,
                                 .peer = "10.0.0.12:41234",
                                 .address = "10.0.0.12",
                                 .local = "10.0.0.10:29400"},
@@ -42,7 +45,24 @@ class AdmissionTest : public ::testing::Test {
   std::map<std::string, std::uint32_t> job_attempts_;
   std::optional<wire::Replaced> replaced_;
   std::optional<std::uint32_t> left_;
+  std::optional<std::uint32_t> lost_spare_;
+  bool token_ = false;
+  std::string kept_id_;
 };
+
+// Instance ids (wire::Hello::instance_id): pod A's, pod B's.
+const std::string kIdA(wire::kInstanceIdBytes, 'a');
+const std::string kIdB(wire::kInstanceIdBytes, 'b');
+
+wire::Hello WithId(wire::Hello h, std::string id, std::uint32_t generation = 0) {
+  h.instance_id = std::move(id);
+  h.generation = generation;
+  return h;
+}
+
+IndexHolder LiveHolder(std::string id) {
+  return IndexHolder{"10.0.0.13:1", true, "", std::nullopt, std::move(id)};
+}
 
 TEST_F(AdmissionTest, AMatchingMemberIsAdmitted) {
   Admission a = Decide(HelloFor(2));
@@ -192,6 +212,7 @@ TEST_F(AdmissionTest, ElasticGenerationsAreNotBoundedByMaxRestarts) {
   AdmissionState state{.own = own_, .nnodes = 4, .max_generation = std::nullopt,
                        .leader_id = leader_id_, .job_attempts = job_attempts_,
                        .holder = std::nullopt, .replaced = std::nullopt, .left = std::nullopt,
+                       .lost_spare = std::nullopt,
                        .free_index = 1,
                        .peer = "10.0.0.12:41234", .address = "10.0.0.12",
                        .local = "10.0.0.10:29400"};
@@ -234,16 +255,120 @@ TEST_F(AdmissionTest, ALiveHolderOfAnotherJobAttemptMakesTheClaimWait) {
   EXPECT_EQ(a.reject.reason, "index 2 is held by 10.0.0.13:1 of another Job attempt");
 }
 
-TEST_F(AdmissionTest, TwoLivePodsWithOneIndexClash) {
-  Admission a = Decide(HelloFor(2), IndexHolder{"10.0.0.13:1", true, "", std::nullopt});
-  EXPECT_EQ(a.verdict, Verdict::kRefuse);
-  EXPECT_EQ(a.reject.field, "index");
-  EXPECT_FALSE(a.reject.retriable);
-  EXPECT_NE(a.reject.reason.find("two live pods claim index 2 of job 'job-uid' attempt 1: "
-                                 "10.0.0.13:1 joined first and answers heartbeats; refusing "
-                                 "10.0.0.12:41234"),
-            std::string::npos)
-      << a.reject.reason;
+// A live holder and a claimant of another identity: with a token both hold
+// the secret (two pods given one index: config); without one the claimant
+// may be a stranger (it retries, then exits infra at its deadline).
+TEST_F(AdmissionTest, TwoLivePodsWithOneIndexClashForGoodOnlyWithAToken) {
+  const std::string reason =
+      "two live pods claim index 2 of job 'job-uid' attempt 1: 10.0.0.13:1 joined first and "
+      "answers heartbeats; refusing 10.0.0.12:41234. Each pod needs its own index "
+      "(--node-rank, JOB_COMPLETION_INDEX)";
+  for (bool token : {true, false}) {
+    token_ = token;
+    Admission a = Decide(HelloFor(2), IndexHolder{"10.0.0.13:1", true, "", std::nullopt});
+    EXPECT_EQ(a.verdict, Verdict::kRefuse);
+    EXPECT_EQ(a.reject.field, "index");
+    EXPECT_EQ(a.reject.retriable, !token);
+    EXPECT_EQ(a.reject.reason,
+              token ? reason
+                    : reason + "; it retries until --rdzv-timeout (no --token-file: a pod "
+                               "cannot be told from a stranger)");
+    a = Decide(WithId(HelloFor(2), kIdB), LiveHolder(kIdA));
+    EXPECT_EQ(a.verdict, Verdict::kRefuse);
+    EXPECT_EQ(a.reject.retriable, !token) << "ids differ: the same clash";
+  }
+}
+
+// Identity beyond the index (MatchIdentity): a table, one row per case.
+TEST(MatchIdentityTest, IndexAndInstanceIdTogetherAreAPodsIdentity) {
+  struct Row {
+    std::string known, claimed;
+    Identity want;
+    const char* why;
+  };
+  const Row rows[] = {
+      {kIdA, kIdA, Identity::kSame, "the same pod (a survivor rejoining, a reconnect)"},
+      {kIdA, kIdB, Identity::kOther, "another pod"},
+      {kIdA, "", Identity::kOther, "no id where the pod known sends one: another pod"},
+      {"", kIdB, Identity::kUnknown, "an older holder: matched by index alone"},
+      {"", "", Identity::kUnknown, "two older peers: matched by index alone"},
+  };
+  for (const Row& r : rows) EXPECT_EQ(MatchIdentity(r.known, r.claimed), r.want) << r.why;
+}
+
+TEST_F(AdmissionTest, TheSamePodOnANewConnectionReplacesItsOwnLiveHolder) {
+  token_ = true;  // even with a token: it is no second pod
+  Admission a = Decide(WithId(HelloFor(2), kIdA), LiveHolder(kIdA));
+  EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_TRUE(a.replace_holder);
+}
+
+// A restart's round of generation 2 keeps index 2 for pod A, which ran it in
+// generation 1 and is still stopping its workers.
+TEST_F(AdmissionTest, AnIndexKeptForItsSurvivorRefusesAnotherPodForNow) {
+  own_.generation = 2;
+  kept_id_ = kIdA;
+  for (const wire::Hello& h : {WithId(HelloFor(2), kIdB, 2), WithId(HelloFor(2), kIdB, 0),
+                               WithId(HelloFor(2), "", 2), WithId(HelloFor(2), "", 0)}) {
+    Admission a = Decide(h);
+    EXPECT_EQ(a.verdict, Verdict::kRefuse) << h.generation;
+    EXPECT_EQ(a.reject.field, "index");
+    EXPECT_TRUE(a.reject.retriable);
+    EXPECT_EQ(a.reject.reason, "pod 2 (10.0.0.12:41234) is not the pod that ran index 2 in the "
+                               "last generation; the round keeps that index for it");
+  }
+  EXPECT_EQ(Decide(WithId(HelloFor(2), kIdA, 2)).verdict, Verdict::kAdmit) << "the survivor";
+  kept_id_.clear();  // the round no longer keeps it (or the survivor had no id)
+  EXPECT_EQ(Decide(WithId(HelloFor(2), kIdB, 0)).verdict, Verdict::kAdmit) << "a recreated pod";
+}
+
+TEST_F(AdmissionTest, ASurvivorFindingAnotherPodInItsKeptIndexReplacesIt) {
+  own_.generation = 2;
+  kept_id_ = kIdA;
+  Admission a = Decide(WithId(HelloFor(2), kIdA, 2), LiveHolder(kIdB));
+  EXPECT_EQ(a.verdict, Verdict::kAdmit);
+  EXPECT_TRUE(a.replace_holder);
+  a = Decide(WithId(HelloFor(2), kIdA, 2), LiveHolder(""));
+  EXPECT_TRUE(a.replace_holder) << "a holder without an id is not the survivor either";
+  a = Decide(WithId(HelloFor(2), kIdB, 0), LiveHolder(kIdA));
+  EXPECT_EQ(a.verdict, Verdict::kRefuse) << "the survivor holds it: a clash";
+  EXPECT_TRUE(a.reject.retriable);
+}
+
+TEST_F(AdmissionTest, ARoundOfAKnownGenerationAdmitsItsOwnAndZeroOnly) {
+  own_.generation = 2;
+  struct Row {
+    std::uint32_t generation;
+    bool admitted;
+    const char* why;
+  };
+  const Row rows[] = {
+      {2, true, "a survivor of generation 1, or a pod admitted for generation 2"},
+      {0, true, "a pod new to the gang: recreated, or a first join"},
+      {1, false, "stale or replayed: a generation the gang has left behind"},
+  };
+  for (const Row& r : rows) {
+    Admission a = Decide(WithId(HelloFor(2), kIdA, r.generation));
+    EXPECT_EQ(a.verdict == Verdict::kAdmit, r.admitted) << r.why;
+    if (r.admitted) continue;
+    EXPECT_EQ(a.reject.field, "generation");
+    EXPECT_TRUE(a.reject.retriable);
+    EXPECT_EQ(a.reject.reason, "pod 2 (10.0.0.12:41234) asks for generation 1; this round runs "
+                               "generation 2 (a stale or replayed hello: pods new to the gang "
+                               "ask for 0)");
+  }
+  // A replayed hello cannot push the survivor out: holding its index, or kept for it.
+  kept_id_ = kIdA;
+  EXPECT_EQ(Decide(WithId(HelloFor(2), kIdB, 1), LiveHolder(kIdA)).reject.field, "generation");
+  EXPECT_FALSE(Decide(WithId(HelloFor(2), kIdB, 2), LiveHolder(kIdA)).replace_holder);
+}
+
+TEST_F(AdmissionTest, AFreshLeadersFirstRoundAdoptsAnyGeneration) {
+  // A replaced leader (a fresh pod at generation 0) knows neither the gang's
+  // generation nor anyone's id: it takes the largest it hears (leader.h).
+  for (std::uint32_t g : {0u, 1u, 2u}) {
+    EXPECT_EQ(Decide(WithId(HelloFor(2), kIdB, g)).verdict, Verdict::kAdmit) << g;
+  }
 }
 
 // Ranks by arrival (launch.h): every pod's config says "ranks=arrival".
@@ -287,6 +412,28 @@ TEST_F(AdmissionTest, APodTheElasticGangWentOnWithoutIsRefusedForGood) {
             "joins as a new pod)");
   EXPECT_EQ(Decide(HelloFor(3)).verdict, Verdict::kAdmit) << "recreated: generation 0";
   back.generation = 2;  // asks for one after: not the pod the gang left behind
+  EXPECT_EQ(Decide(back).verdict, Verdict::kAdmit);
+}
+
+// Hot spares: spare pod 3, waiting, was declared lost while generation 0 ran
+// (cut off or frozen past the heartbeat timeout); it lost the leader too and
+// rejoins for generation 1.
+TEST_F(AdmissionTest, ASpareDeclaredLostComingBackIsRefusedForGood) {
+  lost_spare_ = 0;
+  wire::Hello back = HelloFor(3);
+  for (std::uint32_t g : {1u}) {
+    back.generation = g;
+    Admission a = Decide(back);
+    EXPECT_EQ(a.verdict, Verdict::kRefuse) << g;
+    EXPECT_EQ(a.reject.field, wire::kLeftField) << "it exits infra, as a lost pod";
+    EXPECT_FALSE(a.reject.retriable);
+    EXPECT_EQ(a.reject.reason,
+              "spare pod 3 (10.0.0.12:41234) was declared lost while it waited (generation 0): "
+              "it leaves with its own failure (the Job recreates its index, which joins as a "
+              "spare)");
+  }
+  EXPECT_EQ(Decide(HelloFor(3)).verdict, Verdict::kAdmit) << "recreated: generation 0";
+  back.generation = 2;  // asks for one after: not the spare that was lost
   EXPECT_EQ(Decide(back).verdict, Verdict::kAdmit);
 }
 

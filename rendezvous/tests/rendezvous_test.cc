@@ -149,6 +149,31 @@ TEST_F(RendezvousTest, GangOfFourFormsWithRanksFromTheIndex) {
   }
 }
 
+// The node each hello names (NODE_NAME) stays known to the leader after the
+// pod's connection is gone, so its metrics can name a lost pod's node.
+TEST_F(RendezvousTest, TheLeaderKeepsEachPodsNodeAfterItsConnectionCloses) {
+  auto leader = MakeLeader(3);
+  Outcome own;
+  wire::Hello mine = HelloFor(0, 3);
+  mine.node_name = "gpu-node-0";
+  leader->Start(mine, [&](auto r) { own = r; });
+  std::map<int, Outcome> got;
+  std::vector<std::shared_ptr<Member>> members;
+  for (std::uint32_t i : {1u, 2u}) {
+    wire::Hello h = HelloFor(i, 3);
+    if (i == 1) h.node_name = "gpu-node-" + std::to_string(i);  // pod 2 names none
+    members.push_back(MakeMember(h, leader->port()));
+    members.back()->Start([&got, i](auto r) { got[i] = r; });
+  }
+  RunUntil([&] { return own && got.size() == 2; });
+  ASSERT_TRUE(own && own->ok()) << (own ? own->status().ToString() : "no result");
+  members[0]->Close();
+  io_.run_for(50ms);
+  EXPECT_EQ(leader->node_name(1), "gpu-node-1");
+  EXPECT_EQ(leader->node_name(2), "");
+  EXPECT_EQ(leader->node_name(7), "") << "never admitted";
+}
+
 // After an in-place restart the survivors ask for their last generation + 1; a
 // replaced pod (the leader here) starts at 0 and continues the gang's count.
 // A fresh leader (a replaced leader pod, at generation 0) continues the
@@ -289,7 +314,8 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   auto s = MakeMember(HelloFor(2, 3, 2, "other-job-0"), leader->port(), 1500ms);
   s->Start([&](auto r) { stranger = r; });
   // A second pod with index 1 while the first is live (it answers the waiting
-  // heartbeats): a clash, refused for good, naming both pods.
+  // heartbeats): a clash, naming both pods; without a token refused for now
+  // (a mistake cannot be told from a stranger): it retries, then infra.
   auto d = MakeMember(HelloFor(1, 3), leader->port(), 1500ms);
   d->Start([&](auto r) { dup = r; });
   RunUntil([&] { return stranger && dup; });
@@ -298,7 +324,7 @@ TEST_F(RendezvousTest, StrangersAndDuplicatesAreRefusedAndTheGangStillForms) {
   EXPECT_NE(stranger->status().message().find("belongs to job 'other-job-0'"), std::string::npos)
       << stranger->status().message();
   ASSERT_TRUE(dup && !dup->ok());
-  EXPECT_EQ(dup->status().failure_class(), FailureClass::kConfig) << "a clash: not retried";
+  EXPECT_EQ(dup->status().failure_class(), FailureClass::kInfra) << "no token: retried";
   EXPECT_NE(dup->status().message().find("two live pods claim index 1"), std::string::npos)
       << dup->status().message();
   EXPECT_FALSE(own.has_value()) << "the leader waits on";
@@ -372,22 +398,35 @@ TEST_F(RendezvousTest, GenerationIsTheLeadersAlone) {
   EXPECT_EQ((*got2)->generation, 1u);
 }
 
-// A non-fresh leader ignores a member asking for more than the leader runs.
+// A non-fresh leader's round admits its own generation (and 0) only: a
+// member asking for more (within --max-restarts) is refused for now, so it
+// neither raises the leader's generation nor takes an index (admission.h,
+// rule 9); one asking for the round's joins it.
 TEST_F(RendezvousTest, HelloCannotRaiseARunningLeadersGeneration) {
   LeaderOptions lo;
   lo.max_generation = 5;
   auto leader = MakeLeader(2, 0, "", lo);
-  Outcome own, got;
+  Outcome own, got, right;
   wire::Hello own_hello = HelloFor(0, 2);
   own_hello.generation = 2;
   leader->Start(own_hello, [&](auto r) { own = r; });
   wire::Hello h = HelloFor(1, 2);
-  h.generation = 4;  // admitted (within --max-restarts), but not followed
-  auto m = MakeMember(h, leader->port(), 1500ms);
+  h.generation = 4;
+  auto m = MakeMember(h, leader->port(), 500ms);
   m->Start([&](auto r) { got = r; });
-  RunUntil([&] { return own.has_value(); });
+  RunUntil([&] { return got.has_value(); });
+  ASSERT_TRUE(got && !got->ok());
+  EXPECT_EQ(got->status().failure_class(), FailureClass::kInfra) << "retried, then infra";
+  EXPECT_NE(got->status().message().find("asks for generation 4"), std::string::npos)
+      << got->status().message();
+  EXPECT_FALSE(own.has_value());
+  h.generation = 2;
+  auto m2 = MakeMember(h, leader->port());
+  m2->Start([&](auto r) { right = r; });
+  RunUntil([&] { return own.has_value() && right.has_value(); });
   ASSERT_TRUE(own && own->ok());
   EXPECT_EQ((*own)->generation, 2u);
+  ASSERT_TRUE(right && right->ok());
 }
 
 // A pod that died without a FIN still holds its index: while it was heard from
@@ -764,6 +803,56 @@ TEST_F(RendezvousTest, BadConnectionWarningsAreRateLimitedPerPeer) {
   EXPECT_GE(lines, 1u) << text;
   EXPECT_LE(lines, 2u) << text;
   EXPECT_NE(text.find("bad magic"), std::string::npos) << text;
+}
+
+// A stranger's flood of connections that send a Hello and hang up (during the
+// token's challenge, or once admitted before the gang forms) costs one line
+// per address per window, not one per connection (README "Strangers on the port").
+TEST_F(RendezvousTest, HangUpFloodsAreRateLimitedPerPeer) {
+  struct Case {
+    std::string token, line;
+  };
+  for (const Case& c : {Case{"s3cret-token-value-of-32-bytes-or-more",
+                             "hung up during authentication"},
+                        Case{"", "disconnected"}}) {
+    auto leader = MakeLeader(3, 0, c.token);
+    leader->Start(HelloFor(0, 3), [](auto) {});
+    std::ostringstream out;
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+    auto log = spdlog::get("rendezvous");
+    ASSERT_NE(log, nullptr);
+    log->sinks().push_back(sink);
+    wire::Hello hello = HelloFor(1, 3);
+    if (!c.token.empty()) hello.nonce = NewNonce();
+    const auto frame = wire::Encode(hello);
+    constexpr int kFlood = 100;
+    for (int i = 0; i < kFlood; ++i) {
+      asio::ip::tcp::socket s(io_);
+      s.connect({asio::ip::address_v4::loopback(), leader->port()});
+      asio::write(s, asio::buffer(frame));
+      s.non_blocking(true);
+      // The challenge arrives (token), or the leader has admitted the Hello (none).
+      const std::size_t before = leader->admitted();
+      RunUntil([&] {
+        if (c.token.empty()) return leader->admitted() > before;
+        char ch;
+        boost::system::error_code ec;
+        return s.read_some(asio::buffer(&ch, 1), ec) > 0;
+      }, 2s);
+      s.close();
+      RunUntil([&] { return leader->admitted() == before; }, 2s);
+    }
+    RunUntil([] { return false; }, 100ms);
+    log->sinks().pop_back();
+    const std::string text = out.str();
+    std::size_t lines = 0;
+    for (std::size_t at = text.find(c.line); at != std::string::npos;
+         at = text.find(c.line, at + 1)) {
+      ++lines;
+    }
+    EXPECT_GE(lines, 1u) << c.line << ": " << text;
+    EXPECT_LE(lines, 2u) << c.line << ": " << text;
+  }
 }
 
 TEST(PeerLogLimiterTest, OneLinePerPeerPerWindowThenTheCount) {

@@ -72,6 +72,12 @@ std::vector<Message> Samples() {
   Hello elastic_first = elastic;
   elastic_first.restarts = 0;  // present and 0 differs from absent
   elastic_first.job_restart_attempt = 1;
+  Hello identified = elastic;  // who the pod is beyond its index: binary bytes
+  identified.instance_id = std::string("\0\xff\x01\x7f" "0123456789ab", kInstanceIdBytes);
+  Hello on_node = SampleHello();
+  on_node.node_name = "gke-a3-pool-7f2c";  // NODE_NAME (wire.h): flag bit 8
+  Hello identified_on_node = identified;  // both appended fields, in their order
+  identified_on_node.node_name = on_node.node_name;
   return {SampleHello(), jobset, probe, elastic, elastic_first, SampleAssignment(), spare,
           moved, grown,
           arrived, WithNcclIds(1), WithNcclIds(3),
@@ -96,7 +102,8 @@ std::vector<Message> Samples() {
           Stop{.failed_index = 1, .reason = "pod 1: CUDA error", .restart = true,
                .next_generation = 1, .failure_class = 4, .replacement = 2},
           Challenge{.nonce = std::string(32, '\x01'), .proof = std::string(32, '\0')},
-          Proof{.proof = std::string("\0\xff\x10", 3)}};
+          Proof{.proof = std::string("\0\xff\x10", 3)},
+          identified, on_node, identified_on_node};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.
@@ -318,6 +325,40 @@ TEST(WireTest, AStopNamesItsReplacementOnlyWhenItHasOne) {
   const auto len = static_cast<std::uint32_t>(after.size() - kHeaderSize);
   for (int b = 0; b < 4; ++b) after[8 + b] = static_cast<std::uint8_t>(len >> (24 - 8 * b));
   EXPECT_FALSE(DecodeAll(after, 1).ok());
+}
+
+// A hello without an instance id is encoded as before the field was appended
+// (an older leader refuses trailing bytes); one with it adds the string after
+// the flags' other fields, and flags that announce it without it (or with an
+// empty one) are refused.
+TEST(WireTest, AHelloCarriesItsInstanceIdOnlyWhenItHasOne) {
+  Hello plain = SampleHello();
+  plain.job_name = "workers-0";
+  plain.restarts = 1;
+  Hello identified = plain;
+  identified.instance_id = std::string(kInstanceIdBytes, '\x5a');
+  const std::vector<std::uint8_t> before = Encode(plain);
+  const std::vector<std::uint8_t> after = Encode(identified);
+  ASSERT_EQ(after.size(), before.size() + 2 + kInstanceIdBytes);
+  auto got = DecodeAll(after, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(std::get<Hello>((*got)[0]), identified);
+  auto old = DecodeAll(before, 1);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_TRUE(std::get<Hello>((*old)[0]).instance_id.empty());
+  // The flags are the u16 before leader_id (empty: 2 bytes) and restarts (4 bytes).
+  auto announced = before;
+  announced[announced.size() - 7] |= 4;
+  EXPECT_FALSE(DecodeAll(announced, 1).ok()) << "flag 4 without the string";
+  auto empty = announced;
+  empty.push_back(0);
+  empty.push_back(0);
+  const auto len = static_cast<std::uint32_t>(empty.size() - kHeaderSize);
+  for (int b = 0; b < 4; ++b) empty[8 + b] = static_cast<std::uint8_t>(len >> (24 - 8 * b));
+  auto refused = DecodeAll(empty, 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("instance_id"), std::string::npos)
+      << refused.status().message();
 }
 
 // Writes each sample frame as a seed for the fuzzer (scripts/test passes the

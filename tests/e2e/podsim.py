@@ -559,6 +559,7 @@ class Cluster:
         self.events_log = os.path.join(self.workdir, "events.log")
         self.pods = {}
         self._ip_override = {}
+        self._cut_carrier = {}  # cut_link: pod index -> whether its carrier went down
         self._timers = []
         self._dnsmasq = None
         self._created_ns = []
@@ -827,15 +828,27 @@ class Cluster:
         self.event(f"started pod {pod.name} (host pid {pod.pid1}): {' '.join(argv)}")
         return pod
 
-    def cut_link(self, i):
+    def cut_link(self, i, carrier=True):
         """Partitions pod i from the network: its veth's bridge end goes down (the pod's
         eth0 loses carrier). Packets either way are dropped silently: no RST, no ICMP from
-        the peer, as when a node drops off the network. restore_link(i) undoes it."""
-        _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "down")
-        self.event(f"cut the link of {self.hostname(i)}")
+        the peer, as when a node drops off the network. restore_link(i) undoes it.
+
+        carrier=False: the bridge drops pod i's frames both ways (its port disabled) while
+        the pod's eth0 keeps its carrier, as when a switch or a path between the nodes
+        blips: the pod's ARP entries stay (a carrier loss flushes them, and after it the
+        pod re-resolves its peers' addresses at the ARP retry pace, 1 s)."""
+        if carrier:
+            _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "down")
+        else:
+            _run("bridge", "-n", self.net_ns, "link", "set", "dev", f"vp{i}", "state", "0")
+        self._cut_carrier[i] = carrier
+        self.event(f"cut the link of {self.hostname(i)}" + ("" if carrier else " (carrier kept)"))
 
     def restore_link(self, i):
-        _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "up")
+        if self._cut_carrier.pop(i, True):
+            _run("ip", "-n", self.net_ns, "link", "set", f"vp{i}", "up")
+        else:
+            _run("bridge", "-n", self.net_ns, "link", "set", "dev", f"vp{i}", "state", "3")
         self.event(f"restored the link of {self.hostname(i)}")
 
     def processes_in_pod(self, i):

@@ -29,7 +29,7 @@ GRACE = 5
 SLOW_STOP = 2.0    # s the "slow" worker's TERM trap takes
 FREEZE = 6.0       # s a pod is stopped: past the 3 s heartbeat timeout
 STOP_BOUND = 6.5   # s from a freeze to the other pods' exits: 3 missed heartbeats + slack
-SHORT_FREEZE = 2.15  # s: the loop's gap stays under the 2.4 s limit (3 x 0.8 s), the silence often not
+SHORT_FREEZE = 2.15  # s: the loop's gap stays under the 2.4 s limit (6 x 0.4 s), the silence often not
 
 # usage: sh -c WORKER trainer MARKS MODE TENTHS CODE [AT]
 #   fail: nap TENTHS, exit CODE;  failat: sleep until wall time AT (ms), exit CODE;

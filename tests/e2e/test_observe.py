@@ -12,7 +12,9 @@ Simulated pods as in test_gang.py (pods x 1 worker, --grace-period 2, a
     puts it; skipped without it) and checked against what happened: generation 1, one
     restart, 2 of 2 pods, 1 worker running, pod 1's exit counted under worker and pod 0's
     under peer_failed, last failure class worker, a fresh heartbeat, lines forwarded and
-    none dropped; the leader has a heartbeat round trip for pod 1. The progress bar's
+    none dropped; the leader has a heartbeat round trip for pod 1 and names pod 1, class
+    worker, on its node (NODE_NAME node-b, from pod 1's hello) as the last culprit; every pod
+    says formed, MIN 2, --max-restarts 1 with 1 counted, no spares. The progress bar's
     redraws each came out with the rank prefix.
   * json: 2 pods with --log-format json (pod 1 also --worker-log-format json); pod 1's
     worker exits 42 (bug). Every line of trainlet's own stderr parses as one JSON object
@@ -22,7 +24,7 @@ Simulated pods as in test_gang.py (pods x 1 worker, --grace-period 2, a
     one JSON line each as well.
   * stragglers: 3 pods with --hang-timeout 30; pods 0 and 1 touch their heartbeat file
     every 0.1 s, pod 2's worker sleeps 1.5 s between touches. The leader names pod 2
-    (rank 2) within 3 of its steps, exports trainlet_straggler{pod="2"} 1, and never
+    (rank 2) within 3 of its steps, exports trainlet_straggler{member="2"} 1, and never
     names the others.
   * progress: 3 pods, pod 2 pointed at a port where nothing listens. Within 10-13 s the
     leader says which index is missing and how long is left, and pod 2 which address it
@@ -122,10 +124,10 @@ class ObserveTest(test_gang.GangHelpers, PodsimTestCase):
     def worker(self, c, i, first, later, code=0):
         return ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), first, later, str(code)]
 
-    def start(self, c, i, worker, *flags, nnodes=2, rdzv_timeout=30):
+    def start(self, c, i, worker, *flags, nnodes=2, rdzv_timeout=30, env=None):
         return c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i), *flags,
                                             nnodes=nnodes, nproc=1, grace=GRACE,
-                                            rdzv_timeout=rdzv_timeout, cmd=worker))
+                                            rdzv_timeout=rdzv_timeout, cmd=worker), env=env)
 
     # -- /metrics ------------------------------------------------------------------------
     def test_metrics_follow_a_restart_and_exit_classes(self):
@@ -137,8 +139,11 @@ class ObserveTest(test_gang.GangHelpers, PodsimTestCase):
             c.publish_all()
             flags = ("--health-port", str(HEALTH_PORT), "--max-restarts", "1",
                      "--hang-timeout", "30")
-            self.start(c, 0, self.worker(c, 0, "live", "beat"), *flags)
-            self.start(c, 1, self.worker(c, 1, "fail", "beat", 3), *flags)
+            # Each pod's node, as the downward API's spec.nodeName gives it.
+            self.start(c, 0, self.worker(c, 0, "live", "beat"), *flags,
+                       env={"NODE_NAME": "node-a"})
+            self.start(c, 1, self.worker(c, 1, "fail", "beat", 3), *flags,
+                       env={"NODE_NAME": "node-b"})
             for i in range(2):
                 c.pods[i].wait_for_output(r"\[rank\d\]: bar 3/3\n", 40, "stdout")
             time.sleep(2.5)  # heartbeats both ways (1 s each): a round trip to report
@@ -175,14 +180,25 @@ class ObserveTest(test_gang.GangHelpers, PodsimTestCase):
                 self.assertGreater(value(i, "trainlet_process_resident_memory_bytes"), 1 << 20)
                 self.assertGreater(value(i, "trainlet_process_cpu_seconds_total"), 0)
                 self.assertGreater(value(i, "trainlet_rendezvous_duration_seconds"), 0)
+                # What the alert rules (examples/monitoring) need besides.
+                self.assertEqual(value(i, "trainlet_gang_formed"), 1)
+                self.assertEqual(value(i, "trainlet_gang_pods_min"), 2)
+                self.assertEqual(value(i, "trainlet_gang_max_restarts"), 1)
+                self.assertEqual(value(i, "trainlet_gang_restart_count"), 1)
+                self.assertEqual(value(i, "trainlet_gang_spares_configured"), 0)
+            # The leader names the culprit of generation 0 and its node, which only pod 1's
+            # hello told it; a member has no culprit series.
+            self.assertEqual(value(0, "trainlet_gang_last_culprit", member=1, node_name="node-b",
+                                   **{"class": "worker"}), 1)
+            self.assertFalse([k for k in got[1] if k[0] == "trainlet_gang_last_culprit"])
             # Generation 0: pod 1's worker failed (worker), pod 0's was stopped for it.
             self.assertEqual(value(1, "trainlet_worker_exits_total", **{"class": "worker"}), 1)
             self.assertEqual(value(1, "trainlet_worker_exits_total", **{"class": "ok"}), 0)
             self.assertEqual(value(0, "trainlet_worker_exits_total", **{"class": "peer_failed"}), 1)
             self.assertEqual(value(0, "trainlet_worker_exits_total", **{"class": "worker"}), 0)
-            rtt = value(0, "trainlet_heartbeat_rtt_seconds", pod=1)
+            rtt = value(0, "trainlet_heartbeat_rtt_seconds", member=1)
             self.assertTrue(0 < rtt < 1, f"heartbeat round trip {rtt}")
-            self.assertNotIn(("trainlet_heartbeat_rtt_seconds", frozenset({("pod", "1")})),
+            self.assertNotIn(("trainlet_heartbeat_rtt_seconds", frozenset({("member", "1")})),
                              got[1], "a member exports the leader's per-pod series")
             print(f"\n    heartbeat rtt pod 1: {rtt * 1000:.2f} ms", end=" ", flush=True)
             exits = self.watch(c, 40)
@@ -279,8 +295,8 @@ class ObserveTest(test_gang.GangHelpers, PodsimTestCase):
             named = time.time()
             code, text = scrape(c, 0)
             self.assertEqual(code, 0)
-            self.assertIn('\ntrainlet_straggler{pod="2"} 1\n', text)
-            self.assertNotIn('trainlet_straggler{pod="0"}', text)
+            self.assertIn('\ntrainlet_straggler{member="2"} 1\n', text)
+            self.assertNotIn('trainlet_straggler{member="0"}', text)
             with open(self.marks_path(c, 2)) as f:
                 steps = [float(ln.split()[1]) for ln in f]
             before = sum(1 for t in steps if t <= named)

@@ -24,10 +24,19 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
 - test_nccl_watchdog_restarts_in_place_without_a_swap: pod 1's worker prints NCCL's watchdog
   timeout and exits 1 (class infra: every surviving rank prints it when one peer fails, so it
   does not point at a node): restart in place, no swap, as for an exit 1.
+- test_spare_frozen_or_cut_briefly_stays_a_spare: the waiting spare (pod 2) is frozen
+  (SIGSTOP) for 1.5 s, then its link is cut for 1.5 s (carrier kept: podsim.cut_link), both
+  less than the heartbeat timeout
+  (2.4 s): it stays a spare (no new generation, no worker), and every pod exits 0.
+- test_spare_frozen_past_the_timeout_exits_infra: the waiting spare frozen for 5 s is lost:
+  resumed, it exits 75 (infra) within a few seconds, as a frozen pod does, without refusing
+  the leader in a loop; the leader says once that it was lost, pods 0 and 1 train on and
+  exit 0.
 """
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -86,7 +95,8 @@ class SparesTest(PodsimTestCase):
             cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), modes.get(i, "ok")]
             c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i), "--spares", "1",
                                          "--max-restarts", "2", *flags, nnodes=nnodes,
-                                         grace=GRACE, rdzv_timeout=30, cmd=cmd))
+                                         grace=GRACE, rdzv_timeout=30, cmd=cmd),
+                        env={"NODE_NAME": f"node-{i}"})  # the downward API's spec.nodeName
         c.pods[nnodes].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
         for i in range(nnodes):
             c.pods[i].wait_for_output(r"rank \d started in generation 0", 30)
@@ -183,6 +193,12 @@ class SparesTest(PodsimTestCase):
             self.assertIn('\ntrainlet_gang_replacement{generation="1",node_rank="1",spare="2",'
                           'replaced="1"} 1\n', metrics)
             self.assertIn("\ntrainlet_gang_replacements_total 1\n", metrics)
+            # The node to drain, named after its pod is gone (only pod 1's hello told it);
+            # the one spare is used up (TrainletHardwareFailure, TrainletSparesUsedUp).
+            self.assertIn('\ntrainlet_gang_last_culprit{member="1",node_name="node-1",'
+                          'class="hardware"} 1\n', metrics)
+            self.assertIn("\ntrainlet_gang_spares_configured 1\n", metrics)
+            self.assertIn("\ntrainlet_gang_spare 0\n", self.scrape(c, 2))
             for i in (0, 2):
                 os.unlink(self.marks(c, i) + ".hold")
             for i in (0, 2):
@@ -226,6 +242,61 @@ class SparesTest(PodsimTestCase):
             for i in (0, 1, 3):
                 self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
             self.assertRegex(c.pods[0].stderr(), r"spare pod 3 takes node rank 2 of pod 2")
+            self.assertNothingLeft(c)
+
+    def hold_workers(self, c, indices):
+        for i in indices:
+            open(self.marks(c, i) + ".hold", "w").close()
+
+    def release_workers(self, c, indices):
+        for i in indices:
+            os.unlink(self.marks(c, i) + ".hold")
+
+    def test_spare_frozen_or_cut_briefly_stays_a_spare(self):
+        with self.cluster(pods=3) as c:
+            self.hold_workers(c, (0, 1))
+            self.start_gang(c, {})
+            time.sleep(1.0)  # a few heartbeats both ways
+            c.pods[2].signal(signal.SIGSTOP)
+            time.sleep(1.5)
+            c.pods[2].signal(signal.SIGCONT)
+            time.sleep(3.0)  # past a timeout counted from before the freeze
+            c.cut_link(2, carrier=False)  # a blip on the path: the pod's eth0 stays up
+            time.sleep(1.5)
+            c.restore_link(2)
+            time.sleep(3.0)
+            self.assertTrue(c.pods[2].running(), c.pods[2].tail())
+            self.release_workers(c, (0, 1))
+            for i in range(3):
+                self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
+            self.assertEqual(self.starts(c, 2), [], "the spare ran a worker")
+            self.assertEqual([g for g, _, _ in self.starts(c, 0)], [0], "a new generation")
+            self.assertNotRegex(c.pods[0].stderr(), r"pod 2 (was )?lost")
+            self.assertNothingLeft(c)
+
+    def test_spare_frozen_past_the_timeout_exits_infra(self):
+        with self.cluster(pods=3) as c:
+            self.hold_workers(c, (0, 1))
+            self.start_gang(c, {})
+            time.sleep(1.0)
+            c.pods[2].signal(signal.SIGSTOP)
+            time.sleep(5.0)  # lost after 2.4 s
+            t_cont = time.time()
+            c.pods[2].signal(signal.SIGCONT)
+            code = c.pods[2].wait(15)
+            took = time.time() - t_cont
+            print(f"\n    frozen spare: exit {code} {took:.2f}s after it resumed", end=" ",
+                  flush=True)
+            self.assertEqual(code, 75, c.pods[2].tail(30))
+            self.assertEqual(self.verdict(c, 2)["class"], "infra", c.pods[2].tail())
+            self.assertLess(took, 10.0, "the resumed spare outlived a few retries")
+            self.assertLessEqual(len(re.findall(r"pod 2 joined from", c.pods[0].stderr())), 1,
+                                 "the leader and the spare refused each other in a loop:\n"
+                                 + c.pods[0].tail(30))
+            self.release_workers(c, (0, 1))
+            for i in (0, 1):
+                self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
+            self.assertEqual(self.starts(c, 2), [], "the spare ran a worker")
             self.assertNothingLeft(c)
 
     def check_restart_in_place(self, mode):

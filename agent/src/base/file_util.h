@@ -9,8 +9,10 @@
 
 namespace trainlet::agent {
 
-// At most `max` bytes of the file; nullopt when it cannot be opened. A read
-// error ends the content early. Never throws.
+// At most `max` bytes of the file; nullopt when it cannot be opened or is not
+// a regular file (opened with O_NONBLOCK: never blocks on a FIFO). A read
+// error ends the content early. Never throws. For the files the system
+// provides; a file the user names goes through exitcodes::ReadUserFile.
 std::optional<std::string> ReadSmallFile(const std::string& path, std::size_t max = 64 * 1024);
 
 }  // namespace trainlet::agent

@@ -51,8 +51,15 @@ class Writer {
   std::string out_;
 };
 
+// A label pair; the value escaped as the text format asks (backslash, double
+// quote, line feed), for values from outside such as NODE_NAME.
 std::string Label(const char* key, const std::string& value) {
-  return std::string(key) + "=\"" + value + "\"";  // values here never need escaping
+  std::string out = std::string(key) + "=\"";
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out + "\"";
 }
 
 }  // namespace
@@ -76,6 +83,7 @@ void PodMeters::Fill(MetricsSnapshot* s) const {
   s->restarts = restarts;
   s->worker_exits = worker_exits;
   s->last_failure_class = last_failure_class;
+  s->last_culprit = last_culprit;
 }
 
 void FillProcessStats(MetricsSnapshot* s) {
@@ -107,8 +115,22 @@ void RenderGang(const MetricsSnapshot& s, Writer& w) {
   w.Family("trainlet_gang_pods_joined", "gauge",
            "Pods in the gang: admitted so far on the leader; the whole gang once formed.");
   w.Sample("trainlet_gang_pods_joined", s.pods_joined);
-  w.Family("trainlet_gang_pods_expected", "gauge", "Pods the gang needs (--nnodes).");
+  w.Family("trainlet_gang_pods_expected", "gauge", "Pods the gang needs (--nnodes; MAX if elastic).");
   w.Sample("trainlet_gang_pods_expected", s.pods_expected);
+  w.Family("trainlet_gang_pods_min", "gauge",
+           "Pods the gang can run with (--nnodes MIN; the fixed size otherwise).");
+  w.Sample("trainlet_gang_pods_min", s.pods_min);
+  w.Family("trainlet_gang_formed", "gauge",
+           "1 while a generation's gang is formed and runs; 0 before and during a rendezvous.");
+  w.Sample("trainlet_gang_formed", s.formed ? 1 : 0);
+  w.Family("trainlet_gang_max_restarts", "gauge", "The in-place restart budget (--max-restarts).");
+  w.Sample("trainlet_gang_max_restarts", s.max_restarts);
+  w.Family("trainlet_gang_restart_count", "gauge",
+           "Restarts counted against --max-restarts so far (TORCHELASTIC_RESTART_COUNT), the "
+           "gang's count: a pod that joined late carries it on.");
+  w.Sample("trainlet_gang_restart_count", s.restart_count);
+  w.Family("trainlet_gang_spares_configured", "gauge", "Hot spares the gang keeps (--spares).");
+  w.Sample("trainlet_gang_spares_configured", s.spares_configured);
   w.Family("trainlet_gang_spare", "gauge",
            "1 while this pod waits as a hot spare (--spares), without workers.");
   w.Sample("trainlet_gang_spare", s.spare ? 1 : 0);
@@ -149,23 +171,32 @@ void RenderWorkers(const MetricsSnapshot& s, Writer& w) {
   }
 }
 
-// The leader's per-pod series: heartbeat round trips, step rates, stragglers.
+// The leader's per-member series (label "member": the pod's index): heartbeat
+// round trips, step rates, stragglers, the last culprit.
 void RenderLeaderPods(const MetricsSnapshot& s, Writer& w) {
   w.Family("trainlet_heartbeat_rtt_seconds", "gauge",
            "Leader: last control-channel heartbeat round trip per member pod.");
   for (const auto& [pod, v] : s.heartbeat_rtt_seconds) {
-    w.Sample("trainlet_heartbeat_rtt_seconds", v, Label("pod", std::to_string(pod)));
+    w.Sample("trainlet_heartbeat_rtt_seconds", v, Label("member", std::to_string(pod)));
   }
   w.Family("trainlet_pod_step_rate", "gauge",
            "Leader: heartbeat-file touches per second of each pod's slowest worker.");
   for (const auto& [pod, v] : s.step_rate) {
-    w.Sample("trainlet_pod_step_rate", v, Label("pod", std::to_string(pod)));
+    w.Sample("trainlet_pod_step_rate", v, Label("member", std::to_string(pod)));
   }
   w.Family("trainlet_straggler", "gauge",
            "Leader: 1 for a pod whose step rate is behind the gang's median by "
            "--straggler-factor.");
   for (std::uint32_t pod : s.stragglers) {
-    w.Sample("trainlet_straggler", 1, Label("pod", std::to_string(pod)));
+    w.Sample("trainlet_straggler", 1, Label("member", std::to_string(pod)));
+  }
+  w.Family("trainlet_gang_last_culprit", "gauge",
+           "Leader: 1 for the pod whose failure or loss ended a generation last: its index, its "
+           "node (NODE_NAME; empty if unknown) and the failure's class.");
+  if (const auto& c = s.last_culprit) {
+    w.Sample("trainlet_gang_last_culprit", 1,
+             Label("member", std::to_string(c->index)) + "," + Label("node_name", c->node_name) +
+                 "," + Label("class", c->failure_class));
   }
 }
 

@@ -30,6 +30,7 @@
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/exitcodes/policy.h"
 #include "trainlet/exitcodes/termination.h"
+#include "trainlet/exitcodes/user_file.h"
 #include "trainlet/gpu/preflight.h"
 
 extern char** environ;
@@ -149,8 +150,8 @@ void AddOtherSubcommands(CLI::App& app, OtherSubcommands* o) {
   o->probe = app.add_subcommand(
       "probe", "exec probe: exit 0 when the local agent is ready / live, or print its "
                "Prometheus metrics (needs --health-port)");
-  o->probe->add_option("what", o->probe_what, "ready, live or metrics")->required()->check(
-      CLI::IsMember({"ready", "live", "metrics"}));
+  // Checked in RunOtherSubcommand: CLI11's check would name the option "what".
+  o->probe->add_option("what", o->probe_what, "ready, live or metrics")->required();
   o->probe->add_option("--health-port", o->probe_port, "the agent's --health-port")
       ->envname("TRAINLET_HEALTH_PORT");
   o->policy = app.add_subcommand(
@@ -176,6 +177,10 @@ std::optional<int> RunOtherSubcommand(const OtherSubcommands& o) {
     return 0;
   }
   if (o.probe->parsed()) {
+    if (o.probe_what != "ready" && o.probe_what != "live" && o.probe_what != "metrics") {
+      return ConfigError("probe '" + o.probe_what +
+                         "': what to probe is one of ready, live, metrics");
+    }
     auto port = ParsePort("--health-port/TRAINLET_HEALTH_PORT", o.probe_port);
     if (!port.ok()) return ConfigError(port.status().message());
     return Probe(o.probe_what, *port);
@@ -231,8 +236,9 @@ struct Ending {
   bool ends() const { return exit || !status.ok(); }
 };
 
-// CLI11's parse of `args` (argv[0] first).
-Ending Cli11Parse(CLI::App& app, std::vector<std::string> args) {
+// CLI11's parse of `args` (argv[0] first); its errors name what the user
+// wrote: `form`'s TRAINLET_* variables (FlagValues::NameVariables).
+Ending Cli11Parse(CLI::App& app, std::vector<std::string> args, const FlagValues& form) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   try {
@@ -250,7 +256,7 @@ Ending Cli11Parse(CLI::App& app, std::vector<std::string> args) {
     return {std::nullopt,
             Status::Config(at == std::string::npos ? what : GivenTwice(what.substr(0, at)))};
   } catch (const CLI::ParseError& e) {
-    return {std::nullopt, Status::Config(e.what())};
+    return {std::nullopt, Status::Config(form.NameVariables(e.what()))};
   }
   return {};
 }
@@ -350,7 +356,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& argv,
   }
   OtherSubcommands others;
   AddOtherSubcommands(*app, &others);
-  if (Ending e = Cli11Parse(*app, Cli11Args(argv[0], sub, args, split, local_split)); e.ends()) {
+  if (Ending e = Cli11Parse(*app, Cli11Args(argv[0], sub, args, split, local_split),
+                            sub == "local" ? *local : *pod);
+      e.ends()) {
     return {e};
   }
   if (pod->Set(kPrintCompletion)) {  // torchrun's; exits, as there
@@ -364,6 +372,14 @@ CommandLine ParseCommandLine(const std::vector<std::string>& argv,
   return {{}, std::move(chosen), is_local ? local_split : split};
 }
 
+// A SIGTERM/SIGINT during start-up: the run ends before it began (class
+// terminated: the pod's code, 143 by default; `trainlet local`: 128 + signal).
+Status StoppedAtStart(int signo) {
+  return Status(exitcodes::FailureClass::kTerminated,
+                "received " + std::string(exitcodes::SignalName(signo)) +
+                    " during start-up, before the trainer ran");
+}
+
 // Validate -> Probe -> Plan, for the form `f` holds.
 exitcodes::Result<PlannedRun> PlanForm(
     const FlagValues& f, const SplitArgs& split, const exitcodes::ExitCodeTable& table,
@@ -371,6 +387,7 @@ exitcodes::Result<PlannedRun> PlanForm(
   auto settings = Validate(f, split, table);
   if (!settings.ok()) return settings.status();
   const NodeFacts node = probe(f, *settings);
+  if (node.stop_signal != 0) return StoppedAtStart(node.stop_signal);
   auto trainer = PlanTrainer(f, *settings, node, split);
   if (!trainer.ok()) return trainer.status();
   if (f.form() == Form::kLocal) {
@@ -395,6 +412,7 @@ FrontEnd MakePlan(const FlagValues& f, const SplitArgs& split, const ProbeFn& pr
     return out;
   }
   out.termination_log = f.Value(kTerminationLog);
+  out.local = f.form() == Form::kLocal;
   auto table = exitcodes::ExitCodeTable::FromFlags(f.List(kExitCode), f.Value(kFatalExitCodes));
   if (!table.ok()) {
     out.status = Status::Config(table.status().message());
@@ -438,6 +456,20 @@ int Main(int argc, char** argv) {
     return Probe(f, s);  // front_end.h's
   });
   if (front.exit) return *front.exit;
+  // A stop that came while the front end ran (parsing, probing, reading
+  // files): blocked since main's first line, so still pending; it wins over
+  // running, as a SIGTERM before any failure does in the pod (gang_policy.h).
+  if (int signo = exitcodes::PendingStopSignal();
+      signo != 0 && (front.status.ok() ||
+                     front.status.failure_class() == exitcodes::FailureClass::kTerminated)) {
+    const Status stop = StoppedAtStart(signo);
+    if (front.local) {
+      std::fprintf(stderr, "trainlet local: %s (exit %d)\n", stop.message().c_str(), 128 + signo);
+      return 128 + signo;
+    }
+    return StartupError(stop.failure_class(), stop.message(), front.codes, front.termination_log,
+                        front.pod_index);
+  }
   if (!front.status.ok()) {
     return StartupError(front.status.failure_class(), front.status.message(), front.codes,
                         front.termination_log, front.pod_index);

@@ -390,6 +390,22 @@ exitcodes::Status FlagValues::NoteOnLine(const CLI::App& app,
   return exitcodes::Status::Ok();
 }
 
+std::string FlagValues::NameVariables(std::string message) const {
+  for (const FlagSpec& spec : kFlags) {
+    const std::string var = EnvName("TRAINLET_", spec.name);
+    if (!Has(spec.id) || on_line_[Index(spec.id)] || !env_.contains(var)) continue;
+    const std::string flag = "--" + std::string(spec.name);
+    for (std::size_t at = message.find(flag); at != std::string::npos;
+         at = message.find(flag, at + 1)) {
+      const std::size_t end = at + flag.size();
+      const char next = end < message.size() ? message[end] : ' ';
+      if (std::isalnum(static_cast<unsigned char>(next)) || next == '-' || next == '_') continue;
+      message.replace(at, flag.size(), var);
+    }
+  }
+  return message;
+}
+
 std::vector<std::string> FlagValues::AbbreviableNames() const {
   std::vector<const FlagSpec*> rows;
   for (const FlagSpec& spec : kFlags) {
@@ -442,7 +458,7 @@ exitcodes::Status ParseOptions(FlagValues& f, const std::vector<std::string>& op
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
-    return exitcodes::Status::Config(e.what());
+    return exitcodes::Status::Config(f.NameVariables(e.what()));
   }
   f.Freeze();
   return exitcodes::Status::Ok();

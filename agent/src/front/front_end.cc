@@ -23,6 +23,7 @@
 #include "trainlet/agent/base/values.h"
 #include "trainlet/agent/run/worker_env.h"
 #include "trainlet/gpu/health.h"
+#include "trainlet/exitcodes/user_file.h"
 #include "trainlet/rendezvous/auth.h"
 
 namespace trainlet::agent {
@@ -392,8 +393,11 @@ gpu::Discovery DiscoverGpus(const std::string& libcuda) {
   return d;
 }
 
-std::optional<std::string> ReadFile(const std::string& path) {
-  return ReadSmallFile(path, 1 << 20);
+// A downward-API file (--podinfo-dir, --podinfo-file): small (a pod's
+// annotations are at most 256 KiB together, kubernetes.io "Annotations"), so
+// the cap is a Secret's 1 MiB; a FIFO, device or folder there is refused.
+exitcodes::Result<std::optional<std::string>> ReadPodInfoFile(const std::string& path) {
+  return exitcodes::ReadUserFile(path, "the downward-API file", exitcodes::kSecretMaxBytes);
 }
 
 // The pod form's questions: who this pod is, its token, --standalone's ports.
@@ -401,9 +405,11 @@ void ProbePod(const FlagValues& f, const Settings& s, NodeFacts* node) {
   utsname u{};
   ::uname(&u);
   node->hostname = u.nodename;
-  node->etc_hosts = ReadFile("/etc/hosts").value_or("");
-  node->read_file = ReadFile;
-  if (!f.Value(kTokenFile).empty()) node->token = rendezvous::ReadTokenFile(f.Value(kTokenFile));
+  node->etc_hosts = ReadSmallFile("/etc/hosts", 1 << 20).value_or("");
+  node->read_file = ReadPodInfoFile;
+  if (!f.Value(kTokenFile).empty()) {
+    node->token = rendezvous::ReadTokenFile(f.Value(kTokenFile), f.Source(kTokenFile));
+  }
   // A free rendezvous port and JAX coordinator port: two standalone runs on
   // one machine must not collide (torchrun's --standalone).
   if (s.torchrun.standalone) node->free_ports = FreeLoopbackPorts(2);
@@ -414,6 +420,8 @@ void ProbePod(const FlagValues& f, const Settings& s, NodeFacts* node) {
 NodeFacts Probe(const FlagValues& f, const Settings& s) {
   NodeFacts node;
   const auto& env = f.env();
+  // A stop asked for during start-up ends it between (and inside) the steps.
+  auto stopped = [&node] { return (node.stop_signal = exitcodes::PendingStopSignal()) != 0; };
   node.self_exe = SelfExe();
   node.python = ChooseInterpreter(
       f.Set(kPython) ? std::optional(f.Value(kPython)) : std::nullopt, env, node.self_exe,
@@ -422,13 +430,16 @@ NodeFacts Probe(const FlagValues& f, const Settings& s) {
   node.gpu = NodeGpuOptions(s.gpu, env, node.self_exe, node.nvidia_driver);
   // torchrun: os.cpu_count(), the CPUs online.
   if (s.nproc == "cpu") node.online_cpus = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+  if (stopped()) return node;
   if (s.discover_gpus) node.gpus = DiscoverGpus(node.gpu.libcuda);
+  if (stopped()) return node;
   // Listing the interfaces is a netlink dump in every pod's start: only when
   // NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME ask for them.
   if (env.contains("NCCL_SOCKET_IFNAME") || env.contains("GLOO_SOCKET_IFNAME")) {
     node.interfaces = gpu::ListInterfaces();
   }
   node.gpu_fault = GpuFaultEvidence(node.gpu);
+  if (stopped()) return node;
   if (f.form() == Form::kPod) ProbePod(f, s, &node);
   if (f.form() == Form::kLocal) node.working_directory = WorkingDirectory();
   return node;
@@ -820,6 +831,9 @@ Result<PodOptions> PlanPod(const FlagValues& f, const Settings& s, const NodeFac
   if (node.token) {
     if (!node.token->ok()) return AsConfig(node.token->status());
     po.token = **node.token;
+    const std::string short_token =
+        rendezvous::ShortTokenWarning(f.Value(kTokenFile), f.Source(kTokenFile), po.token.size());
+    if (!short_token.empty()) spdlog::warn("{}", short_token);
   }
   return po;
 }

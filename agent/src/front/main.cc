@@ -1,7 +1,10 @@
 // The trainlet binary: block the signals we consume before anything else can
 // start a thread, then hand over to the CLI. An exception reaching here is a
 // bug in trainlet: report it as one line and exit with the retriable infra code
-// rather than abort (which would look like a trainer crash to the Job).
+// rather than abort (which would look like a trainer crash to the Job). Bad
+// input never gets here: the front end's checks (and the error_code overloads
+// of std::filesystem for paths from the spec) make it a config error first;
+// fuzz_front drives the whole front door to keep it so.
 #include <fcntl.h>
 
 #include <cerrno>
@@ -39,9 +42,10 @@ int main(int argc, char** argv) {
   try {
     return trainlet::agent::Main(argc, argv);
   } catch (const std::exception& e) {
-    Internal(std::string("internal error: ") + e.what());
+    Internal(std::string("internal error (a fault in trainlet itself, not in its input: please "
+                         "report it): ") + e.what());
   } catch (...) {
-    Internal("internal error");
+    Internal("internal error (a fault in trainlet itself, not in its input: please report it)");
   }
   return trainlet::exitcodes::kExitInfra;
 }

@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "trainlet/exitcodes/user_file.h"
+
 namespace trainlet::agent {
 namespace {
 
@@ -164,8 +166,8 @@ std::optional<std::uint64_t> SharedMemoryFree(const std::string& path) {
 std::string SmallSharedMemoryWarning(std::optional<std::uint64_t> shm_bytes, std::uint32_t workers,
                                      bool gpus) {
   if (!shm_bytes || *shm_bytes >= kSmallSharedMemory || (workers <= 1 && !gpus)) return "";
-  return "/dev/shm is only " + std::to_string(*shm_bytes >> 20) +
-         " MiB: DataLoader workers and NCCL use it, and a job that runs out fails the same way "
+  return "/dev/shm is only " + exitcodes::FormatBytes(*shm_bytes) +
+         ": DataLoader workers and NCCL use it, and a job that runs out fails the same way "
          "on every retry (exit 78); mount an emptyDir with medium: Memory at /dev/shm";
 }
 

@@ -482,7 +482,16 @@ GangActions MemberPolicy::On(const GangEvent& e) {
     return OwnFailure(Cause::Own(*f), f->hang);
   }
   if (const auto* s = std::get_if<gang::OwnStall>(&e)) {
-    if (FailureKnown() || gen_.done()) return {};
+    if (FailureKnown()) return {};
+    if (gen_.phase == Phase::kSpare) {
+      // A waiting spare frozen past the heartbeat timeout: the leader gave it
+      // up as lost (and goes on without it). It leaves with its own stall,
+      // as an active pod does, instead of reading the leader's silence as the
+      // leader's loss and rejoining a leader that no longer counts it.
+      gen_.cause = Cause::OwnStall(s->why);
+      return ConcludeNow();
+    }
+    if (gen_.done()) return {};
     return OwnFailure(Cause::OwnStall(s->why), false);
   }
   if (std::holds_alternative<gang::ReportSent>(e)) {

@@ -213,6 +213,8 @@ class Pod {
       roster_.MarkLeaving(a.broadcast->failed_index);
     }
     if (a.broadcast && g.leader) {
+      // A restart's survivors are known by identity in the next round.
+      if (a.broadcast->restart) kept_ids_ = g.leader->instance_ids();
       g.leader->BroadcastStop(WithReplacement(*a.broadcast));
       // The generation ends: pods rejoining go to the next round's leader,
       // whose listener is bound at once on a restart.
@@ -230,6 +232,7 @@ class Pod {
     // reports, or of the culprit the leader names (a growing gang's is none).
     if (a.broadcast && !(a.broadcast->restart && a.broadcast->failure_class == 0)) {
       NoteFailureClass(a.broadcast->failure_class);
+      NoteCulprit(*a.broadcast, g);
     }
     if (a.report && !a.report->ok) NoteFailureClass(a.report->failure_class);
     if ((a.broadcast || a.report || a.stop_workers) && !g.failure_seen) {
@@ -297,6 +300,23 @@ class Pod {
         std::string(exitcodes::ClassName(exitcodes::FailureClass(failure_class)));
   }
 
+  // Leader: trainlet_gang_last_culprit (metrics.h): the pod its Stop names,
+  // with the node that pod's hello named (its own NODE_NAME for this pod).
+  void NoteCulprit(const rendezvous::wire::Stop& stop, const PodGeneration& g) {
+    const bool own = stop.failed_index == options_.identity.index;
+    meters_.last_culprit = Culprit{
+        .index = stop.failed_index,
+        .node_name = own ? EnvOr("NODE_NAME")
+                  : g.leader ? g.leader->node_name(stop.failed_index) : std::string(),
+        .failure_class = std::string(
+            exitcodes::ClassName(exitcodes::FailureClass(stop.failure_class)))};
+  }
+
+  std::string EnvOr(const std::string& key) const {
+    auto it = options_.env.find(key);
+    return it == options_.env.end() ? std::string() : it->second;
+  }
+
   // A member's view of the leader's Stop, for trainlet_last_failure: the
   // culprit's class for a restart, peer_failed for a stop caused elsewhere.
   void NoteStop(const rendezvous::wire::Stop& stop) {
@@ -362,7 +382,8 @@ class Pod {
          .preflight = options_.gpu.preflight, .generation = gen_->join, .job_name = id.job_name,
          .job_restart_attempt = id.job_restart_attempt, .spares = id.spares,
          .ranks_by_arrival = id.by_arrival,
-         .restarts = id.elastic() ? std::optional(policy_.role().restarts()) : std::nullopt});
+         .restarts = id.elastic() ? std::optional(policy_.role().restarts()) : std::nullopt,
+         .node_name = EnvOr("NODE_NAME")});
   }
 
   Status StartRendezvous() {
@@ -457,8 +478,17 @@ class Pod {
       lo.plan = [this](const std::vector<std::uint32_t>& joined) { return roster_.Plan(joined); };
       lo.replaced_of = [this](std::uint32_t index) { return roster_.LastReplacementOf(index); };
       lo.left_of = [this](std::uint32_t index) { return roster_.LeftIn(index); };
+      lo.lost_spare_of = [this](std::uint32_t index) { return roster_.LostSpareIn(index); };
       lo.assign_first = [this](std::uint32_t index) { return roster_.NewlyActive(index); };
     }
+    // The survivors' indices are kept for them (by instance id: leader.h)
+    // while they may still be stopping their workers.
+    lo.kept_ids = std::exchange(kept_ids_, {});
+    for (auto it = lo.kept_ids.begin(); it != lo.kept_ids.end();) {
+      const bool expected = lo.expected.empty() || lo.expected.contains(it->first);
+      it = expected ? std::next(it) : lo.kept_ids.erase(it);
+    }
+    lo.keep_until = round_started + options_.grace + tun::kStallLimit;
     // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
     lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
     return lo;
@@ -494,6 +524,7 @@ class Pod {
     mo.leader_host = id.leader_host;
     mo.port = options_.rdzv_port;
     mo.hello = hello;
+    mo.hello.instance_id = instance_id_;  // to the leader alone (wire.h), never logged
     mo.deadline = gen_->round_started + options_.rdzv_timeout;
     if (join > 0) {
       // Rejoining after a restart: the leader re-listens the moment its own
@@ -821,6 +852,10 @@ class Pod {
     meters_.Fill(&m);
     m.leader = id.is_leader();
     m.pods_expected = id.nnodes;
+    m.pods_min = id.min_pods();
+    m.max_restarts = options_.max_restarts;
+    m.restart_count = policy_.role().restarts();
+    m.spares_configured = id.spares;
     m.replacements = roster_.replacements();
     if (const PodGeneration* g = gen_.get()) {
       m.generation = g->number;
@@ -828,6 +863,7 @@ class Pod {
           g->in_rendezvous ? std::chrono::duration<double>(Clock::now() - g->round_started).count()
                            : meters_.rendezvous_seconds;
       m.spare = g->spare && !g->in_rendezvous;
+      m.formed = gang_formed_ && !g->in_rendezvous;
       m.pods_joined = g->in_rendezvous ? (g->leader ? g->leader->admitted() : 0)
                                        : (gang_formed_ ? ActivePods() : 0);
       for (std::uint32_t lr = 0; g->supervisor && lr < id.nproc_per_node; ++lr) {
@@ -1169,6 +1205,12 @@ class Pod {
   std::shared_ptr<rendezvous::LeaderNameCheck> name_check_;
   std::shared_ptr<rendezvous::LeaderProbe> leader_probe_;
   std::string leader_id_;  // this pod's leader instance id (LeaderOptions::leader_id)
+  // Who this pod is beyond its index (wire::Hello::instance_id): drawn once,
+  // the same in every generation; sent to the leader alone, never logged.
+  const std::string instance_id_ = rendezvous::RandomBytes(rendezvous::wire::kInstanceIdBytes);
+  // Leader: the instance ids of the generation that ended by a restart, kept
+  // for its survivors in the next round (LeaderOptions::kept_ids).
+  std::map<std::uint32_t, std::string> kept_ids_;
   Roster roster_;          // leader with --spares: the pods across generations (roster.h)
   RunDirChoice run_dir_;   // where each generation's error and heartbeat files go
   struct MemoryPlan {      // PlanMemory

@@ -87,7 +87,10 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
 void Roster::Adopt(std::uint32_t generation) {
   Cancel();
   if (!planned_) return;
+  adopted_ = generation;
   RecordLeft(generation);
+  for (std::uint32_t key : planned_->active) lost_spares_.erase(key);
+  for (std::uint32_t key : planned_->waiting) lost_spares_.erase(key);
   pods_.clear();
   for (std::uint32_t r = 0; r < planned_->active.size(); ++r) {
     pods_[planned_->active[r]] = {.key = planned_->active[r], .node_rank = r};
@@ -110,12 +113,18 @@ void Roster::RecordLeft(std::uint32_t generation) {
     if (!m.lost || !m.node_rank || planned_->NodeRankOf(key)) continue;
     const bool spare_took_it =
         std::any_of(planned_->replaced.begin(), planned_->replaced.end(),
-                    [key](const auto& r) { return r.first == key; });
+                    [k = key](const auto& r) { return r.first == k; });  // clang 14: no binding capture
     if (spare_took_it) continue;  // LastReplacementOf says who
     left_[key] = generation;
     spdlog::warn("generation {}: pod {} was lost; the gang goes on without it ({} active)",
                  generation, key, planned_->active.size());
   }
+}
+
+std::optional<std::uint32_t> Roster::LostSpareIn(std::uint32_t key) const {
+  auto it = lost_spares_.find(key);
+  if (it == lost_spares_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::optional<std::uint32_t> Roster::LeftIn(std::uint32_t key) const {
@@ -128,6 +137,7 @@ void Roster::AddJoined(std::uint32_t key, bool waiting) {
   // A pod counted alive keeps its place (it came back early for the next round).
   auto it = pods_.find(key);
   if (it == pods_.end() || it->second.lost || it->second.must_leave) pods_[key] = {.key = key};
+  lost_spares_.erase(key);  // admitted again: a new pod (a lost one coming back is refused)
   if (waiting) {
     spares_waiting_.insert(key);
   } else {
@@ -164,6 +174,7 @@ std::optional<rendezvous::wire::Replaced> Roster::LastReplacementOf(std::uint32_
 
 void Roster::MarkLost(std::uint32_t key) {
   if (auto it = pods_.find(key); it != pods_.end()) it->second.lost = true;
+  if (spares_waiting_.contains(key)) lost_spares_[key] = adopted_;
 }
 
 void Roster::MarkLeaving(std::uint32_t key) {

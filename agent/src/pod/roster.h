@@ -77,6 +77,10 @@ class Roster {
   // declared lost while active (the gang shrank; LeaderOptions::left_of);
   // nullopt: none since it was last active.
   std::optional<std::uint32_t> LeftIn(std::uint32_t key) const;
+  // Hot spares: the generation adopted last when pod `key`, waiting as a
+  // spare, was declared lost (LeaderOptions::lost_spare_of); nullopt: none
+  // since it was last admitted (AddJoined, or a plan that counts it).
+  std::optional<std::uint32_t> LostSpareIn(std::uint32_t key) const;
 
   // Whether the round being formed (the last Plan that formed) makes pod
   // `key` active although the generation adopted last did not: a spare taking
@@ -102,6 +106,8 @@ class Roster {
   std::set<std::uint32_t> spares_waiting_;
   std::vector<Replacement> replacements_;
   std::map<std::uint32_t, std::uint32_t> left_;  // LeftIn: key -> generation
+  std::map<std::uint32_t, std::uint32_t> lost_spares_;  // LostSpareIn: key -> generation
+  std::uint32_t adopted_ = 0;  // the generation adopted last
   // The round being formed: its formation settings, start, when MIN pods were
   // in, and the timer that reconsiders it.
   FormationConfig formation_{};

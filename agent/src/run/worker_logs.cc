@@ -73,8 +73,12 @@ std::vector<WorkerStreams> PlanWorkerStreams(const WorkerLogOptions& o, const st
 
 Status MakeLogDir(const std::string& dir) {
   std::error_code ec;
+  // The error_code overloads only: a path from the spec (too long, a loop of
+  // symlinks, a file on the way) is that spec's error (78), never an exception.
   std::filesystem::create_directories(dir, ec);
-  if (!std::filesystem::is_directory(dir)) {
+  std::error_code is_dir_ec;
+  if (!std::filesystem::is_directory(dir, is_dir_ec)) {
+    if (!ec) ec = is_dir_ec;
     return Status::Config("--log-dir '" + dir + "' is not a folder that can be made" +
                           (ec ? ": " + ec.message() : ""));
   }

@@ -260,6 +260,7 @@ struct PodInfo {
   std::string dir;
   std::string annotations_path;
   std::optional<std::string> annotations, labels;
+  Status error = Status::Ok();  // a file that is there but unusable (read_file's error)
 
   std::string InDir(const std::string& file) const {
     return dir.empty() || dir.back() == '/' ? dir + file : dir + "/" + file;
@@ -281,9 +282,15 @@ PodInfo ReadPodInfo(const IdentityInputs& in) {
       in.podinfo_file ? in.podinfo_file->substr(0, in.podinfo_file->rfind('/') + 1)
                       : std::string("/etc/podinfo"));
   p.annotations_path = in.podinfo_file.value_or(p.InDir("annotations"));
-  if (in.read_file) {
-    p.annotations = in.read_file(p.annotations_path);
-    p.labels = in.read_file(p.InDir("labels"));
+  if (!in.read_file) return p;
+  for (auto [path, out] : {std::pair{p.annotations_path, &p.annotations},
+                           std::pair{p.InDir("labels"), &p.labels}}) {
+    auto content = in.read_file(path);
+    if (!content.ok()) {
+      if (p.error.ok()) p.error = content.status();
+      continue;
+    }
+    *out = std::move(content).value();
   }
   return p;
 }
@@ -775,6 +782,7 @@ Status Resolution::ResolveJobId() {
 
 Result<PodIdentity> ResolveIdentity(const IdentityInputs& in) {
   Resolution r(in);
+  if (!r.files.error.ok()) return r.files.error;
   if (in.gang) {
     auto g = ParseGang("--gang/TRAINLET_GANG", *in.gang);
     if (!g.ok()) return g.status();

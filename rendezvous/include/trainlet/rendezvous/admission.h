@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "trainlet/rendezvous/wire.h"
 
@@ -28,7 +29,21 @@ struct IndexHolder {
   bool live = true;
   std::string job_name;  // its hello's (JobSet's Job)
   std::optional<std::uint32_t> job_restart_attempt;
+  std::string instance_id{};  // its hello's (wire::Hello::instance_id); empty: an older peer
 };
+
+// Whether a hello comes from the pod the leader knows at its index, by
+// instance id (wire::Hello::instance_id): index and id together are "alive by
+// identity". `known`: the id the leader holds for the index (its holder's, or
+// the survivor's it keeps the index for); `claimed`: the hello's.
+enum class Identity {
+  kSame,     // both ids, equal: the same pod (a survivor rejoining, a reconnect)
+  kOther,    // the leader knows an id and the hello does not carry it (another id,
+             // or none: the pod it knows sends its id in every generation)
+  kUnknown,  // the leader knows none (an older peer, a replaced leader's first
+             // round): matched by index alone, as before ids
+};
+Identity MatchIdentity(std::string_view known, std::string_view claimed);
 
 // What the leader knows when a hello arrives. References: valid for the call.
 struct AdmissionState {
@@ -48,10 +63,22 @@ struct AdmissionState {
   // Elastic sizes: the latest generation that formed without hello.index after
   // the leader declared it lost (the gang shrank); nullopt: never.
   std::optional<std::uint32_t> left;
+  // Hot spares: the generation that ran when the leader declared a waiting
+  // spare holding hello.index lost (silent past the heartbeat timeout, its
+  // connection closed); nullopt: none since that index was last admitted.
+  std::optional<std::uint32_t> lost_spare;
   // The lowest index of 1..nnodes-1 nobody holds (ranks by arrival: the one a
   // pod without an index gets); nullopt when every one is held. Read only for a
   // hello without an index (wire::kNoIndex); the leader computes it only then.
   std::optional<std::uint32_t> free_index;
+  // Whether the gang has a shared token (LeaderOptions::token): a second live
+  // claim of an index is then a misconfiguration (refused for good: config);
+  // without one a stranger cannot be told from a mistake (refused for now).
+  bool token = false;
+  // The instance id of the pod that held hello.index in the generation that
+  // ended, a survivor expected back in this round, while the round keeps the
+  // index for it (LeaderOptions::kept_ids); empty: none kept.
+  std::string kept_id{};
   std::string peer;     // the claimant's "address:port", for messages
   std::string address;  // the claimant's address alone
   std::string local;  // the leader's end of the claimant's connection, "address:port"
@@ -103,13 +130,33 @@ struct Admission {
 //     generation from 1 up to the replacement's (the replaced pod itself, come
 //     back): refuse for good, field wire::kReplacedField, naming the spare;
 //     likewise the index an elastic gang went on without (`left`): refuse for
-//     good, field wire::kLeftField;
-//  9. the index held: by a silent holder: admit, replacing it; by a holder of
-//     another job-restart-attempt: refuse, retriable; by a live one: a clash,
-//     refuse for good naming both pods; ranks by arrival, where the leader
-//     gave every index: the claimant was declared lost and its index given
-//     away, refuse for good, field wire::kReplacedField (it exits infra);
-// 10. admit.
+//     good, field wire::kLeftField; likewise a waiting spare declared lost
+//     while generation `lost_spare` ran, asking for a generation from 1 up to
+//     the next one (cut off or frozen, it lost the leader as the leader lost
+//     it): refuse for good, field wire::kLeftField (it exits infra, as a lost
+//     active pod does, instead of the two refusing each other in a loop);
+//  9. in a round of a known generation (own.generation > 0: neither the
+//     gang's first nor a replaced leader's first round, which adopts the
+//     largest generation it hears), a generation other than the round's (its
+//     survivors and the pods admitted for it) or 0 (a pod new to the gang:
+//     recreated, or a first join): refuse, retriable (a stale or replayed
+//     hello; no pod of this gang asks for it);
+// 10. an index kept for its survivor (kept_id) and no holder: another
+//     identity (MatchIdentity kOther) is refused, retriable, whatever
+//     generation it asks for (a pod new to the gang stands in for a survivor
+//     only once the round stops keeping the index);
+// 11. the index held: by the same identity (kSame: the pod reconnected):
+//     admit, replacing the holder; by a silent holder: admit, replacing it;
+//     by a holder of another job-restart-attempt: refuse, retriable; by a
+//     live one of another identity while the index is kept for the claimant
+//     (the survivor finds another pod in its place): admit, replacing the
+//     holder; by a live one otherwise: a clash, refused naming both pods, for
+//     good with a token (config: two pods given one index), for now without
+//     one (a stranger cannot be told from a mistake: the claimant retries
+//     until --rdzv-timeout, then exits infra); ranks by arrival, where the
+//     leader gave every index: the claimant was declared lost and its index
+//     given away, refuse for good, field wire::kReplacedField (it exits infra);
+// 12. admit.
 Admission Admit(const AdmissionState& state, const wire::Hello& hello);
 
 // Ranks by arrival: the index a pod without one gets (AdmissionState::free_index):

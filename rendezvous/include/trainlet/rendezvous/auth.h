@@ -8,6 +8,7 @@
 // OpenSSL's SHA-256, getrandom(2)).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "trainlet/exitcodes/status.h"
@@ -16,12 +17,30 @@ namespace trainlet::rendezvous {
 
 inline constexpr std::size_t kNonceBytes = 32;
 
-// The token in `path` without trailing whitespace. Errors (class config): the
-// file cannot be read, or is empty. The message never contains the token.
-[[nodiscard]] exitcodes::Result<std::string> ReadTokenFile(const std::string& path);
+// A token shorter than this is warned about (ShortTokenWarning): HMAC-SHA256's
+// key should be at least its output's length (RFC 2104 section 3).
+inline constexpr std::size_t kMinTokenBytes = 32;
+
+// The token in `path` without trailing whitespace, read with
+// exitcodes::ReadUserFile (never blocks on a FIFO, never reads past 1 MiB, the
+// most a Kubernetes Secret holds). Errors (class config), each naming the
+// file: it does not exist, cannot be read, is not a regular file (a FIFO, a
+// device, a directory: what it is), is larger than 1 MiB, or is empty. The
+// message never contains the token; it names the file as `what` (the flag or
+// variable the user set, "--token-file", "TRAINLET_TOKEN_FILE").
+[[nodiscard]] exitcodes::Result<std::string> ReadTokenFile(const std::string& path,
+                                                           const std::string& what = "--token-file");
+
+// "" for a token of kMinTokenBytes or more; otherwise the one-line warning
+// that names the file and the token's size (never the token).
+std::string ShortTokenWarning(const std::string& path, const std::string& what,
+                              std::size_t token_bytes);
 
 // kNonceBytes of cryptographically random bytes (getrandom(2), the kernel's CSPRNG).
 std::string NewNonce();
+// `count` cryptographically random bytes, as NewNonce (a pod's instance id:
+// wire::Hello::instance_id).
+std::string RandomBytes(std::size_t count);
 
 // HMAC-SHA256 (RFC 2104, test vectors in RFC 4231) of `message` under `key`:
 // 32 raw bytes. Built on OpenSSL's SHA-256.

@@ -38,6 +38,7 @@ struct LaunchSettings {
   bool ranks_by_arrival = false;
   // Elastic sizes: the restarts counted for `generation` (wire.h Hello::restarts).
   std::optional<std::uint32_t> restarts{};
+  std::string node_name{};          // NODE_NAME: the pod's node (wire.h Hello); "" unknown
 };
 
 // Whether a launch configuration numbers its pods by arrival (ranks_by_arrival).

@@ -72,7 +72,7 @@ struct LeaderOptions {
   bool check_master_port = false;
   // Admitted members waiting for the assignment get a heartbeat this often, so
   // a member can tell a waiting leader from a frozen one (MemberOptions::reply_timeout).
-  std::chrono::milliseconds waiting_heartbeat = tunables::kHeartbeatInterval;
+  std::chrono::milliseconds waiting_heartbeat = tunables::kWaitingHeartbeatInterval;
   // Shared token (auth.h); empty: no authentication. Then a member presenting
   // one is refused, as is a member without one when the leader has it.
   std::string token;
@@ -87,8 +87,9 @@ struct LeaderOptions {
   // {0, {}} when there is no NCCL. Unset: no ids.
   // A member holding an index counts as live while it sent a frame within this
   // time (members answer the waiting heartbeats): a second pod claiming a live
-  // pod's index, with the same job, attempt and per-Job attempt, is a clash
-  // (non-retriable Reject: it exits config); a silent holder is replaced.
+  // pod's index, with the same job, attempt and per-Job attempt, and another
+  // instance id, is a clash (admission.h rule 11: with a token a non-retriable
+  // Reject, it exits config; without one retriable); a silent holder is replaced.
   std::chrono::milliseconds holder_liveness = tunables::kReplyTimeout;
   // Hot spares and elastic sizes (the agent's membership policy,
   // agent/include/trainlet/agent/pod/membership_policy.h, formation_policy.h).
@@ -128,6 +129,19 @@ struct LeaderOptions {
   // leader declared lost (admission.h, rule 8: that pod coming back is refused
   // for good). Unset: none. Called on the executor for each hello.
   std::function<std::optional<std::uint32_t>(std::uint32_t index)> left_of;
+  // Hot spares: the generation that ran when the leader declared a waiting
+  // spare of that index lost (admission.h, rule 8: that spare coming back is
+  // refused for good). Unset: none. Called on the executor for each hello.
+  std::function<std::optional<std::uint32_t>(std::uint32_t index)> lost_spare_of;
+  // Identity beyond the index (wire::Hello::instance_id, admission.h rules 10
+  // and 11): the instance ids of the pods of the generation that ended that
+  // this round expects back (a restart's survivors), by index. Until
+  // `keep_until` (and while the round has not formed) such an index is kept
+  // for that pod: another pod's claim is refused for now, and the survivor
+  // coming back replaces another pod holding it. Empty: none (the first
+  // round, a replaced leader's first round).
+  std::map<std::uint32_t, std::string> kept_ids;
+  std::chrono::steady_clock::time_point keep_until{};
   // Assignment::restarts of this round (the restarts counted so far, when
   // they may differ from the generation: elastic sizes); nullopt: not sent.
   std::optional<std::uint32_t> restarts;
@@ -195,9 +209,12 @@ class Leader : public std::enable_shared_from_this<Leader> {
   //    than one already seen (JobSet's job-restart-attempt) and claims of an
   //    index held by a connection that may be stale (retriable); a claim of an
   //    index whose holder is live (options.holder_liveness) with the same
-  //    job-restart-attempt is a clash (non-retriable, naming both pods); a
-  //    claim from a recreated Job (higher job-restart-attempt), or of an index
-  //    whose holder went silent, replaces the holder. The leader keeps serving
+  //    job-restart-attempt and another instance id is a clash (naming both
+  //    pods; non-retriable with a token, retriable without: admission.h); a
+  //    claim from a recreated Job (higher job-restart-attempt), of an index
+  //    whose holder went silent, by the holder's own instance id, or by the
+  //    survivor options.kept_ids keeps the index for, replaces the holder. The
+  //    leader keeps serving
   //    the others and waits on.
   // There is no deadline here: the caller bounds the whole rendezvous.
   void Start(wire::Hello own, Done done);
@@ -250,6 +267,15 @@ class Leader : public std::enable_shared_from_this<Leader> {
     std::uint32_t slowest_rank = 0;
   };
   std::map<std::uint32_t, PeerStats> peer_stats() const;
+  // The node its hello named (wire::Hello::node_name) of each pod admitted to
+  // this generation, kept after its connection closed (a lost pod's too); ""
+  // when it named none or `index` was never admitted.
+  std::string node_name(std::uint32_t index) const;
+
+  // The instance ids of the members admitted and connected (wire::Hello::
+  // instance_id), by index; members without one (older peers) are left out.
+  // The next round's LeaderOptions::kept_ids. Never to be logged.
+  std::map<std::uint32_t, std::string> instance_ids() const;
 
   // Members admitted so far (the leader's own pod included), for logs and tests.
   std::uint32_t admitted() const;
@@ -277,6 +303,7 @@ class Leader : public std::enable_shared_from_this<Leader> {
   void Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello);
   void AdmitLate(const std::shared_ptr<Conn>& conn, std::uint32_t index, bool by_arrival);
   void ReplaceHolder(const std::shared_ptr<Conn>& conn, std::uint32_t index);
+  std::string KeptId(std::uint32_t index) const;
   std::string MasterAddrFor(const std::shared_ptr<Conn>& conn) const;
   void Refuse(const std::shared_ptr<Conn>& conn, wire::Reject reject,
               std::function<void()> then = {});

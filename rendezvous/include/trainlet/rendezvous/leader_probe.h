@@ -37,7 +37,7 @@ struct LeaderProbeOptions {
   std::uint16_t port = tunables::kRendezvousPort;  // the rendezvous port
   wire::Hello hello;     // this leader's own hello (index 0), leader_id set
   std::string token;     // shared token (auth.h); empty: none
-  std::chrono::milliseconds interval = tunables::kHeartbeatInterval;  // between rounds (IP literal)
+  std::chrono::milliseconds interval = tunables::kLeaderCheckInterval;  // between rounds (IP literal)
   std::chrono::milliseconds timeout = tunables::kConnectTimeout;     // per address: connect + reply
   // This pod's addresses; unset: every interface's (LocalAddresses()).
   std::function<std::vector<boost::asio::ip::address>()> local_addresses;

@@ -35,7 +35,7 @@ struct NameCheckOptions {
   // once it has lasted `patience` (records appear a moment after the pod's IP;
   // negative answers are cached for a few seconds).
   std::chrono::milliseconds patience = tunables::kLeaderNameCheckPatience;
-  std::chrono::milliseconds interval = tunables::kHeartbeatInterval;
+  std::chrono::milliseconds interval = tunables::kLeaderCheckInterval;
   // This pod's addresses; unset: every interface's (getifaddrs(3)).
   std::function<std::vector<boost::asio::ip::address>()> local_addresses;
   // Each successful lookup's addresses (the leader probe, leader_probe.h, tries

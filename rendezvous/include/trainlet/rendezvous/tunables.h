@@ -16,8 +16,10 @@ namespace trainlet::rendezvous::tunables {
 using std::chrono::milliseconds;
 
 // ---- control channel (leader <-> members, after and while waiting for the assignment) ----
-inline constexpr milliseconds kHeartbeatInterval{800};  // ms; a frame each way per interval: cheap at 12,500 pods; a lost pod known 2.4 s after its last frame, so at most ~2.7 s after it froze (checks 4x per interval)
-inline constexpr int kHeartbeatMisses = 3;               // intervals; silent this long = lost (one lost packet plus a retransmit must not count)
+inline constexpr milliseconds kHeartbeatInterval{400};  // ms; a frame each way per interval: cheap at 12,500 pods; a lost pod known 2.4 s after its last frame, so at most ~2.5 s after it froze (checks 4x per interval). A link blip of d s leaves a peer silent for up to interval + d + one retransmission (200 ms, kept linear by TCP_THIN_LINEAR_TIMEOUTS: net_util.h), so 1.6 s blips must fit in 2.4 s: 0.4 + 1.6 + 0.2
+inline constexpr int kHeartbeatMisses = 6;               // intervals; silent this long (2.4 s) = lost (one lost packet plus a retransmit must not count)
+inline constexpr milliseconds kWaitingHeartbeatInterval{800};  // ms; the leader's heartbeats to members waiting for the assignment (they give a silent leader up after kReplyTimeout, 2.4 s: three of them); the control channel's pace would double the leader's frames while 12,500 pods wait
+inline constexpr milliseconds kLeaderCheckInterval{800};  // ms; the leader's name check and rival-leader probe rounds (name_check.h, leader_probe.h): DNS and connects, not the heartbeats' pace
 
 // ---- the leader's handshakes ----
 inline constexpr milliseconds kHandshakeTimeout{3000};   // ms; a member sends its hello (and proof) within one RTT of connecting; idle sockets must not hold a slot long

@@ -87,8 +87,23 @@ struct Hello {
   // so the gang's count and budget do not start over. Unset: not elastic, or
   // an older peer. Encoded after leader_id, flag bit 2.
   std::optional<std::uint32_t> restarts{};
+  // Who this pod is beyond its index: kInstanceIdBytes random bytes drawn once
+  // when the agent starts (NewNonce, auth.h), the same in every generation it
+  // joins, sent only to the leader (never in a LeaderProbe's hello), never
+  // logged. The leader tells a survivor rejoining a restart from another pod
+  // claiming its index by it (admission.h, MatchIdentity). Empty: an older
+  // peer (matched by index alone). Encoded after `restarts`, flag bit 4.
+  std::string instance_id{};
+  // The Kubernetes node the pod runs on (NODE_NAME from the downward API's
+  // spec.nodeName), so the leader's metrics can name the node of a pod that
+  // failed or was lost after that pod is gone. Empty: unknown. Encoded after
+  // `instance_id`, flag bit 8.
+  std::string node_name{};
   bool operator==(const Hello&) const = default;
 };
+
+// Hello::instance_id's size: 128 bits, as many as a random UUID's.
+inline constexpr std::size_t kInstanceIdBytes = 16;
 
 struct Assignment {
   std::uint32_t generation = 0;   // rendezvous round = restarts so far (TORCHELASTIC_RESTART_COUNT)

@@ -37,6 +37,7 @@ struct FrontEnd {
   exitcodes::ExitCodeTable codes;  // --exit-code's, once it parsed; else the defaults
   std::string termination_log;     // --termination-log, once read
   std::uint32_t pod_index = 0;     // for the summary, when a source of it parses
+  bool local = false;              // `trainlet local` (its stop at start: 128 + signal)
   // Neither: what runs, `trainlet local`'s agents or this pod.
   PlannedRun plan;
 };

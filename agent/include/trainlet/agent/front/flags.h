@@ -131,6 +131,11 @@ class FlagValues {
   // TRAINLET_*), by their written names; refuses one of trainlet's own flags
   // given twice. Errors: class config.
   exitcodes::Status NoteOnLine(const CLI::App& app, const std::vector<std::string>& written);
+  // A CLI11 parse error's message with each flag whose value came from its
+  // TRAINLET_* variable (set in env(), not written on the command line, after
+  // NoteOnLine) named by that variable: "Could not convert: TRAINLET_RUN_PATH
+  // = x", not "--run-path", which the user never wrote.
+  std::string NameVariables(std::string message) const;
   // After CLI11's parse: keeps what Set() needs, so the CLI::App can go.
   void Freeze();
   // The long options that take argparse's abbreviations: torchrun's, every spelling.

@@ -85,10 +85,14 @@ struct NodeFacts {
   // The pod form: uname's nodename, /etc/hosts, the downward-API files, the
   // token file, free loopback ports for --standalone.
   std::string hostname, etc_hosts;
-  std::function<std::optional<std::string>(const std::string&)> read_file;
+  std::function<exitcodes::Result<std::optional<std::string>>(const std::string&)> read_file;
   std::optional<exitcodes::Result<std::string>> token;
   std::vector<std::uint16_t> free_ports;
   std::string working_directory;  // `trainlet local`: its launch check
+  // SIGTERM or SIGINT arrived while probing (exitcodes::PendingStopSignal):
+  // the probe stopped there, its other answers are missing, the plan refuses
+  // with class terminated.
+  int stop_signal = 0;
 };
 
 // A failure of another class reported as config (bad input the user gave).
@@ -105,7 +109,8 @@ bool TrainerModeFromEnv(const std::map<std::string, std::string>& env);
 // what to write instead, or "".
 std::string SubcommandHint(const SplitArgs& trainer, const std::map<std::string, std::string>& env);
 
-// Asks the node what `s` needs. Blocking (GPU discovery in a child: seconds at most).
+// Asks the node what `s` needs. Blocking (GPU discovery in a child: seconds at
+// most), but a pending SIGTERM/SIGINT ends it early (NodeFacts::stop_signal).
 NodeFacts Probe(const FlagValues& f, const Settings& s);
 
 // The trainer's argv and the workers-per-pod count that discovery resolved.

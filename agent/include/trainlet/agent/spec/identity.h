@@ -87,8 +87,10 @@ struct IdentityInputs {
   // writes with the pod's FQDN when the pod spec sets `subdomain`.
   std::string hostname;
   std::string etc_hosts;
-  // Reads a file; nullopt when it does not exist. Injected for tests.
-  std::function<std::optional<std::string>(const std::string&)> read_file;
+  // Reads a downward-API file; ok(nullopt) when it does not exist, an error
+  // (config, naming the file) when it is there but unusable: a FIFO, a device,
+  // a directory, too large (exitcodes::ReadUserFile). Injected for tests.
+  std::function<exitcodes::Result<std::optional<std::string>>(const std::string&)> read_file;
 };
 
 // Where the completion index came from, for the start-up log line.
