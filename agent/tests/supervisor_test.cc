@@ -493,6 +493,17 @@ TEST_F(SupervisorTest, WorkersGetTheirOomScoreAdj) {
   EXPECT_EQ(now, own) << "the agent's own score is left alone";
 }
 
+// Each worker leads a session of its own, as torchrun's do: with sched_autogroup
+// (sched(7)) the kernel shares CPU time between sessions, and workers left in the
+// agent's session had one share among them all on a loaded machine.
+TEST_F(SupervisorTest, EachWorkerLeadsItsOwnSession) {
+  auto r = Run({"set -- $(sed 's/.*) //' /proc/$$/stat); "
+                "[ \"$4\" = $$ ] && [ \"$3\" = $$ ] && [ \"$4\" != " +
+                    std::to_string(::getsid(0)) + " ]"},
+               5s);
+  EXPECT_EQ(r.exit_code, 0) << "the worker's session id and group id are its pid";
+}
+
 // A worker's own log file on a full disk (a 64 KiB tmpfs): one warning names
 // the file and the error, whatever the number of failed writes.
 TEST_F(SupervisorTest, AFullDiskUnderALogFileIsWarnedOnceNamingTheFile) {

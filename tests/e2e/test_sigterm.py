@@ -75,7 +75,14 @@ while :; do sleep 0.1; done
                                                cmd=["sh", "-c", script, "trainer", marker]))
             for rank in (0, 1):
                 pod.wait_for_output(rf"(?m)^\[rank{rank}\]: rank {rank} ready", 30)
-            helpers = [p for p in pod.processes() if p.cmdline.startswith("sh -c trap")]
+            # A rank prints "ready" right after it forks its helper, which may not have
+            # exec'd setsid's `sh -c trap` yet on a loaded machine: wait for both.
+            deadline = time.monotonic() + 10
+            while True:
+                helpers = [p for p in pod.processes() if p.cmdline.startswith("sh -c trap")]
+                if len(helpers) == 2 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             self.assertEqual(len(helpers), 2, pod.processes())
             pod.signal(signal.SIGTERM)
             self.assertEqual(pod.wait(grace + 10), 143, pod.tail())

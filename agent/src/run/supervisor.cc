@@ -206,7 +206,7 @@ int SpawnWithParentDeath(pid_t* pid_out, char* const* argv, char* const* envp, i
     return e;
   }
   if (pid == 0) {
-    ::setpgid(0, 0);
+    ::setsid();  // as Start's POSIX_SPAWN_SETSID: a session and group of its own
     struct sigaction dfl{};
     dfl.sa_handler = SIG_DFL;
     for (int s = 1; s < NSIG; ++s) {
@@ -293,7 +293,7 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
 // just exec'd (posix_spawn returns once the child has called execve; the
 // fork path, a moment later): it has allocated next to nothing yet, and the
 // score is in place long before it can need much. Setting it between fork and
-// exec instead would need code there (STYLE.md: only setpgid and the mask).
+// exec instead would need code there (STYLE.md: only setsid and the mask).
 // Best effort: a worker that cannot be written (another uid) keeps the agent's.
 void SetOomScoreAdj(pid_t pid, int adj) {
   const std::string path = "/proc/" + std::to_string(pid) + "/oom_score_adj";
@@ -487,7 +487,7 @@ Status Supervisor::Impl::StartPumps(const WorkerSpec& spec, std::size_t rank,
 
 void Supervisor::Impl::SignalWorkers(int signo, bool whole_groups) {
   for (const Worker& w : workers) {
-    // Each worker leads its own process group (POSIX_SPAWN_SETPGROUP), so
+    // Each worker leads its own session and group (POSIX_SPAWN_SETSID), so
     // -pid reaches the processes it started too. Only while the worker is
     // unreaped: afterwards its pid, and so the group id, may be reused by a
     // stranger; its group's survivors are then our adopted children (see
@@ -882,11 +882,14 @@ Status Supervisor::Start(std::vector<WorkerSpec> specs) {
   sigfillset(&all);
   sigdelset(&all, SIGKILL);
   sigdelset(&all, SIGSTOP);
-  // A fresh process group, the default signal mask (ours blocks everything we
-  // consume through signalfd) and default dispositions (we ignore SIGPIPE).
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+  // A fresh session (and so a fresh process group, setsid(2)), the default
+  // signal mask (ours blocks everything we consume through signalfd) and
+  // default dispositions (we ignore SIGPIPE). A session, as torchrun's workers
+  // (torch.distributed.elastic's SubprocessHandler: Popen start_new_session):
+  // where the kernel groups CPU time by session (sched_autogroup, sched(7)),
+  // workers sharing the agent's session shared one CPU share among them all.
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF);
-  posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setsigmask(&attr, &empty);
   posix_spawnattr_setsigdefault(&attr, &all);
 
