@@ -16,6 +16,10 @@ constexpr std::string_view kCxxStart = "terminate called after throwing an insta
 constexpr std::string_view kRichStart = "\u256d";  // ╭
 constexpr std::string_view kRichFrame[] = {"\u2502", "\u2570"};  // │ ╰
 constexpr std::string_view kRichTitle = "Traceback (most recent call last)";
+// CPython's runpy (Lib/runpy.py, _run_module_as_main) ends `python -m X` whose
+// module cannot be found with one line instead of a traceback:
+// "<python>: Error while finding module specification for 'X' (ModuleNotFoundError: ...)".
+constexpr std::string_view kRunpyError = ": Error while finding module specification for ";
 
 bool Digits(std::string_view s) {
   if (s.empty()) return false;
@@ -87,6 +91,11 @@ bool ExceptionKeeper::Line(std::string_view raw, std::uint64_t end) {
       (s.starts_with(kRichStart) && s.find(kRichTitle) != std::string_view::npos)) {
     state_ = State::kFrames;  // last_ changes at its exception's first line
     return false;
+  }
+  if (s.find(kRunpyError) != std::string_view::npos) {
+    last_ = LastException{LastException::Kind::kPython, std::string(s), end};
+    state_ = State::kNone;  // one line: nothing follows it
+    return true;
   }
   if (s.starts_with(kCxxStart)) {
     last_ = LastException{LastException::Kind::kCxx, std::string(s), end};

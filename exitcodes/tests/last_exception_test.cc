@@ -85,6 +85,18 @@ TEST(ExceptionKeeperTest, ACxxTerminateReportIsAnException) {
   EXPECT_EQ(e->text.find("Fatal Python error"), std::string::npos);
 }
 
+// `python -m` of a module that cannot be found: runpy's one line is the
+// exception that ended the interpreter (Lib/runpy.py, _run_module_as_main).
+TEST(ExceptionKeeperTest, RunpysModuleNotFoundLineIsTheException) {
+  const std::string line =
+      "/usr/bin/python3: Error while finding module specification for 'no.such.mod' "
+      "(ModuleNotFoundError: No module named 'no')";
+  auto e = LastOf("[rank0]: " + line + "\n");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->kind, LastException::Kind::kPython);
+  EXPECT_EQ(e->text, line);
+}
+
 TEST(ExceptionKeeperTest, NoTracebackNoException) {
   EXPECT_FALSE(LastOf("UserWarning: ImportError: apex not found, using native ops\n"));
   EXPECT_FALSE(LastOf("Traceback (most recent call last):\n  File \"x\", line 1\n"));
