@@ -40,7 +40,8 @@ WorkerFailure Failure(WorkerExit exit, std::string stderr_text, std::string erro
 
 // `noise` as the whole stream held it (a marker of the whole-stream scan).
 std::optional<MarkerHit> StreamHit(const std::string& stream) {
-  MarkerScanner s(MarkerTable::Defaults(), MarkerScanner::Search::kBest,
+  const MarkerTable table = MarkerTable::Defaults();  // the scanner keeps a reference
+  MarkerScanner s(table, MarkerScanner::Search::kBest,
                   MarkerScanner::Which::kWholeStream);
   s.Feed(stream);
   s.Finish();
