@@ -47,6 +47,8 @@ class MarkerScanner {
   // does not run for the table (Runs) gives kBest.
   explicit MarkerScanner(const MarkerTable& table, Search search = Search::kBest,
                          Which which = Which::kAll);
+  // A temporary table would dangle once the statement ends: refused when compiled.
+  explicit MarkerScanner(MarkerTable&&, Search = Search::kBest, Which = Which::kAll) = delete;
   // The search in use (never kBest).
   Search search() const { return search_; }
   // Scans the next piece of the stream.
