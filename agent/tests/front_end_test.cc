@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <regex>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -964,6 +965,10 @@ TEST(CommandLine, RendezvousEndpointAndTheLeadersOtherSources) {
   ASSERT_NE(again.pod(), nullptr) << again.message;
   const std::string& first = s.pod()->identity.job_id;
   EXPECT_EQ(first.size(), 36u) << first;
+  // RFC 9562's text form: 8-4-4-4-12 hex digits, version 4, variant 10xx.
+  EXPECT_TRUE(std::regex_match(first, std::regex("[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-"
+                                                 "[89ab][0-9a-f]{3}-[0-9a-f]{12}")))
+      << first;
   EXPECT_EQ(again.pod()->identity.job_id.size(), 36u);
   EXPECT_NE(first, again.pod()->identity.job_id);
   EXPECT_NE(s.pod()->identity.job_id_source.find("--standalone"), std::string::npos);

@@ -554,7 +554,7 @@ std::optional<Verdict> SharedMemory(const Facts& x) {
 }
 
 std::optional<Verdict> ExceptionBug(const Facts& x) {
-  const MarkerHit* h = Facts::First(x.own, [&x](const MarkerHit& h) {
+  const MarkerHit* h = Facts::First(x.own, [](const MarkerHit& h) {
     return h.failure_class == FailureClass::kBug && h.stream == "last exception";
   });
   if (h == nullptr) return std::nullopt;

@@ -9,8 +9,6 @@
 #include <sstream>
 #include <tuple>
 
-#include <boost/uuid/uuid_generators.hpp>
-#include <boost/uuid/uuid_io.hpp>
 #include <spdlog/spdlog.h>
 
 #include "base/file_util.h"
@@ -32,6 +30,24 @@ namespace {
 using enum Flag;
 using exitcodes::Result;
 using exitcodes::Status;
+
+// A version 4 UUID in its canonical text form (RFC 9562 section 5.4), the form
+// of Python's str(uuid.uuid4()). The bytes come from getrandom(2) (auth.h);
+// boost::uuids::random_generator needs glibc 2.25's getrandom(3), which the
+// portable release build (glibc 2.17) lacks.
+std::string NewRunId() {
+  std::string b = rendezvous::RandomBytes(16);
+  b[6] = static_cast<char>((b[6] & 0x0f) | 0x40);  // version 4
+  b[8] = static_cast<char>((b[8] & 0x3f) | 0x80);  // variant 10
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += kHex[(static_cast<unsigned char>(b[i]) >> 4) & 0xf];
+    out += kHex[static_cast<unsigned char>(b[i]) & 0xf];
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -651,7 +667,7 @@ Result<IdentityInputs> IdentityInputsFor(const FlagValues& f, const Settings& s,
   // run.py), --rdzv-id or not: TORCHELASTIC_RUN_ID is fresh per run. trainlet's
   // own --job-id, when given, is kept.
   if (!f.Given(kJobId)) {
-    in.job_id = boost::uuids::to_string(boost::uuids::random_generator()());
+    in.job_id = NewRunId();
     in.job_id_source = f.Source(kStandalone) + " (a fresh id per run, as torchrun's)";
   }
   in.env.erase("PET_MASTER_ADDR"), in.env.erase("MASTER_ADDR");
