@@ -1,0 +1,208 @@
+#include "sim.h"
+
+#include <sstream>
+
+#include "trainlet/agent/base/tunables.h"
+#include "trainlet/exitcodes/status.h"
+#include "world.h"
+
+namespace trainlet::sim {
+
+using exitcodes::FailureClass;
+
+namespace {
+constexpr const char* kFaultNames[] = {
+    "worker_fail", "hang",     "kill",       "node_death", "freeze",        "partition", "reset",
+    "evict",       "preempt",  "scale_up",   "scale_down", "late_listener", "stranger",
+};
+static_assert(std::size(kFaultNames) == static_cast<std::size_t>(FaultKind::kCount));
+
+std::uint64_t Below(std::mt19937_64& r, std::uint64_t n) { return n == 0 ? 0 : r() % n; }
+}  // namespace
+
+const char* FaultName(FaultKind k) {
+  const auto i = static_cast<std::size_t>(k);
+  return i < std::size(kFaultNames) ? kFaultNames[i] : "?";
+}
+
+namespace {
+
+SimConfig DrawConfig(std::mt19937_64& r) {
+  SimConfig c;
+  // Mostly small gangs (where interleavings are dense), sometimes up to 16 pods.
+  const auto n = static_cast<std::uint32_t>(Below(r, 4) == 0 ? 1 + Below(r, 16) : 2 + Below(r, 4));
+  c.max_nodes = n;
+  c.min_nodes = n;
+  if (n > 1 && Below(r, 3) == 0) c.min_nodes = 1 + static_cast<std::uint32_t>(Below(r, n - 1));
+  c.spares = static_cast<std::uint32_t>(Below(r, 3) == 0 ? 1 + Below(r, 2) : 0);
+  c.pods = c.max_nodes + c.spares;
+  if (c.elastic() && Below(r, 2) == 0) {  // start between MIN and MAX; the rest scale up later
+    c.pods = c.min_nodes + static_cast<std::uint32_t>(Below(r, c.max_nodes - c.min_nodes + 1));
+  }
+  c.workers = 1 + static_cast<std::uint32_t>(Below(r, 4));
+  c.max_restarts = static_cast<std::uint32_t>(Below(r, 4));
+  c.token = Below(r, 2) == 0;
+  c.by_arrival = c.elastic() && c.spares == 0 && Below(r, 5) == 0;
+  // The real defaults (agent/base/tunables.h), and shorter flags users set.
+  const Ms timeouts[] = {30'000, 60'000, 120'000,
+                         std::chrono::milliseconds(agent::kDefaultRdzvTimeout).count()};
+  c.rdzv_timeout_ms = timeouts[Below(r, 4)];
+  const Ms last_calls[] = {5'000, std::chrono::milliseconds(agent::kDefaultLastCall).count()};
+  c.last_call_ms = last_calls[Below(r, 2)];
+  const Ms graces[] = {5'000, std::chrono::milliseconds(agent::kDefaultGrace).count()};
+  c.grace_ms = graces[Below(r, 2)];
+  c.train_ms = 20'000 + static_cast<Ms>(Below(r, 220'000));
+  return c;
+}
+
+Fault DrawFault(std::mt19937_64& r, const SimConfig& c) {
+  Fault f;
+  f.t_ms = static_cast<Ms>(Below(r, 300'000));
+  const std::uint32_t slots = c.max_nodes + c.spares;
+  f.pod = static_cast<std::uint32_t>(Below(r, slots));
+  const int kinds = static_cast<int>(FaultKind::kCount);
+  f.kind = static_cast<FaultKind>(Below(r, kinds));
+  if (!c.elastic() && (f.kind == FaultKind::kScaleUp || f.kind == FaultKind::kScaleDown)) {
+    f.kind = FaultKind::kWorkerFail;
+  }
+  const std::int64_t recreate = Below(r, 3) == 0 ? 0 : 2'000 + static_cast<Ms>(Below(r, 30'000));
+  switch (f.kind) {
+    case FaultKind::kWorkerFail: {
+      static constexpr FailureClass kClasses[] = {
+          FailureClass::kWorker, FailureClass::kWorker, FailureClass::kInfra, FailureClass::kOom,
+          FailureClass::kHardware, FailureClass::kBug, FailureClass::kConfig};
+      f.arg = static_cast<std::int64_t>(kClasses[Below(r, std::size(kClasses))]);
+      break;
+    }
+    case FaultKind::kKill:
+    case FaultKind::kNodeDeath:
+    case FaultKind::kEvict:
+      f.arg = recreate;
+      break;
+    case FaultKind::kFreeze:
+    case FaultKind::kPartition:  // blips (< 2.4 s: no loss) and cuts
+      f.arg = Below(r, 2) == 0 ? 200 + static_cast<Ms>(Below(r, 1800)) : 3'000 + static_cast<Ms>(Below(r, 20'000));
+      break;
+    case FaultKind::kLateListener:
+      f.arg = 500 + static_cast<Ms>(Below(r, 10'000));
+      break;
+    case FaultKind::kScaleUp:
+      f.pod = c.max_nodes + c.spares > c.pods ? c.pods + static_cast<std::uint32_t>(Below(r, slots - c.pods)) : f.pod;
+      break;
+    case FaultKind::kScaleDown:
+      f.pod = slots - 1;
+      break;
+    case FaultKind::kStranger:
+      f.pod = 1 + static_cast<std::uint32_t>(Below(r, std::max<std::uint32_t>(slots - 1, 1)));
+      break;
+    default:
+      break;
+  }
+  return f;
+}
+
+}  // namespace
+
+Schedule DrawSchedule(std::uint64_t seed, int max_faults) {
+  std::mt19937_64 r(seed);
+  Schedule s;
+  s.config = DrawConfig(r);
+  const auto n = static_cast<int>(Below(r, static_cast<std::uint64_t>(max_faults) + 1));
+  for (int i = 0; i < n; ++i) s.faults.push_back(DrawFault(r, s.config));
+  s.world_seed = r();
+  return s;
+}
+
+std::string ScheduleText(const Schedule& s) {
+  const SimConfig& c = s.config;
+  std::ostringstream o;
+  o << "config pods=" << c.pods << " min=" << c.min_nodes << " max=" << c.max_nodes
+    << " spares=" << c.spares << " workers=" << c.workers << " max_restarts=" << c.max_restarts
+    << " token=" << c.token << " by_arrival=" << c.by_arrival << " rdzv_timeout=" << c.rdzv_timeout_ms
+    << " last_call=" << c.last_call_ms << " grace=" << c.grace_ms << " train=" << c.train_ms
+    << " limit=" << c.limit_ms << " world_seed=" << s.world_seed << "\n";
+  for (const Fault& f : s.faults) {
+    o << "fault " << f.t_ms << " " << FaultName(f.kind) << " " << f.pod << " " << f.arg << "\n";
+  }
+  return o.str();
+}
+
+std::optional<Schedule> ParseSchedule(const std::string& text, std::string* error) {
+  Schedule s;
+  std::istringstream in(text);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream l(line);
+    std::string word;
+    l >> word;
+    if (word == "config") {
+      std::map<std::string, std::int64_t> kv;
+      while (l >> word) {
+        const auto eq = word.find('=');
+        if (eq == std::string::npos) continue;
+        kv[word.substr(0, eq)] = std::stoll(word.substr(eq + 1));
+      }
+      SimConfig& c = s.config;
+      auto u = [&](const char* k, auto& out) {
+        if (kv.count(k)) out = static_cast<std::remove_reference_t<decltype(out)>>(kv[k]);
+      };
+      u("pods", c.pods), u("min", c.min_nodes), u("max", c.max_nodes), u("spares", c.spares);
+      u("workers", c.workers), u("max_restarts", c.max_restarts), u("token", c.token);
+      u("by_arrival", c.by_arrival), u("rdzv_timeout", c.rdzv_timeout_ms);
+      u("last_call", c.last_call_ms), u("grace", c.grace_ms), u("train", c.train_ms);
+      u("limit", c.limit_ms), u("world_seed", s.world_seed);
+      continue;
+    }
+    if (word != "fault") {
+      if (error) *error = "line " + std::to_string(n) + ": expected config or fault";
+      return std::nullopt;
+    }
+    Fault f;
+    std::string kind;
+    if (!(l >> f.t_ms >> kind >> f.pod >> f.arg)) {
+      if (error) *error = "line " + std::to_string(n) + ": fault T KIND POD ARG";
+      return std::nullopt;
+    }
+    bool found = false;
+    for (int k = 0; k < static_cast<int>(FaultKind::kCount); ++k) {
+      if (kind == kFaultNames[k]) {
+        f.kind = static_cast<FaultKind>(k);
+        found = true;
+      }
+    }
+    if (!found) {
+      if (error) *error = "line " + std::to_string(n) + ": unknown fault " + kind;
+      return std::nullopt;
+    }
+    s.faults.push_back(f);
+  }
+  return s;
+}
+
+RunResult Run(const Schedule& s, bool trace) {
+  World w(s, trace);
+  return w.Run();
+}
+
+Schedule Shrink(const Schedule& s) {
+  Schedule best = s;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (std::size_t i = 0; i < best.faults.size(); ++i) {
+      Schedule t = best;
+      t.faults.erase(t.faults.begin() + static_cast<std::ptrdiff_t>(i));
+      if (!Run(t).violations.empty()) {
+        best = std::move(t);
+        progress = true;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace trainlet::sim
