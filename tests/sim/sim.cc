@@ -65,7 +65,10 @@ Fault DrawFault(std::mt19937_64& r, const SimConfig& c) {
   if (!c.elastic() && (f.kind == FaultKind::kScaleUp || f.kind == FaultKind::kScaleDown)) {
     f.kind = FaultKind::kWorkerFail;
   }
-  const std::int64_t recreate = Below(r, 3) == 0 ? 0 : 2'000 + static_cast<Ms>(Below(r, 30'000));
+  // The Job recreates a failed or deleted pod at its index; only an elastic gang's member
+  // may go for good (a scale-down), never the leader (the Job's index 0).
+  std::int64_t recreate = 2'000 + static_cast<Ms>(Below(r, 30'000));
+  if (c.elastic() && f.pod != 0 && Below(r, 3) == 0) recreate = 0;
   switch (f.kind) {
     case FaultKind::kWorkerFail: {
       static constexpr FailureClass kClasses[] = {

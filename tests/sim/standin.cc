@@ -163,7 +163,7 @@ class StandInMemberEnd final : public SimMemberEnd {
 
 class StandInLeaderEnd final : public SimLeaderEnd {
  public:
-  StandInLeaderEnd(World& w, InstId id) : w_(w), id_(id) {}
+  StandInLeaderEnd(World& w, InstId id) : w_(w), id_(id), started_(w.now()) {}
   bool listening() const { return listening_ && w_.inst(id_).alive; }
 
   void Listen() override {
@@ -264,7 +264,8 @@ class StandInLeaderEnd final : public SimLeaderEnd {
   void StartRound() {
     Inst& me = w_.inst(id_);
     in_round_ = true;
-    round_start_ = w_.now();
+    // The first round's deadline runs from the agent's start, binding included (pod.cc).
+    round_start_ = ran_ ? w_.now() : started_;
     min_at_.reset();
     round_ = std::move(next_);
     next_.clear();
@@ -348,7 +349,14 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     }
     ids_[key] = h.instance_id;
     insts_[key] = w_.conn(c).member;
+    if (h.generation == 0) {  // a recreated pod starts over, with no node rank (roster.h AddJoined)
+      if (auto it = roster_.find(key); it != roster_.end() && (it->second.lost || it->second.must_leave)) {
+        it->second = agent::MemberState{.key = key};
+      }
+    }
     kept_.erase(key);
+    w_.Note("leader admits pod " + std::to_string(key) + " asking generation " +
+            std::to_string(h.generation) + (in_round_ ? " to the round" : " while a generation runs"));
     if (in_round_) {
       round_[key] = c;
       Decide();
@@ -409,6 +417,8 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     if (min_at_) rs.since_min = std::chrono::duration_cast<std::chrono::milliseconds>(now - *min_at_);
     rs.since_start = std::chrono::milliseconds(w_.now() - round_start_);
     const agent::FormationDecision d = agent::DecideFormation(rs, fc);
+    w_.Note("leader's round: " + std::to_string(rs.joined) + " joined, " + std::to_string(rs.alive_back) +
+            " of " + std::to_string(rs.alive) + " alive back: " + d.why);
     if (d.kind == agent::FormationDecision::Kind::kForm && Form()) return;
     if (d.kind == agent::FormationDecision::Kind::kGiveUp) {
       in_round_ = false;
@@ -500,6 +510,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
 
   World& w_;
   InstId id_;
+  Ms started_;
   bool listening_ = false;
   bool in_round_ = false;
   bool ran_ = false;

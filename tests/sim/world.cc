@@ -253,8 +253,15 @@ void World::Exit(InstId i, int code) {
   Record({.kind = Record::Kind::kExit, .inst = i, .pod = p.key, .code = code});
   // The Job recreates an index whose pod failed with a counted class while the gang goes on
   // (a hardware leaver, a lost pod refused): it joins as a spare or a new pod.
+  if (code == 0 && !p.stranger) succeeded_ = true;  // the Job creates no pod for a completed index
+  if (!p.stranger && !ended_ && (code == 76 || (p.key == 0 && code != 137 && code != 0))) {
+    // The gang stopped for good: what the Job or JobSet does next (fail, or restart the whole
+    // workload) is beyond this simulator; a moment later every pod still running is stopped.
+    ended_ = true;
+    At(5000, Ev::kEnd, 0);
+  }
   const bool counted = code != 0 && code != 76 && code != 143;
-  if (counted && !p.stranger && p.key != 0 && Leader() && recreations_left_ > 0 && !ended_) {
+  if (counted && !p.stranger && p.key != 0 && Leader() && recreations_left_ > 0 && JobRuns()) {
     --recreations_left_;
     At(5000 + static_cast<Ms>(rng_() % 5000), Ev::kRecreate, p.key);
   }
@@ -341,7 +348,7 @@ void World::Detect(ConnId c, std::uint32_t epoch) {
     const InstId who = side == 0 ? k.leader : k.member;
     Inst& p = *insts_[who];
     if (!k.open[side] || !p.alive || p.frozen) continue;
-    k.open[side] = false;
+    Close(c, side);  // it gives the peer up and closes its socket: a FIN, if the peer hears it
     if (side == 0) p.leader->OnClosed(c, true);
     else p.member->OnClosed(c, true);
   }
@@ -423,13 +430,14 @@ void World::ApplyFault(std::size_t k) {
       }
       return;
     case FaultKind::kScaleUp:
-      if (Current(f.pod)) return;
+      if (current_.contains(f.pod) || !JobRuns()) return;  // a new index only
       hit();
       Spawn(f.pod, false);
       return;
     case FaultKind::kLateListener:
       return;  // applied at the start (Run)
     case FaultKind::kStranger:
+      if (!JobRuns()) return;
       hit();
       Spawn(f.pod, true);
       return;
@@ -439,7 +447,9 @@ void World::ApplyFault(std::size_t k) {
 }
 
 void World::EndOfRun() {
-  // The Job's activeDeadlineSeconds: every pod still running gets SIGTERM.
+  // The Job's activeDeadlineSeconds, or the workload deleted: every pod still running gets SIGTERM.
+  if (stopped_all_) return;
+  stopped_all_ = true;
   ended_ = true;
   Note("the run's time is up: SIGTERM to every pod");
   for (std::size_t i = 0; i < insts_.size(); ++i) {
@@ -483,7 +493,7 @@ void World::Dispatch(const Event& e) {
       return;
     case Ev::kDetect: Detect(e.a, e.b); return;
     case Ev::kRecreate:
-      if (!Current(e.a) && !ended_) Spawn(e.a, false);
+      if (!Current(e.a) && JobRuns()) Spawn(e.a, false);
       return;
     case Ev::kDeadline:
       if (insts_[e.a]->alive && insts_[e.a]->timer_epoch == e.b && !insts_[e.a]->frozen) {

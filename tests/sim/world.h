@@ -129,7 +129,10 @@ class World {
   std::map<std::uint32_t, Ms> cut_until_;    // key -> its link to the leader cut until
   Ms late_listener_ = 0;
   int recreations_left_ = 6;
-  bool ended_ = false;
+  bool ended_ = false;       // no pod is created any more
+  bool stopped_all_ = false;  // every pod was SIGTERMed
+  bool succeeded_ = false;  // some pod exited 0: the Job completes, no pod is created
+  bool JobRuns() const { return !ended_ && !succeeded_; }
   invariants::Checker checker_;
   RunResult result_;
 
