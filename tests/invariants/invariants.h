@@ -17,9 +17,11 @@
 //      leader too (membership.h M15); restarts never exceed --max-restarts;
 //  I5  a next generation with no failure since the last one (only joins,
 //      graceful leaves, a leader's leave) counts no restart (M2);
-//  I6  no generation includes a pod that is gone (exited), has left, or
-//      that the leader declared lost;
-//  I7  a pod declared lost never gets a rank again (it comes back refused);
+//  I6  no generation includes a pod the leader declared lost or leaving
+//      (M14; with spares or elastic sizes: a fixed gang restarts in place on
+//      the same pods), nor a pod that exited;
+//  I7  a pod declared lost after it ran never gets a rank again (it comes
+//      back refused, admission.h rule 8);
 //  I8  every pod ends, with a code of the contract (0, 42, 74, 75, 76, 77,
 //      78, 143, a worker's own code 1-255, or 137 from outside);
 //  I9  at most one counted exit per gang failure: counted exits (not 0, 76,
@@ -72,7 +74,7 @@ struct Record {
     kFault,     // a fault that can count (`what`: fail, kill, freeze, cut, reset, ...)
     kSignal,    // SIGTERM to `inst` (`what`: term, workload)
     kLeave,     // `inst` told the leader it leaves
-    kLost,      // the leader declared pod `pod` (instance `inst`) lost
+    kLost,      // the leader declared pod `pod` (instance `inst`) lost (`what` "leaving": leaving)
     kExit,      // `inst` exited with `code` (137: killed from outside)
   };
   Kind kind = Kind::kStart;
@@ -110,7 +112,9 @@ class Checker {
     bool stranger = false;
     bool exited = false;
     bool left = false;
-    bool lost = false;
+    bool ran = false;   // it had a rank (or waited as a spare) in some generation
+    bool lost = false;  // declared lost after it ran
+    bool out = false;   // the leader marked it leaving after it ran
     bool expect_143 = false;
     std::optional<int> code;
     std::optional<std::int64_t> joining_since;  // in a round since

@@ -214,6 +214,8 @@ class StandInLeaderEnd final : public SimLeaderEnd {
   void OnGang(const agent::GangActions& a) override {
     Inst& me = w_.inst(id_);
     for (std::uint32_t k : a.lost) {
+      // A waiting spare (no node rank) lost: refused if it comes back (admission.h rule 8).
+      if (auto it = roster_.find(k); it != roster_.end() && !it->second.node_rank) lost_spare_[k] = generation_;
       roster_[k].key = k;
       roster_[k].lost = true;
       if (auto it = insts_.find(k); it != insts_.end()) {
@@ -221,6 +223,9 @@ class StandInLeaderEnd final : public SimLeaderEnd {
       }
     }
     for (std::uint32_t k : a.leaving) {
+      if (auto it = insts_.find(k); it != insts_.end()) {
+        w_.Record({.kind = Record::Kind::kLost, .inst = it->second, .pod = k, .what = "leaving"});
+      }
       roster_[k].key = k;
       roster_[k].must_leave = true;
     }
@@ -256,6 +261,10 @@ class StandInLeaderEnd final : public SimLeaderEnd {
             .last_call = std::chrono::milliseconds(c.last_call_ms),
             .timeout = std::chrono::milliseconds(c.rdzv_timeout_ms)};
   }
+
+  // A fixed gang without spares waits for every index (no roster: pod.cc uses
+  // it only with spares or elastic sizes); else the membership policy places pods.
+  bool Planned() const { return w_.config().spares > 0 || w_.config().elastic(); }
 
   std::uint32_t OwnAsk() const {
     return ran_ ? w_.inst(id_).gang->role().generation() + 1 : 0;
@@ -319,7 +328,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     const rendezvous::AdmissionState st{
         .own = own,
         .nnodes = w_.config().max_nodes + w_.config().spares,
-        .max_generation = w_.config().elastic() ? std::nullopt
+        .max_generation = w_.config().elastic() || w_.config().spares > 0 ? std::nullopt  // pod.cc
                                                 : std::optional<std::uint32_t>(w_.config().max_restarts),
         .leader_id = leader_id,
         .job_attempts = job_attempts_,
@@ -407,7 +416,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     rs.joined = 1;
     for (const auto& [key, c] : round_) {
       const auto it = roster_.find(key);
-      if (it == roster_.end() || (!it->second.lost && !it->second.must_leave)) ++rs.joined;
+      if (!Planned() || it == roster_.end() || (!it->second.lost && !it->second.must_leave)) ++rs.joined;
     }
     rs.alive = static_cast<std::uint32_t>(expected_.size());
     for (std::uint32_t key : expected_) rs.alive_back += key == 0 || round_.contains(key) ? 1 : 0;
@@ -438,12 +447,12 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     states.push_back({.key = 0, .node_rank = last_rank(0)});
     for (const auto& [key, c] : round_) {
       const auto it = roster_.find(key);
-      const bool out = it != roster_.end() && (it->second.lost || it->second.must_leave);
+      const bool out = Planned() && it != roster_.end() && (it->second.lost || it->second.must_leave);
       states.push_back({.key = key, .node_rank = last_rank(key), .lost = out && it->second.lost,
                         .must_leave = out && it->second.must_leave});
     }
     for (const auto& [key, s] : roster_) {
-      if (key != 0 && !round_.contains(key)) {
+      if (Planned() && key != 0 && !round_.contains(key)) {
         states.push_back({.key = key, .node_rank = s.node_rank, .lost = true});
       }
     }

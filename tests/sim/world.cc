@@ -103,7 +103,11 @@ void World::Close(ConnId c, int side) {
   Conn& k = conns_[c];
   if (!k.open[side]) return;
   k.open[side] = false;
-  const int dir = side == 0 ? 1 : 0;  // the FIN travels to the other side
+  QueueFin(c, side == 0 ? 1 : 0);  // the FIN travels to the other side
+}
+
+void World::QueueFin(ConnId c, int dir) {
+  Conn& k = conns_[c];
   k.queue[dir].emplace_back();
   Ms t = now_ + kLatency + static_cast<Ms>(rng_() % kJitter);
   const std::uint32_t key = insts_[k.member]->key;
@@ -304,6 +308,7 @@ void World::Freeze(InstId i, Ms ms) {
   if (!p.alive || p.frozen) return;
   p.frozen = true;
   p.frozen_at = now_;
+  p.frozen_until = now_ + ms;
   for (ConnId c = 1; c < conns_.size(); ++c) {
     const Conn& k = conns_[c];
     if ((k.member == i || k.leader == i) && k.open[0] && k.open[1]) Silence(c);
@@ -412,8 +417,8 @@ void World::ApplyFault(std::size_t k) {
         if (kc.member != *target || !kc.open[0] || !kc.open[1]) continue;
         hit();
         counted("reset");
-        Close(c, 0);
-        Close(c, 1);
+        QueueFin(c, 0);  // an RST reaches both ends
+        QueueFin(c, 1);
       }
       return;
     case FaultKind::kEvict:
@@ -457,16 +462,28 @@ void World::EndOfRun() {
   }
 }
 
+// Whether `e` is for an agent that is frozen: it waits (the kernel keeps its
+// children's exits and its timers' expiries) until the agent runs again.
+bool World::Postpone(const Event& e) {
+  switch (e.kind) {
+    case Ev::kWorkerExit: case Ev::kGrace: case Ev::kVerdict: case Ev::kSettle:
+    case Ev::kDeadline: case Ev::kReportSent: case Ev::kRound: case Ev::kConnect: break;
+    default: return false;
+  }
+  Inst& p = *insts_[e.a];
+  if (!p.alive || !p.frozen) return false;
+  queue_.push(Event{p.frozen_until, seq_++, e.kind, e.a, e.b, e.c});
+  return true;
+}
+
 void World::Dispatch(const Event& e) {
+  if (Postpone(e)) return;
   switch (e.kind) {
     case Ev::kFault: ApplyFault(e.a); return;
     case Ev::kDeliver: Deliver(e.a, static_cast<int>(e.b)); return;
     case Ev::kConnect: {
       Inst& p = *insts_[e.a];
-      if (!p.alive || p.frozen) {
-        if (p.alive) At(10, Ev::kConnect, e.a, e.b, e.c);
-        return;
-      }
+      if (!p.alive) return;
       if (e.c == -1) p.member->Join();
       else if (e.c == -2) {
         if (e.b == p.timer_epoch) p.member->OnRefused();
@@ -487,8 +504,7 @@ void World::Dispatch(const Event& e) {
       return;
     case Ev::kRound:
       if (insts_[e.a]->alive && insts_[e.a]->timer_epoch == e.b) {
-        if (insts_[e.a]->frozen) At(10, Ev::kRound, e.a, e.b);
-        else insts_[e.a]->leader->OnRoundTimer();
+        insts_[e.a]->leader->OnRoundTimer();
       }
       return;
     case Ev::kDetect: Detect(e.a, e.b); return;
@@ -496,7 +512,7 @@ void World::Dispatch(const Event& e) {
       if (!Current(e.a) && JobRuns()) Spawn(e.a, false);
       return;
     case Ev::kDeadline:
-      if (insts_[e.a]->alive && insts_[e.a]->timer_epoch == e.b && !insts_[e.a]->frozen) {
+      if (insts_[e.a]->alive && insts_[e.a]->timer_epoch == e.b) {
         Feed(e.a, agent::gang::AgentFailed{exitcodes::Status::Infra("rendezvous: --rdzv-timeout passed")});
       }
       return;

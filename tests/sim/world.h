@@ -61,7 +61,7 @@ struct Inst {
   std::uint32_t key = 0;
   bool alive = true, exited = false, frozen = false, stranger = false, hang = false;
   bool term = false;  // got SIGTERM
-  Ms frozen_at = 0;
+  Ms frozen_at = 0, frozen_until = 0;
   std::unique_ptr<agent::GangPolicy> gang;
   std::unique_ptr<agent::SupervisionPolicy> sup;
   std::vector<bool> rank_alive;
@@ -101,6 +101,8 @@ class World {
 
  private:
   void Dispatch(const Event& e);
+  void QueueFin(ConnId c, int dir);
+  bool Postpone(const Event& e);
   void Deliver(ConnId c, int dir);
   void ApplyFault(std::size_t k);
   void OnWorkerExit(InstId i, std::uint32_t wepoch, int rank, int code,
