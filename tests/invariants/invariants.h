@@ -26,7 +26,9 @@
 //      78, 143, a worker's own code 1-255, or 137 from outside);
 //  I9  at most one counted exit per gang failure: counted exits (not 0, 76,
 //      143) never outnumber the faults that can count (worker failures,
-//      kills, freezes, cut links, resets);
+//      kills, freezes, cut links, resets); a round that ran out of time
+//      (exit `what` "rdzv_timeout": README, below MIN the gang waits up to
+//      --rdzv-timeout, then 75) is not counted here;
 //  I10 a gang that stopped for a failure (some pod 76) has a counted exit,
 //      except where the contract says none: a cut link (README: "every pod
 //      then exits 76"), a SIGTERM (a preemption: 143), a pod killed (137:
@@ -75,7 +77,7 @@ struct Record {
     kSignal,    // SIGTERM to `inst` (`what`: term, workload)
     kLeave,     // `inst` told the leader it leaves
     kLost,      // the leader declared pod `pod` (instance `inst`) lost (`what` "leaving": leaving)
-    kExit,      // `inst` exited with `code` (137: killed from outside)
+    kExit,      // `inst` exited with `code` (137: killed from outside); `what` "rdzv_timeout": its round ran out of time
   };
   Kind kind = Kind::kStart;
   std::int64_t t_ms = 0;
@@ -116,6 +118,7 @@ class Checker {
     bool lost = false;  // declared lost after it ran
     bool out = false;   // the leader marked it leaving after it ran
     bool expect_143 = false;
+    bool rdzv_timeout = false;  // exited 75 because its round ran out of time
     std::optional<int> code;
     std::optional<std::int64_t> joining_since;  // in a round since
     std::optional<std::int64_t> term_at;        // SIGTERM at

@@ -39,6 +39,11 @@ int CodeOf(const agent::Conclusion& c) {
   return 1;
 }
 
+// "rdzv_timeout" for a round that ran out of time (the trace's exit reason), else "".
+std::string ExitWhy(const agent::Conclusion& c) {
+  return c.kind == agent::Conclusion::Kind::kAgent && c.reason.rfind(kRdzvTimeout, 0) == 0 ? kRdzvTimeout : "";
+}
+
 // ---- The member's end ----
 
 class StandInMemberEnd final : public SimMemberEnd {
@@ -118,7 +123,7 @@ class StandInMemberEnd final : public SimMemberEnd {
       conn_ = 0;
       Join();
     }
-    if (a.conclude) w_.Exit(id_, CodeOf(*a.conclude));
+    if (a.conclude) w_.Exit(id_, CodeOf(*a.conclude), ExitWhy(*a.conclude));
   }
 
  private:
@@ -239,7 +244,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
       members_.clear();
       StartRound();
     }
-    if (a.conclude) w_.Exit(id_, CodeOf(*a.conclude));
+    if (a.conclude) w_.Exit(id_, CodeOf(*a.conclude), ExitWhy(*a.conclude));
   }
 
  private:
@@ -431,7 +436,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     if (d.kind == agent::FormationDecision::Kind::kForm && Form()) return;
     if (d.kind == agent::FormationDecision::Kind::kGiveUp) {
       in_round_ = false;
-      w_.Feed(id_, gang::AgentFailed{exitcodes::Status::Infra("rendezvous: " + d.why)});
+      w_.Feed(id_, gang::AgentFailed{exitcodes::Status::Infra(std::string(kRdzvTimeout) + ": " + d.why)});
       return;
     }
     w_.At(std::max<Ms>(d.recheck_after.count(), 10), Ev::kRound, id_, w_.inst(id_).timer_epoch);

@@ -243,7 +243,7 @@ void World::OnWorkerExit(InstId i, std::uint32_t wepoch, int rank, int code, Fai
 
 // ---- Pods' ends of life ----
 
-void World::Exit(InstId i, int code) {
+void World::Exit(InstId i, int code, const std::string& why) {
   Inst& p = *insts_[i];
   if (!p.alive) return;
   p.alive = false;
@@ -254,10 +254,10 @@ void World::Exit(InstId i, int code) {
     if (k.member == i) Close(c, 1);
     if (k.leader == i) Close(c, 0);
   }
-  Record({.kind = Record::Kind::kExit, .inst = i, .pod = p.key, .code = code});
+  Record({.kind = Record::Kind::kExit, .inst = i, .pod = p.key, .code = code, .what = why});
   // The Job recreates an index whose pod failed with a counted class while the gang goes on
   // (a hardware leaver, a lost pod refused): it joins as a spare or a new pod.
-  if (code == 0 && !p.stranger) succeeded_ = true;  // the Job creates no pod for a completed index
+  if (code == 0 && !p.stranger) completed_.insert(p.key);  // the Job creates no pod for it again
   if (!p.stranger && !ended_ && (code == 76 || (p.key == 0 && code != 137 && code != 0))) {
     // The gang stopped for good: what the Job or JobSet does next (fail, or restart the whole
     // workload) is beyond this simulator; a moment later every pod still running is stopped.
@@ -509,11 +509,11 @@ void World::Dispatch(const Event& e) {
       return;
     case Ev::kDetect: Detect(e.a, e.b); return;
     case Ev::kRecreate:
-      if (!Current(e.a) && JobRuns()) Spawn(e.a, false);
+      if (!Current(e.a) && JobRuns() && !completed_.contains(e.a)) Spawn(e.a, false);
       return;
     case Ev::kDeadline:
       if (insts_[e.a]->alive && insts_[e.a]->timer_epoch == e.b) {
-        Feed(e.a, agent::gang::AgentFailed{exitcodes::Status::Infra("rendezvous: --rdzv-timeout passed")});
+        Feed(e.a, agent::gang::AgentFailed{exitcodes::Status::Infra(std::string(kRdzvTimeout) + " passed")});
       }
       return;
     case Ev::kListen:

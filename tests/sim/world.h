@@ -26,6 +26,9 @@ namespace trainlet::sim {
 using Ms = std::int64_t;
 using InstId = std::uint32_t;
 
+// The reason's start of a rendezvous that ran out of time (--rdzv-timeout), in exit records.
+inline constexpr const char* kRdzvTimeout = "rdzv_timeout";
+
 enum class Ev : std::uint8_t {
   kFault, kDeliver, kConnect, kWorkerExit, kGrace, kVerdict, kSettle, kRound, kDetect,
   kRecreate, kDeadline, kListen, kResume, kReportSent, kKubeletKill, kEnd,
@@ -93,7 +96,7 @@ class World {
   void Feed(InstId i, const agent::GangEvent& e);
   void StartWorkers(InstId i);
   void StopWorkers(InstId i);
-  void Exit(InstId i, int code);
+  void Exit(InstId i, int code, const std::string& why = "");
   void Record(invariants::Record r);
   void Note(const std::string& line);
   bool LinkCut(std::uint32_t key) const { return cut_until_.count(key) && cut_until_.at(key) > now_; }
@@ -133,8 +136,8 @@ class World {
   int recreations_left_ = 6;
   bool ended_ = false;       // no pod is created any more
   bool stopped_all_ = false;  // every pod was SIGTERMed
-  bool succeeded_ = false;  // some pod exited 0: the Job completes, no pod is created
-  bool JobRuns() const { return !ended_ && !succeeded_; }
+  std::set<std::uint32_t> completed_;  // indices whose pod exited 0
+  bool JobRuns() const { return !ended_; }
   invariants::Checker checker_;
   RunResult result_;
 
