@@ -363,6 +363,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     }
     ids_[key] = h.instance_id;
     insts_[key] = w_.conn(c).member;
+    lost_spare_.erase(key);  // roster.h LostSpareIn: none since it was last admitted
     if (h.generation == 0) {  // a recreated pod starts over, with no node rank (roster.h AddJoined)
       if (auto it = roster_.find(key); it != roster_.end() && (it->second.lost || it->second.must_leave)) {
         it->second = agent::MemberState{.key = key};
