@@ -93,6 +93,7 @@ void Checker::On(const Record& r) {
       break;
     case Record::Kind::kFault:
       ++faults_;
+      ++I(r.inst).faults;
       if (r.what == "kill") ++kills_;
       if (r.what == "cut" || r.what == "reset") ++cuts_;  // README: a cut link, every pod 76
       break;
@@ -100,7 +101,8 @@ void Checker::On(const Record& r) {
       Inst& i = I(r.inst);
       ++signals_;
       if (!i.term_at) i.term_at = r.t_ms;
-      if (faults_ == faults_at_form_.back() && !i.exited) i.expect_143 = true;
+      // No failure in its generation yet, none of its own ever (a frozen pod's signal waits).
+      if (faults_ == faults_at_form_.back() && i.faults == 0 && !i.exited) i.expect_143 = true;
       break;
     }
     case Record::Kind::kLeave:
@@ -127,6 +129,12 @@ void Checker::OnForm(const Record& r) {
     const auto cur = current_.find(key);
     carried = carried || (cur != current_.end() && insts_[cur->second].ran);
   }
+  if (last_leader_ && *last_leader_ != r.inst) {
+    // A replaced leader knows nothing of its predecessor's losses (only the
+    // generation and the count come back, in the members' hellos: M15).
+    for (auto& [id, i] : insts_) i.lost = i.out = false;
+  }
+  last_leader_ = r.inst;
   if (!carried && last_generation_) {
     gens_.clear();
     last_generation_.reset();
@@ -211,7 +219,7 @@ void Checker::OnExit(const Record& r) {
 
 void Checker::CheckDeadlines(std::int64_t now) {
   for (auto& [id, i] : insts_) {
-    if (i.exited) continue;
+    if (i.exited || i.faults > 0) continue;  // a frozen or cut-off pod cannot keep time
     if (i.joining_since && now > *i.joining_since + c_.rdzv_timeout_ms + c_.slack_ms) {
       violations_.push_back("I12: inst " + std::to_string(id) + " (pod " + std::to_string(i.pod) +
                             ") waits in a round past --rdzv-timeout (since t=" +

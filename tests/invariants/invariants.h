@@ -118,6 +118,7 @@ class Checker {
     bool lost = false;  // declared lost after it ran
     bool out = false;   // the leader marked it leaving after it ran
     bool expect_143 = false;
+    int faults = 0;  // faults that struck it
     bool rdzv_timeout = false;  // exited 75 because its round ran out of time
     std::optional<int> code;
     std::optional<std::int64_t> joining_since;  // in a round since
@@ -139,6 +140,7 @@ class Checker {
   std::map<std::uint32_t, std::uint32_t> current_;  // pod -> its latest instance
   std::map<std::uint32_t, Gen> gens_;
   std::optional<std::uint32_t> last_generation_;
+  std::optional<std::uint32_t> last_leader_;  // the instance that formed the last generation
   std::uint32_t last_restarts_ = 0;
   // Faults that can count, as of the form before the last and the last one.
   std::array<int, 2> faults_at_form_{0, 0};
