@@ -129,10 +129,18 @@ void Checker::OnForm(const Record& r) {
     const auto cur = current_.find(key);
     carried = carried || (cur != current_.end() && insts_[cur->second].ran);
   }
-  if (last_leader_ && *last_leader_ != r.inst) {
+  const bool replaced = last_leader_ && *last_leader_ != r.inst;
+  if (replaced) {
     // A replaced leader knows nothing of its predecessor's losses (only the
-    // generation and the count come back, in the members' hellos: M15).
+    // generation and the count come back, in the members' hellos: M15), and
+    // continues from what they ran: a generation its predecessor formed
+    // without them may be numbered again.
     for (auto& [id, i] : insts_) i.lost = i.out = false;
+    if (last_generation_ && r.generation == *last_generation_) {
+      gens_.erase(r.generation);
+      if (r.generation == 0) last_generation_.reset();
+      else last_generation_ = r.generation - 1;
+    }
   }
   last_leader_ = r.inst;
   if (!carried && last_generation_) {

@@ -320,8 +320,12 @@ void World::Resume(InstId i) {
   Inst& p = *insts_[i];
   if (!p.alive || !p.frozen) return;
   p.frozen = false;
+  // It speaks again: its connections are silent no more, unless the peer is dead, frozen or cut off.
   for (ConnId c = 1; c < conns_.size(); ++c) {
-    if (conns_[c].member == i || conns_[c].leader == i) conns_[c].silence = 0;
+    Conn& k = conns_[c];
+    if (k.member != i && k.leader != i) continue;
+    const Inst& peer = *insts_[k.member == i ? k.leader : k.member];
+    if (peer.alive && !peer.frozen && !LinkCut(insts_[k.member]->key)) k.silence = 0;
   }
   // The wiring checks its own loop's lag before anything else (gang_policy.h G3).
   if (now_ - p.frozen_at >= tun::kStallLimit.count()) Feed(i, agent::gang::OwnStall{"event loop stalled"});
@@ -522,7 +526,12 @@ void World::Dispatch(const Event& e) {
     case Ev::kResume:
       if (e.a == 0xFFFFFFFF) {  // a link healed
         for (ConnId c = 1; c < conns_.size(); ++c) {
-          if (insts_[conns_[c].member]->key == e.b && !LinkCut(e.b)) conns_[c].silence = 0;
+          const Conn& k = conns_[c];
+          const Inst& m = *insts_[k.member];
+          const Inst& l = *insts_[k.leader];
+          if (m.key == e.b && !LinkCut(e.b) && m.alive && l.alive && !m.frozen && !l.frozen) {
+            conns_[c].silence = 0;
+          }
         }
         return;
       }
