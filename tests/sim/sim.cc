@@ -1,5 +1,6 @@
 #include "sim.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "trainlet/agent/base/tunables.h"
@@ -124,6 +125,12 @@ std::string ScheduleText(const Schedule& s) {
     << " token=" << c.token << " by_arrival=" << c.by_arrival << " rdzv_timeout=" << c.rdzv_timeout_ms
     << " last_call=" << c.last_call_ms << " grace=" << c.grace_ms << " train=" << c.train_ms
     << " limit=" << c.limit_ms << " world_seed=" << s.world_seed << "\n";
+  if (s.expect_codes || s.expect_restarts) {
+    o << "expect";
+    if (s.expect_codes) o << " codes=" << *s.expect_codes;
+    if (s.expect_restarts) o << " restarts=" << *s.expect_restarts;
+    o << "\n";
+  }
   for (const Fault& f : s.faults) {
     o << "fault " << f.t_ms << " " << FaultName(f.kind) << " " << f.pod << " " << f.arg << "\n";
   }
@@ -159,6 +166,13 @@ std::optional<Schedule> ParseSchedule(const std::string& text, std::string* erro
       u("limit", c.limit_ms), u("world_seed", s.world_seed);
       continue;
     }
+    if (word == "expect") {
+      while (l >> word) {
+        if (word.rfind("codes=", 0) == 0) s.expect_codes = word.substr(6);
+        if (word.rfind("restarts=", 0) == 0) s.expect_restarts = std::stoul(word.substr(9));
+      }
+      continue;
+    }
     if (word != "fault") {
       if (error) *error = "line " + std::to_string(n) + ": expected config or fault";
       return std::nullopt;
@@ -187,7 +201,15 @@ std::optional<Schedule> ParseSchedule(const std::string& text, std::string* erro
 
 RunResult Run(const Schedule& s, bool trace) {
   World w(s, trace);
-  return w.Run();
+  RunResult r = w.Run();
+  if (s.expect_codes && *s.expect_codes != r.codes) {
+    r.violations.push_back("expected exit codes " + *s.expect_codes + ", got " + r.codes);
+  }
+  if (s.expect_restarts && *s.expect_restarts != r.last_restarts) {
+    r.violations.push_back("expected " + std::to_string(*s.expect_restarts) + " restarts, got " +
+                           std::to_string(r.last_restarts));
+  }
+  return r;
 }
 
 Schedule Shrink(const Schedule& s) {

@@ -67,6 +67,10 @@ struct Schedule {
   SimConfig config;
   std::vector<Fault> faults;
   std::uint64_t world_seed = 1;  // latencies, jitter, worker timings
+  // A scenario's expected outcome ("expect codes=0,0,143 restarts=0"): every
+  // pod's exit code in ascending order, the last generation's restart count.
+  std::optional<std::string> expect_codes;
+  std::optional<std::uint32_t> expect_restarts;
 };
 
 // Draws a configuration and up to `max_faults` faults from `seed`.
@@ -80,11 +84,14 @@ struct RunResult {
   std::vector<std::string> violations;
   std::vector<std::string> trace;  // readable lines, when asked for
   std::vector<bool> fault_hit;     // per fault of the schedule: it applied to something
+  std::string codes;                // exit codes of the gang's pods, ascending, "0,0,76"
+  std::uint32_t last_restarts = 0;  // the last generation's restart count
   std::int64_t end_ms = 0;
   std::uint64_t events = 0;
 };
 
-// Runs one schedule to its end; `trace`: keep a readable trace.
+// Runs one schedule to its end; `trace`: keep a readable trace. A schedule
+// with an expectation that the run does not meet adds a violation.
 RunResult Run(const Schedule& s, bool trace = false);
 
 // Drops faults (one at a time, then the configuration's extras) while the run

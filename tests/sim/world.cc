@@ -46,6 +46,7 @@ void World::Note(const std::string& line) {
 
 void World::Record(invariants::Record r) {
   r.t_ms = now_;
+  if (r.kind == invariants::Record::Kind::kForm) result_.last_restarts = r.restarts;
   if (trace_) result_.trace.push_back(invariants::Describe(r));
   checker_.On(r);
 }
@@ -255,6 +256,7 @@ void World::Exit(InstId i, int code, const std::string& why) {
     if (k.leader == i) Close(c, 0);
   }
   Record({.kind = Record::Kind::kExit, .inst = i, .pod = p.key, .code = code, .what = why});
+  if (!p.stranger) codes_.push_back(code);
   // The Job recreates an index whose pod failed with a counted class while the gang goes on
   // (a hardware leaver, a lost pod refused): it joins as a spare or a new pod.
   if (code == 0 && !p.stranger) completed_.insert(p.key);  // the Job creates no pod for it again
@@ -285,6 +287,7 @@ void World::Kill(InstId i, bool fin) {
     if (conns_[c].member == i || conns_[c].leader == i) Silence(c);
   }
   Record({.kind = Record::Kind::kExit, .inst = i, .pod = p.key, .code = 137});
+  if (!p.stranger) codes_.push_back(137);
 }
 
 void World::Term(InstId i, const char* why) {
@@ -573,6 +576,8 @@ RunResult World::Run() {
   }
   checker_.Finish(now_);
   result_.end_ms = now_;
+  std::sort(codes_.begin(), codes_.end());
+  for (std::size_t k = 0; k < codes_.size(); ++k) result_.codes += (k ? "," : "") + std::to_string(codes_[k]);
   for (const auto& v : checker_.violations()) result_.violations.push_back(v);
   return std::move(result_);
 }

@@ -136,6 +136,7 @@ class World {
   int recreations_left_ = 6;
   bool ended_ = false;       // no pod is created any more
   bool stopped_all_ = false;  // every pod was SIGTERMed
+  std::vector<int> codes_;  // exit codes of the gang's pods
   std::set<std::uint32_t> completed_;  // indices whose pod exited 0
   bool JobRuns() const { return !ended_; }
   invariants::Checker checker_;
