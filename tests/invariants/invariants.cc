@@ -93,7 +93,7 @@ void Checker::On(const Record& r) {
       break;
     case Record::Kind::kFault:
       ++faults_;
-      ++I(r.inst).faults;
+      if (auto it = insts_.find(r.inst); it != insts_.end()) ++it->second.faults;  // its target
       if (r.what == "kill") ++kills_;
       if (r.what == "cut" || r.what == "reset") ++cuts_;  // README: a cut link, every pod 76
       break;
@@ -190,9 +190,9 @@ void Checker::OnGen(const Record& r) {
   if (i.lost) Violation("I7", &r, "a pod declared lost runs again");
   if (i.exited) Violation("I6", &r, "a pod that exited runs");
   Gen& g = gens_[r.generation];
-  if (!g.form) {
-    Violation("I3", &r, "no leader's plan for this generation");
-    return;
+  if (!g.form) {  // a trace without the leader's plans (the soak's): the first pod's numbers
+    g.form = r;
+    g.form->ranks.clear();
   }
   if (r.world != g.form->world) Violation("I3", &r, "WORLD_SIZE differs from the leader's plan");
   if (r.restarts != g.form->restarts) Violation("I3", &r, "restart count differs from the plan");

@@ -12,7 +12,8 @@
 //  I2  ranks dense: the leader's plan has world ranks 0..world-1, every
 //      pod's rank below WORLD_SIZE;
 //  I3  WORLD_SIZE and TORCHELASTIC_RESTART_COUNT equal on every pod of a
-//      generation (the leader's plan's);
+//      generation (the leader's plan's; in a trace without plans, the first
+//      pod's of the generation);
 //  I4  generations only grow and restarts never fall, across a replaced
 //      leader too (membership.h M15); restarts never exceed --max-restarts;
 //  I5  a next generation with no failure since the last one (only joins,
