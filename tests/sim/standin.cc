@@ -510,6 +510,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
                                      .restarts = counted});
     }
     round_.clear();
+    kept_.clear();  // the round's (leader.h kept_ids): it formed
     in_round_ = false;
     ran_ = true;
     generation_ = g;
