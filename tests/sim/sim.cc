@@ -117,27 +117,9 @@ Schedule DrawSchedule(std::uint64_t seed, int max_faults) {
   return s;
 }
 
-std::string ScheduleText(const Schedule& s) {
-  const SimConfig& c = s.config;
-  std::ostringstream o;
-  o << "config pods=" << c.pods << " min=" << c.min_nodes << " max=" << c.max_nodes
-    << " spares=" << c.spares << " workers=" << c.workers << " max_restarts=" << c.max_restarts
-    << " token=" << c.token << " by_arrival=" << c.by_arrival << " rdzv_timeout=" << c.rdzv_timeout_ms
-    << " last_call=" << c.last_call_ms << " grace=" << c.grace_ms << " train=" << c.train_ms
-    << " limit=" << c.limit_ms << " world_seed=" << s.world_seed << "\n";
-  if (s.expect_codes || s.expect_restarts) {
-    o << "expect";
-    if (s.expect_codes) o << " codes=" << *s.expect_codes;
-    if (s.expect_restarts) o << " restarts=" << *s.expect_restarts;
-    o << "\n";
-  }
-  for (const Fault& f : s.faults) {
-    o << "fault " << f.t_ms << " " << FaultName(f.kind) << " " << f.pod << " " << f.arg << "\n";
-  }
-  return o.str();
-}
+namespace {
 
-std::optional<Schedule> ParseSchedule(const std::string& text, std::string* error) {
+std::optional<Schedule> ParseScheduleOrThrow(const std::string& text, std::string* error) {
   Schedule s;
   std::istringstream in(text);
   std::string line;
@@ -149,21 +131,26 @@ std::optional<Schedule> ParseSchedule(const std::string& text, std::string* erro
     std::string word;
     l >> word;
     if (word == "config") {
-      std::map<std::string, std::int64_t> kv;
+      std::map<std::string, std::string> kv;
       while (l >> word) {
         const auto eq = word.find('=');
-        if (eq == std::string::npos) continue;
-        kv[word.substr(0, eq)] = std::stoll(word.substr(eq + 1));
+        if (eq != std::string::npos) kv[word.substr(0, eq)] = word.substr(eq + 1);
       }
       SimConfig& c = s.config;
       auto u = [&](const char* k, auto& out) {
-        if (kv.count(k)) out = static_cast<std::remove_reference_t<decltype(out)>>(kv[k]);
+        if (kv.count(k)) out = static_cast<std::remove_reference_t<decltype(out)>>(std::stoll(kv[k]));
       };
       u("pods", c.pods), u("min", c.min_nodes), u("max", c.max_nodes), u("spares", c.spares);
       u("workers", c.workers), u("max_restarts", c.max_restarts), u("token", c.token);
       u("by_arrival", c.by_arrival), u("rdzv_timeout", c.rdzv_timeout_ms);
       u("last_call", c.last_call_ms), u("grace", c.grace_ms), u("train", c.train_ms);
-      u("limit", c.limit_ms), u("world_seed", s.world_seed);
+      u("limit", c.limit_ms);
+      if (kv.count("world_seed")) s.world_seed = std::stoull(kv["world_seed"]);
+      if (c.max_nodes == 0 || c.min_nodes == 0 || c.min_nodes > c.max_nodes || c.workers == 0 ||
+          c.pods == 0 || c.pods > c.max_nodes + c.spares) {
+        if (error) *error = "line " + std::to_string(n) + ": an impossible gang";
+        return std::nullopt;
+      }
       continue;
     }
     if (word == "expect") {
@@ -194,9 +181,44 @@ std::optional<Schedule> ParseSchedule(const std::string& text, std::string* erro
       if (error) *error = "line " + std::to_string(n) + ": unknown fault " + kind;
       return std::nullopt;
     }
+    if (f.pod >= s.config.max_nodes + s.config.spares || f.t_ms < 0 || f.arg < 0) {
+      if (error) *error = "line " + std::to_string(n) + ": a pod index beyond MAX + spares (config first)";
+      return std::nullopt;
+    }
     s.faults.push_back(f);
   }
   return s;
+}
+
+}  // namespace
+
+std::string ScheduleText(const Schedule& s) {
+  const SimConfig& c = s.config;
+  std::ostringstream o;
+  o << "config pods=" << c.pods << " min=" << c.min_nodes << " max=" << c.max_nodes
+    << " spares=" << c.spares << " workers=" << c.workers << " max_restarts=" << c.max_restarts
+    << " token=" << c.token << " by_arrival=" << c.by_arrival << " rdzv_timeout=" << c.rdzv_timeout_ms
+    << " last_call=" << c.last_call_ms << " grace=" << c.grace_ms << " train=" << c.train_ms
+    << " limit=" << c.limit_ms << " world_seed=" << s.world_seed << "\n";
+  if (s.expect_codes || s.expect_restarts) {
+    o << "expect";
+    if (s.expect_codes) o << " codes=" << *s.expect_codes;
+    if (s.expect_restarts) o << " restarts=" << *s.expect_restarts;
+    o << "\n";
+  }
+  for (const Fault& f : s.faults) {
+    o << "fault " << f.t_ms << " " << FaultName(f.kind) << " " << f.pod << " " << f.arg << "\n";
+  }
+  return o.str();
+}
+
+std::optional<Schedule> ParseSchedule(const std::string& text, std::string* error) {
+  try {
+    return ParseScheduleOrThrow(text, error);
+  } catch (const std::exception& e) {  // std::stoll's out_of_range, invalid_argument
+    if (error) *error = std::string("a number out of range or malformed (") + e.what() + ")";
+    return std::nullopt;
+  }
 }
 
 RunResult Run(const Schedule& s, bool trace) {
