@@ -79,12 +79,18 @@ void Checker::On(const Record& r) {
       i.pod = r.pod;
       i.stranger = r.stranger;
       i.joining_since = r.t_ms;
-      if (!r.stranger) current_[r.pod] = r.inst;
+      if (!r.stranger && r.pod != kNoIndex) current_[r.pod] = r.inst;
       break;
     }
-    case Record::Kind::kJoin:
-      I(r.inst).joining_since = r.t_ms;
+    case Record::Kind::kJoin: {
+      Inst& i = I(r.inst);
+      i.joining_since = r.t_ms;
+      if (!i.stranger && r.pod != i.pod) {  // ranks by arrival: the index the leader gave it
+        i.pod = r.pod;
+        current_[r.pod] = r.inst;
+      }
       break;
+    }
     case Record::Kind::kForm:
       OnForm(r);
       break;

@@ -65,13 +65,15 @@ struct Contract {
 };
 
 inline constexpr std::uint32_t kSpareRank = 0xFFFFFFFF;
+inline constexpr std::uint32_t kNoIndex = 0xFFFFFFFF;  // kStart's pod: numbered by arrival later
 
 // One thing that happened. `inst` names one agent process (a pod recreated at
 // the same index is a new instance); `pod` is its index (its key).
 struct Record {
   enum class Kind {
-    kStart,     // an agent process started and joins (inst, pod); `stranger`
-    kJoin,      // it joins a round again (after a restart or a resize)
+    kStart,     // an agent process started and joins (inst, pod: kNoIndex until a kJoin names it); `stranger`
+    kJoin,      // it joins a round again (after a restart or a resize); a `pod` other than
+                // its own: the index the leader gave it (ranks by arrival)
     kForm,      // the leader formed `generation`: `ranks` (keys by node rank), `world`, `restarts`
     kGen,       // pod `inst` runs `generation` at node `rank` of `world`, `restarts` counted
     kFault,     // a fault that can count (`what`: fail, kill, freeze, cut, reset, ...)

@@ -55,7 +55,7 @@ class StandInMemberEnd final : public SimMemberEnd {
     joining_ = true;
     ++me.timer_epoch;
     backoff_ = tun::kRejoinBackoffInitial.count();
-    if (ran_) w_.Record({.kind = Record::Kind::kJoin, .inst = id_, .pod = me.key});
+    if (ran_) w_.Record({.kind = Record::Kind::kJoin, .inst = id_, .pod = Key()});
     w_.At(w_.config().rdzv_timeout_ms, Ev::kDeadline, id_, me.timer_epoch);
     w_.Connect(id_);
   }
@@ -72,7 +72,7 @@ class StandInMemberEnd final : public SimMemberEnd {
     const Inst& me = w_.inst(id_);
     wire::Hello h{.job_id = w_.JobId(),
                   .attempt = 0,
-                  .index = me.key,
+                  .index = Key(),
                   .nproc_per_node = w_.config().workers,
                   .fingerprint = wire::Fingerprint({}),
                   .config = {},
@@ -112,7 +112,7 @@ class StandInMemberEnd final : public SimMemberEnd {
   void OnGang(const agent::GangActions& a) override {
     Inst& me = w_.inst(id_);
     if (a.report) {
-      if (a.report->leaving) w_.Record({.kind = Record::Kind::kLeave, .inst = id_, .pod = me.key});
+      if (a.report->leaving) w_.Record({.kind = Record::Kind::kLeave, .inst = id_, .pod = Key()});
       if (conn_ != 0) w_.Send(conn_, 0, *a.report);
       if (a.report->ok) w_.At(1, Ev::kReportSent, id_);
     }
@@ -134,15 +134,29 @@ class StandInMemberEnd final : public SimMemberEnd {
     ++me.timer_epoch;  // the round's deadline is over
     ran_ = true;
     const std::uint32_t restarts = a.restarts.value_or(a.generation);
-    w_.Record({.kind = Record::Kind::kGen, .inst = id_, .pod = me.key, .generation = a.generation,
-               .rank = a.spare ? invariants::kSpareRank : a.node_rank.value_or(me.key),
+    if (a.index) Adopt(*a.index);  // ranks by arrival: the index the leader gave it
+    w_.Record({.kind = Record::Kind::kGen, .inst = id_, .pod = Key(), .generation = a.generation,
+               .rank = a.spare ? invariants::kSpareRank : a.node_rank.value_or(Key()),
                .world = a.nnodes, .restarts = restarts});
     w_.Feed(id_, gang::Assigned{.generation = a.generation, .spare = a.spare, .nnodes = a.nnodes,
                                 .restarts = restarts});
     if (!a.spare && me.alive) w_.StartWorkers(id_);
   }
 
+  // Ranks by arrival (launch.h): this pod's index once the leader gave it one.
+  std::uint32_t Key() const {
+    const Inst& me = w_.inst(id_);
+    if (!w_.config().by_arrival || me.key == 0 || me.stranger) return me.key;
+    return index_.value_or(wire::kNoIndex);
+  }
+  void Adopt(std::uint32_t index) {
+    if (index_ == index) return;
+    index_ = index;
+    w_.inst(id_).gang->AdoptIndex(index);
+  }
+
   void OnReject(const wire::Reject& r) {
+    if (r.index) Adopt(*r.index);  // the next generation's index (field next_generation)
     w_.Close(conn_, 1);
     conn_ = 0;
     w_.Note("inst " + std::to_string(id_) + " refused: " + r.field + ": " + r.reason);
@@ -161,6 +175,7 @@ class StandInMemberEnd final : public SimMemberEnd {
   ConnId conn_ = 0;
   bool joining_ = false;
   bool ran_ = false;
+  std::optional<std::uint32_t> index_;  // ranks by arrival
   Ms backoff_ = tun::kRejoinBackoffInitial.count();
 };
 
@@ -269,6 +284,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
 
   // A fixed gang without spares waits for every index (no roster: pod.cc uses
   // it only with spares or elastic sizes); else the membership policy places pods.
+  bool ByArrival(std::uint32_t key) const { return w_.config().by_arrival && key != 0; }
   bool Planned() const { return w_.config().spares > 0 || w_.config().elastic(); }
 
   std::uint32_t OwnAsk() const {
@@ -312,6 +328,15 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     return std::nullopt;
   }
 
+  // Ranks by arrival: the lowest index of 1..MAX-1 nobody holds and not kept for a pod expected
+  // back (admission.h LowestFreeIndex).
+  std::optional<std::uint32_t> FreeIndex() const {
+    std::set<std::uint32_t> reserved = expected_;
+    for (const auto& [key, c] : next_) reserved.insert(key);
+    return rendezvous::LowestFreeIndex(
+        w_.config().max_nodes, [this](std::uint32_t k) { return HolderOf(k).has_value(); }, reserved);
+  }
+
   void Refuse(ConnId c, const wire::Reject& r) {
     w_.Send(c, 1, r);
     w_.Close(c, 0);
@@ -328,8 +353,8 @@ class StandInLeaderEnd final : public SimLeaderEnd {
                           .nonce = "",
                           .generation = in_round_ ? OwnAsk() : generation_ + 1};
     const std::string leader_id = "leader";
-    const std::uint32_t key = h.index;
-    const auto kept = kept_.find(key);
+    const std::uint32_t claimed = h.index;
+    const auto kept = kept_.find(claimed);
     const rendezvous::AdmissionState st{
         .own = own,
         .nnodes = w_.config().max_nodes + w_.config().spares,
@@ -337,20 +362,25 @@ class StandInLeaderEnd final : public SimLeaderEnd {
                                                 : std::optional<std::uint32_t>(w_.config().max_restarts),
         .leader_id = leader_id,
         .job_attempts = job_attempts_,
-        .holder = HolderOf(key),
-        .replaced = replaced_.count(key) ? std::optional(replaced_.at(key)) : std::nullopt,
-        .left = left_.count(key) ? std::optional(left_.at(key)) : std::nullopt,
-        .lost_spare = lost_spare_.count(key) ? std::optional(lost_spare_.at(key)) : std::nullopt,
-        .free_index = std::nullopt,
+        .holder = HolderOf(claimed),
+        .replaced = replaced_.count(claimed) ? std::optional(replaced_.at(claimed)) : std::nullopt,
+        .left = left_.count(claimed) ? std::optional(left_.at(claimed)) : std::nullopt,
+        .lost_spare = lost_spare_.count(claimed) ? std::optional(lost_spare_.at(claimed)) : std::nullopt,
+        .free_index = h.index == wire::kNoIndex ? FreeIndex() : std::nullopt,
         .token = w_.config().token,
         .kept_id = kept != kept_.end() ? kept->second : "",
-        .peer = "pod-" + std::to_string(key),
-        .address = "pod-" + std::to_string(key),
+        .peer = "pod-" + std::to_string(claimed),
+        .address = "pod-" + std::to_string(claimed),
         .local = "leader"};
     const rendezvous::Admission ad = rendezvous::Admit(st, h);
     if (ad.verdict != rendezvous::Admission::Verdict::kAdmit) {
       Refuse(c, ad.reject);
       return;
+    }
+    const std::uint32_t key = ad.index;  // its hello's, or by arrival the lowest free one
+    if (h.index == wire::kNoIndex) {
+      w_.Record({.kind = Record::Kind::kJoin, .inst = w_.conn(c).member, .pod = key,
+                 .what = "index by arrival"});
     }
     if (ad.replace_holder) {
       for (auto* m : {&members_, &round_, &next_}) {
@@ -390,7 +420,8 @@ class StandInLeaderEnd final : public SimLeaderEnd {
                                    .world_size = active_ * w_.config().workers,
                                    .master_addr = "pod-0", .master_port = 29500,
                                    .run_id = "run", .job_id = w_.JobId(),
-                                   .spare = true, .restarts = restarts});
+                                   .spare = true, .restarts = restarts,
+                                   .index = ByArrival(key) ? std::optional(key) : std::nullopt});
   }
 
   void OnReport(ConnId c, const wire::Report& r) {
@@ -507,7 +538,8 @@ class StandInLeaderEnd final : public SimLeaderEnd {
                                      .master_addr = "pod-0", .master_port = 29500,
                                      .run_id = "run", .job_id = w_.JobId(),
                                      .node_rank = rank, .spare = !rank.has_value(),
-                                     .restarts = counted});
+                                     .restarts = counted,
+                                     .index = ByArrival(key) ? std::optional(key) : std::nullopt});
     }
     round_.clear();
     kept_.clear();  // the round's (leader.h kept_ids): it formed

@@ -66,8 +66,9 @@ InstId World::Spawn(std::uint32_t key, bool stranger) {
   p->key = key;
   p->stranger = stranger;
   p->stop_ms = 20 + static_cast<Ms>(rng_() % 3000);
+  const bool arrival = cfg_.by_arrival && key != 0 && !stranger;  // it learns its index
   p->gang = std::make_unique<agent::GangPolicy>(agent::GangConfig{
-      .index = key,
+      .index = arrival ? rendezvous::wire::kNoIndex : key,
       .nnodes = cfg_.max_nodes,
       .max_restarts = cfg_.max_restarts,
       .hang_signal = SIGUSR1,
@@ -75,7 +76,9 @@ InstId World::Spawn(std::uint32_t key, bool stranger) {
       .spares = cfg_.spares});
   insts_.push_back(std::move(p));
   if (!stranger) current_[key] = id;
-  Record({.kind = Record::Kind::kStart, .inst = id, .pod = key, .stranger = stranger});
+  // A pod numbered by arrival has no index until the leader gives it one (a kJoin record).
+  Record({.kind = Record::Kind::kStart, .inst = id, .pod = arrival ? rendezvous::wire::kNoIndex : key,
+          .stranger = stranger});
   if (key == 0 && !stranger) {
     insts_[id]->leader = MakeLeaderEnd(*this, id);
     At(late_listener_ + static_cast<Ms>(rng_() % 50), Ev::kListen, id);
