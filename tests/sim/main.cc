@@ -5,6 +5,10 @@
 //   trainlet-sim --seed 42 --trace         one run, its readable trace
 //   trainlet-sim --replay FILE --trace     a saved schedule (tests/sim/regressions/*.sched)
 //   trainlet-sim --regressions DIR         every *.sched in DIR must keep the contract
+//   trainlet-sim --seeds 1:100000 --known tests/sim/findings/known
+//                                          seeds of open findings ("SEED FINDING" lines) fail
+//                                          as known; a listed seed that passes fails the batch
+//                                          (the finding was fixed: the list must say so)
 // A failing run prints its seed, its violation, the replay command and its
 // shrunk schedule (--save DIR writes the schedule there). Exit 0: no
 // violation; 1: violations; 78: bad arguments.
@@ -15,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -32,7 +37,7 @@ struct Options {
   bool trace = false;
   bool shrink = true;
   int max_faults = 4;
-  std::string replay, regressions, save;
+  std::string replay, regressions, save, known;
 };
 
 struct Coverage {
@@ -117,9 +122,26 @@ bool ParseArgs(int argc, char** argv, Options& o) {
     else if (a == "--replay" && (v = next())) o.replay = v;
     else if (a == "--regressions" && (v = next())) o.regressions = v;
     else if (a == "--save" && (v = next())) o.save = v;
+    else if (a == "--known" && (v = next())) o.known = v;
     else return false;
   }
   return o.first <= o.last && o.max_faults >= 0;
+}
+
+// "SEED FINDING" lines ('#' comments); nullopt on a bad line.
+std::optional<std::map<std::uint64_t, std::string>> LoadKnown(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::map<std::uint64_t, std::string> out;
+  for (std::string line; std::getline(f, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream l(line);
+    std::uint64_t seed = 0;
+    std::string finding;
+    if (!(l >> seed >> finding)) return std::nullopt;
+    out[seed] = finding;
+  }
+  return out;
 }
 
 std::optional<Schedule> Load(const std::string& path) {
@@ -168,15 +190,43 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(failed));
     return failed == 0 ? 0 : 1;
   }
+  std::map<std::uint64_t, std::string> known;
+  if (!o.known.empty()) {
+    const auto k = LoadKnown(o.known);
+    if (!k) {
+      std::fprintf(stderr, "trainlet-sim: --known %s: not 'SEED FINDING' lines\n", o.known.c_str());
+      return 78;
+    }
+    known = *k;
+  }
   const auto start = std::chrono::steady_clock::now();
   double elapsed = 0;
+  std::uint64_t known_failed = 0;
   for (std::uint64_t seed = o.first; seed <= o.last; ++seed) {
     elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (o.budget_s > 0 && elapsed > o.budget_s) break;
     ++runs;
-    if (!RunOne(DrawSchedule(seed, o.max_faults), "seed-" + std::to_string(seed), o, cov)) {
-      if (++failed >= 20) break;
+    const auto k = known.find(seed);
+    Options quiet = o;
+    if (k != known.end()) quiet.shrink = false;
+    const bool ok = RunOne(DrawSchedule(seed, o.max_faults), "seed-" + std::to_string(seed), quiet, cov);
+    if (k != known.end()) {
+      if (ok) {
+        std::printf("FIXED? seed %llu, listed as finding %s, keeps the contract now: update %s\n",
+                    static_cast<unsigned long long>(seed), k->second.c_str(), o.known.c_str());
+        ++failed;
+      } else {
+        std::printf("  known: finding %s (tests/sim/findings/%s.sched)\n", k->second.c_str(),
+                    k->second.c_str());
+        ++known_failed;
+      }
+      continue;
     }
+    if (!ok && ++failed >= 20) break;
+  }
+  if (known_failed > 0) {
+    std::printf("%llu runs failed as known open findings (%s)\n",
+                static_cast<unsigned long long>(known_failed), o.known.c_str());
   }
   elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%llu runs (seeds %llu..%llu), %llu failed, %.1f s, %.0f runs/min\n",

@@ -1,9 +1,11 @@
 #include "sim.h"
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 #include "trainlet/agent/base/tunables.h"
+#include "trainlet/agent/front/cli.h"
 #include "trainlet/exitcodes/status.h"
 #include "world.h"
 
@@ -53,6 +55,8 @@ SimConfig DrawConfig(std::mt19937_64& r) {
   const Ms graces[] = {5'000, std::chrono::milliseconds(agent::kDefaultGrace).count()};
   c.grace_ms = graces[Below(r, 2)];
   c.train_ms = 20'000 + static_cast<Ms>(Below(r, 220'000));
+  // Now and then a combination the front door refuses (--gang layouts are otherwise not drawn).
+  if (c.max_nodes > 1 && Below(r, 50) == 0) c.refused = c.elastic() ? 1 : 2;
   return c;
 }
 
@@ -144,7 +148,7 @@ std::optional<Schedule> ParseScheduleOrThrow(const std::string& text, std::strin
       u("workers", c.workers), u("max_restarts", c.max_restarts), u("token", c.token);
       u("by_arrival", c.by_arrival), u("rdzv_timeout", c.rdzv_timeout_ms);
       u("last_call", c.last_call_ms), u("grace", c.grace_ms), u("train", c.train_ms);
-      u("limit", c.limit_ms);
+      u("limit", c.limit_ms), u("refused", c.refused);
       if (kv.count("world_seed")) s.world_seed = std::stoull(kv["world_seed"]);
       if (c.max_nodes == 0 || c.min_nodes == 0 || c.min_nodes > c.max_nodes || c.workers == 0 ||
           c.pods == 0 || c.pods > c.max_nodes + c.spares) {
@@ -199,7 +203,8 @@ std::string ScheduleText(const Schedule& s) {
     << " spares=" << c.spares << " workers=" << c.workers << " max_restarts=" << c.max_restarts
     << " token=" << c.token << " by_arrival=" << c.by_arrival << " rdzv_timeout=" << c.rdzv_timeout_ms
     << " last_call=" << c.last_call_ms << " grace=" << c.grace_ms << " train=" << c.train_ms
-    << " limit=" << c.limit_ms << " world_seed=" << s.world_seed << "\n";
+    << " limit=" << c.limit_ms << (c.refused ? " refused=" + std::to_string(c.refused) : "")
+    << " world_seed=" << s.world_seed << "\n";
   if (s.expect_codes || s.expect_restarts) {
     o << "expect";
     if (s.expect_codes) o << " codes=" << *s.expect_codes;
@@ -221,7 +226,48 @@ std::optional<Schedule> ParseSchedule(const std::string& text, std::string* erro
   }
 }
 
+std::vector<std::string> RefusedArgv(const SimConfig& c) {
+  const std::string layout = "leader=1,workers=" + std::to_string(c.max_nodes - 1);
+  std::vector<std::string> argv{"trainlet", "--gang", layout};
+  if (c.refused == 1) {
+    argv.insert(argv.end(), {"--nnodes", std::to_string(c.min_nodes) + ":" + std::to_string(c.max_nodes)});
+  } else {
+    argv.insert(argv.end(), {"--spares", std::to_string(std::max<std::uint32_t>(c.spares, 1))});
+  }
+  argv.insert(argv.end(), {"--nproc-per-node", std::to_string(c.workers), "--", "python3", "train.py"});
+  return argv;
+}
+
+namespace {
+// The front door: the real front end refuses the combination, class config, before any pod runs.
+RunResult FrontDoor(const Schedule& s) {
+  const SimConfig& c = s.config;
+  RunResult r;
+  r.fault_hit.assign(s.faults.size(), false);  // no pod ran: no fault applied
+  const std::vector<std::string> argv = RefusedArgv(c);
+  // The front end takes milliseconds (CLI11, logging set-up): each command line once per process.
+  static std::map<std::vector<std::string>, exitcodes::Status> seen;
+  auto it = seen.find(argv);
+  if (it == seen.end()) {
+    const agent::FrontEnd fe = agent::PlanCommandLine(
+        argv, {{"PATH", "/usr/bin:/bin"}, {"HOSTNAME", "x"}},
+        [](const agent::FlagValues&, const agent::Settings&) { return agent::NodeFacts{}; });
+    it = seen.emplace(argv, fe.status).first;
+  }
+  const exitcodes::Status& st = it->second;
+  std::string line;
+  for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
+  if (st.ok() || st.failure_class() != FailureClass::kConfig) {
+    r.violations.push_back("front door: '" + line + "' not refused as config (78): " +
+                           (st.ok() ? "accepted" : st.message()));
+  }
+  for (std::uint32_t k = 0; k < c.pods; ++k) r.codes += (k ? "," : "") + std::to_string(78);
+  return r;
+}
+}  // namespace
+
 RunResult Run(const Schedule& s, bool trace) {
+  if (s.config.refused != 0) return FrontDoor(s);
   World w(s, trace);
   RunResult r = w.Run();
   if (s.expect_codes && *s.expect_codes != r.codes) {

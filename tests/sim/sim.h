@@ -35,6 +35,10 @@ struct SimConfig {
   std::int64_t grace_ms = 25'000;
   std::int64_t train_ms = 120'000;  // a generation's workers succeed after this long
   std::int64_t limit_ms = 600'000;  // simulated time a run may take
+  // A combination the front door refuses (README: `--gang` with MIN:MAX, `--gang` with
+  // `--spares`): the real front end (cli.h PlanCommandLine) must refuse it, class config (78),
+  // before any pod runs. 0: none; 1: --gang with MIN:MAX; 2: --gang with --spares.
+  int refused = 0;
   bool elastic() const { return min_nodes != max_nodes; }
 };
 
@@ -93,6 +97,9 @@ struct RunResult {
 // Runs one schedule to its end; `trace`: keep a readable trace. A schedule
 // with an expectation that the run does not meet adds a violation.
 RunResult Run(const Schedule& s, bool trace = false);
+
+// The command line a pod of `c` would get for its refused combination (c.refused != 0).
+std::vector<std::string> RefusedArgv(const SimConfig& c);
 
 // Drops faults (one at a time, then the configuration's extras) while the run
 // still violates the contract; returns the smallest schedule found.
