@@ -62,7 +62,8 @@ class StandInMemberEnd final : public SimMemberEnd {
 
   void OnRefused() override {
     if (!joining_) return;
-    const Ms wait = backoff_ + static_cast<Ms>(w_.rng()() % static_cast<std::uint64_t>(backoff_ + 1));
+    const Ms wait = backoff_ + static_cast<Ms>(w_.Draw(8, w_.Tag(id_), retries_++) %
+                                               static_cast<std::uint64_t>(backoff_ + 1));
     backoff_ = std::min<Ms>(backoff_ * 2, 1000);
     w_.At(wait, Ev::kConnect, id_, w_.inst(id_).timer_epoch, 0);
   }
@@ -176,6 +177,7 @@ class StandInMemberEnd final : public SimMemberEnd {
   bool joining_ = false;
   bool ran_ = false;
   std::optional<std::uint32_t> index_;  // ranks by arrival
+  std::uint64_t retries_ = 0;
   Ms backoff_ = tun::kRejoinBackoffInitial.count();
 };
 

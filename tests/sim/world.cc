@@ -24,7 +24,7 @@ World::World(const Schedule& s, bool trace)
     : cfg_(s.config),
       faults_(s.faults),
       trace_(trace),
-      rng_(s.world_seed),
+      world_seed_(s.world_seed),
       checker_(invariants::Contract{.min_nodes = s.config.min_nodes,
                                     .max_nodes = s.config.max_nodes,
                                     .spares = s.config.spares,
@@ -34,6 +34,14 @@ World::World(const Schedule& s, bool trace)
                                     .slack_ms = 6000}) {
   conns_.emplace_back();  // ConnId 0: none
   result_.fault_hit.assign(faults_.size(), false);
+}
+
+std::uint64_t World::Draw(std::uint64_t purpose, std::uint64_t a, std::uint64_t b) const {
+  std::uint64_t z = world_seed_ ^ (purpose * 0x9E3779B97F4A7C15ULL) ^ (a * 0xC2B2AE3D27D4EB4FULL) ^
+                    (b * 0x165667B19E3779F9ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;  // splitmix64's finalizer
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
 }
 
 void World::At(Ms delay, Ev kind, std::uint32_t a, std::uint32_t b, std::int64_t c) {
@@ -64,8 +72,10 @@ InstId World::Spawn(std::uint32_t key, bool stranger) {
   auto p = std::make_unique<Inst>();
   p->id = id;
   p->key = key;
+  p->nth = spawned_[key]++ + (stranger ? 1000 : 0);
   p->stranger = stranger;
-  p->stop_ms = 20 + static_cast<Ms>(rng_() % 3000);
+  const std::uint64_t tag = (std::uint64_t{key} << 20) | p->nth;
+  p->stop_ms = 20 + static_cast<Ms>(Draw(1, tag) % 3000);
   const bool arrival = cfg_.by_arrival && key != 0 && !stranger;  // it learns its index
   p->gang = std::make_unique<agent::GangPolicy>(agent::GangConfig{
       .index = arrival ? rendezvous::wire::kNoIndex : key,
@@ -81,11 +91,11 @@ InstId World::Spawn(std::uint32_t key, bool stranger) {
           .stranger = stranger});
   if (key == 0 && !stranger) {
     insts_[id]->leader = MakeLeaderEnd(*this, id);
-    At(late_listener_ + static_cast<Ms>(rng_() % 50), Ev::kListen, id);
+    At(late_listener_ + static_cast<Ms>(Draw(2, tag) % 50), Ev::kListen, id);
     late_listener_ = 0;
   } else {
     insts_[id]->member = MakeMemberEnd(*this, id);
-    At(static_cast<Ms>(rng_() % 2000), Ev::kConnect, id, 0, -1);  // start-up, then Join
+    At(static_cast<Ms>(Draw(3, tag) % 2000), Ev::kConnect, id, 0, -1);  // start-up, then Join
   }
   return id;
 }
@@ -95,7 +105,7 @@ void World::Send(ConnId c, int dir, const wire::Message& m) {
   const int from_side = dir == 0 ? 1 : 0;
   if (!k.open[from_side]) return;
   k.queue[dir].push_back(wire::Encode(m));
-  Ms t = now_ + kLatency + static_cast<Ms>(rng_() % kJitter);
+  Ms t = now_ + kLatency + static_cast<Ms>(Draw(4, k.tag, k.sent[dir]++ * 2 + dir) % kJitter);
   const std::uint32_t key = insts_[k.member]->key;
   if (LinkCut(key)) t = std::max(t, cut_until_[key] + kLatency);  // TCP retransmits after the heal
   t = std::max(t, k.last[dir]);
@@ -113,7 +123,7 @@ void World::Close(ConnId c, int side) {
 void World::QueueFin(ConnId c, int dir) {
   Conn& k = conns_[c];
   k.queue[dir].emplace_back();
-  Ms t = now_ + kLatency + static_cast<Ms>(rng_() % kJitter);
+  Ms t = now_ + kLatency + static_cast<Ms>(Draw(4, k.tag, k.sent[dir]++ * 2 + dir) % kJitter);
   const std::uint32_t key = insts_[k.member]->key;
   if (LinkCut(key)) t = std::max(t, cut_until_[key] + kLatency);
   t = std::max(t, k.last[dir]);
@@ -137,6 +147,7 @@ void World::Connect(InstId member) {
   const auto c = static_cast<ConnId>(conns_.size() - 1);
   conns_[c].member = member;
   conns_[c].leader = *leader;
+  conns_[c].tag = (Tag(member) << 12) | m.conns++;
   conns_[c].last[0] = conns_[c].last[1] = now_ + 2 * kLatency;
   insts_[*leader]->leader->OnAccepted(c);
   m.member->OnConnected(c);
@@ -193,7 +204,8 @@ void World::StartWorkers(InstId i) {
   ++p.wepoch;
   p.sup = std::make_unique<agent::SupervisionPolicy>(static_cast<int>(cfg_.workers));
   p.rank_alive.assign(cfg_.workers, true);
-  const Ms train = cfg_.train_ms / 2 + static_cast<Ms>(rng_() % static_cast<std::uint64_t>(cfg_.train_ms / 2 + 1));
+  const Ms train = cfg_.train_ms / 2 +
+                   static_cast<Ms>(Draw(5, Tag(i), p.wepoch) % static_cast<std::uint64_t>(cfg_.train_ms / 2 + 1));
   for (std::uint32_t r = 0; r < cfg_.workers; ++r) {
     At(train + r, Ev::kWorkerExit, i, p.wepoch, static_cast<std::int64_t>(r) << 16);
   }
@@ -272,7 +284,7 @@ void World::Exit(InstId i, int code, const std::string& why) {
   const bool counted = code != 0 && code != 76 && code != 143;
   if (counted && !p.stranger && p.key != 0 && Leader() && recreations_left_ > 0 && JobRuns()) {
     --recreations_left_;
-    At(5000 + static_cast<Ms>(rng_() % 5000), Ev::kRecreate, p.key);
+    At(5000 + static_cast<Ms>(Draw(6, Tag(i)) % 5000), Ev::kRecreate, p.key);
   }
 }
 
@@ -351,7 +363,8 @@ void World::Silence(ConnId c) {
   Conn& k = conns_[c];
   if (k.silence != 0) return;
   k.silence = static_cast<std::uint32_t>(seq_ + 1);
-  const Ms after = tun::kReplyTimeout.count() + static_cast<Ms>(rng_() % tun::kHeartbeatInterval.count());
+  const Ms after = tun::kReplyTimeout.count() +
+                   static_cast<Ms>(Draw(7, k.tag, k.silences++) % tun::kHeartbeatInterval.count());
   At(after, Ev::kDetect, c, k.silence);
 }
 

@@ -57,11 +57,16 @@ struct Conn {
   Ms last[2] = {0, 0};
   rendezvous::wire::Decoder decoder[2];
   std::uint32_t silence = 0;  // epoch of the silence being detected (0: none)
+  std::uint64_t tag = 0;      // the member's Tag and its connection's number: keys its draws
+  std::uint64_t sent[2] = {0, 0};
+  std::uint32_t silences = 0;
 };
 
 struct Inst {
   InstId id = 0;
   std::uint32_t key = 0;
+  std::uint32_t nth = 0;  // processes its index had before it
+  std::uint32_t conns = 0;  // connections it opened
   bool alive = true, exited = false, frozen = false, stranger = false, hang = false;
   bool term = false;  // got SIGTERM
   Ms frozen_at = 0, frozen_until = 0;
@@ -85,7 +90,11 @@ class World {
   // Services for the ends.
   Ms now() const { return now_; }
   const SimConfig& config() const { return cfg_; }
-  std::mt19937_64& rng() { return rng_; }
+  // A draw keyed by what it is for, not by how many draws came before: dropping a
+  // fault from a schedule leaves the other timings as they were (shrinking).
+  std::uint64_t Draw(std::uint64_t purpose, std::uint64_t a, std::uint64_t b = 0) const;
+  // Names an agent process by its index and how many processes that index had before.
+  std::uint64_t Tag(InstId i) const { return (std::uint64_t{insts_[i]->key} << 20) | insts_[i]->nth; }
   Inst& inst(InstId i) { return *insts_[i]; }
   Conn& conn(ConnId c) { return conns_[c]; }
   void At(Ms delay, Ev kind, std::uint32_t a, std::uint32_t b = 0, std::int64_t c = 0);
@@ -127,7 +136,8 @@ class World {
   Ms now_ = 0;
   std::uint64_t seq_ = 0;
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
-  std::mt19937_64 rng_;
+  std::uint64_t world_seed_;
+  std::map<std::uint32_t, std::uint32_t> spawned_;  // index -> processes so far
   std::vector<std::unique_ptr<Inst>> insts_;
   std::deque<Conn> conns_;  // stable references; ConnId 0 unused
   std::map<std::uint32_t, InstId> current_;  // key -> its latest instance
