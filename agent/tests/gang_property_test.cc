@@ -160,6 +160,10 @@ struct Sim {
   void Init(int pods_n, std::uint32_t restarts) {
     n = pods_n;
     max_restarts = restarts;
+    const auto size = static_cast<std::uint32_t>(pods_n);
+    if (!elastic) {
+      checker.emplace(invariants::Contract{.min_nodes = size, .max_nodes = size, .max_restarts = restarts});
+    }
     pods.resize(n);
     for (int i = 0; i < n; ++i) NewPod(i);
   }
@@ -342,7 +346,11 @@ struct Sim {
     }
     std::uint32_t g = 0;
     for (const Pod& p : pods) g = std::max(g, p.join_generation);
-    if (g > max_restarts) Violation("generation " + std::to_string(g) + " > max restarts");
+    // Beyond --max-restarts (a fixed gang counts generations), ranks: the checker (I1-I4).
+    std::vector<std::uint32_t> ranks;
+    for (int i = 0; i < n; ++i) ranks.push_back(static_cast<std::uint32_t>(i));
+    Record({.kind = invariants::Record::Kind::kForm, .pod = 0, .generation = g,
+            .world = static_cast<std::uint32_t>(n), .restarts = g, .ranks = ranks});
     generation = g;
     faults_in_gen = 0;
     culprit_in_gen = false;
@@ -355,6 +363,10 @@ struct Sim {
       p.own_fired.reset();
       p.heard = false;
       PlanWorkers(p);
+      Record({.kind = invariants::Record::Kind::kGen, .inst = p.inst,
+              .pod = static_cast<std::uint32_t>(i), .generation = g,
+              .rank = static_cast<std::uint32_t>(i), .world = static_cast<std::uint32_t>(n),
+              .restarts = g});
       Feed(i, gang::Assigned{g});
     }
     return true;
