@@ -259,7 +259,9 @@ void Checker::Finish(std::int64_t end_ms) {
                             ") never exited");
       continue;
     }
-    if (i.stranger || *i.code == 137) continue;
+    // 137 counts: a worker's own code (README "worker: its code", 128 + SIGKILL), or the
+    // agent SIGKILLed from outside, which the Job counts too (and its kill is a fault).
+    if (i.stranger) continue;
     if (i.rdzv_timeout) {  // README: below MIN the gang waits up to --rdzv-timeout, then 75
       ++timeouts;
       continue;

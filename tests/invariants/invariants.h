@@ -26,7 +26,7 @@
 //  I8  every pod ends, with a code of the contract (0, 42, 74, 75, 76, 77,
 //      78, 143, a worker's own code 1-255, or 137 from outside);
 //  I9  at most one counted exit per gang failure: counted exits (not 0, 76,
-//      143) never outnumber the faults that can count (worker failures,
+//      143; 137 counts, a worker's own code or the agent killed) never outnumber the faults that can count (worker failures,
 //      kills, freezes, cut links, resets); a round that ran out of time
 //      (exit `what` "rdzv_timeout": README, below MIN the gang waits up to
 //      --rdzv-timeout, then 75) is not counted here;
