@@ -72,7 +72,8 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
 GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
   // The next generation's count (membership.h M2; the next assignment says it again).
-  if (gen_.decision != Decision::kGrow) ++restarts_;
+  a.counted = gen_.decision != Decision::kGrow;  // G12
+  if (a.counted) ++restarts_;
   gen_ = {};
   restarted_ = true;
   return a;
@@ -380,6 +381,7 @@ GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
   const MembershipActions m = membership_.On(member_event::Joined{.key = j.index, .open = open});
   if (m.end == MembershipActions::End::kResize) return NextWithoutRestart(m);
   GangActions a;
+  a.joins_as_spare = m.joins_as_spare;  // G12
   a.log_info = true;
   a.log = "pod " + std::to_string(j.index) + " joined; " +
           (m.joins_as_spare ? "it waits as a spare" : "it joins the next generation");

@@ -43,6 +43,11 @@
 //      (pod.cc's PodGeneration, its callbacks behind Pod::Guard).
 //  G11. Once a member's workers all succeeded no restart follows (the gang
 //      finishes, or stops for whoever failed).
+//  G12. The actions say what the wiring does, so that it infers nothing: a
+//      restart says whether it is counted (GangActions::counted: the pod's
+//      log and trainlet_restarts_total follow it), a join whether the pod
+//      waits as a spare (GangActions::joins_as_spare: the leader's answer to
+//      it); the wiring never compares counts or reads the membership's sets.
 #pragma once
 
 #include <cstdint>
@@ -156,6 +161,12 @@ struct GangActions {
   // caused elsewhere); nullopt: no failure (a join, a leave).
   std::optional<std::uint16_t> note_failure{};
   bool restart = false;            // join the rendezvous again for the next generation
+  // With `restart`: the next generation counts a restart (G9: a failure or a
+  // loss ended this one); false: it counts none (G8: a join, a leave, a swap).
+  bool counted = false;
+  // Leader, Joined: the pod admitted now waits as a spare in this generation
+  // (membership.h M13); false: the gang grows for it, or it joins the next one.
+  bool joins_as_spare = false;
   std::optional<Conclusion> conclude;  // exit now
   std::string log{};               // one line worth logging, or ""
   bool log_info = false;           // ... at info (expected progress), not as a warning
