@@ -267,6 +267,25 @@ TEST_F(RosterTest, PlannedReplacementIsTheOneTheNextGenerationMakes) {
   }
 }
 
+// membership.h M16: a replaced leader (a fresh roster) keeps each survivor on
+// the node rank its hello says it held; once a generation formed, the
+// roster's own ranks decide and the hellos' word is ignored.
+TEST_F(RosterTest, AReplacedLeadersFirstRoundKeepsTheSurvivorsHeldRanks) {
+  Round();
+  rendezvous::wire::Hello spare_now_active;
+  spare_now_active.node_rank = 1;  // spare 2 took pod 1's rank under the old leader
+  roster_.OnAdmitted(2, spare_now_active);
+  roster_.OnAdmitted(1, rendezvous::wire::Hello{});  // pod 1 recreated: held none
+  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
+  roster_.Adopt(3);
+  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{1});
+  Round();
+  rendezvous::wire::Hello lying;
+  lying.node_rank = 0;
+  roster_.OnAdmitted(1, lying);  // the roster knows better now
+  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
+}
+
 TEST_F(RosterTest, CancelStopsTheTimer) {
   Round();
   EXPECT_FALSE(roster_.Plan({0, 1}));

@@ -24,7 +24,7 @@ using exitcodes::Status;
 rendezvous::wire::Hello Pod::MakeHelloNow() const {
   const PodIdentity& id = options_.identity;
   // (Packed: the launch configuration the peers compare, field by field.)
-  return rendezvous::MakeHello(
+  rendezvous::wire::Hello hello = rendezvous::MakeHello(
       {.job_id = id.job_id, .attempt = id.attempt, .index = id.index, .nnodes = id.nnodes,
        .min_nodes = id.min_pods(), .nproc_per_node = id.nproc_per_node,
        .master_port = options_.master_port,
@@ -35,6 +35,10 @@ rendezvous::wire::Hello Pod::MakeHelloNow() const {
        // Every mode: a replaced leader continues the count (membership.h M15).
        .restarts = policy_.role().restarts(),
        .node_name = EnvOr("NODE_NAME")});
+  // Where the leader's roster places the pods: the node rank this pod held,
+  // for a replaced leader's first round (membership.h M16).
+  if (id.spares > 0 || id.elastic()) hello.node_rank = held_node_rank_;
+  return hello;
 }
 
 Status Pod::StartRendezvous() {
@@ -245,6 +249,7 @@ void Pod::OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
   SetLogGeneration(g.number);
   if (g.leader) roster_.Adopt(a.generation);
   assigned_nnodes_ = a.nnodes;
+  held_node_rank_ = a.spare ? std::nullopt : std::optional(a.node_rank.value_or(id.index));
   const bool was_spare = std::exchange(was_spare_, a.spare);
   if (a.spare) {
     OnSpareAssignment(a);

@@ -181,6 +181,9 @@ class Pod {
   PodMeters meters_;                      // metrics.h: restarts, exits, the last failure
   bool gang_formed_ = false;              // some generation's rendezvous completed
   std::uint32_t assigned_nnodes_ = 0;     // the active pods of the last assignment
+  // The node rank of the last generation this pod ran workers in (nullopt:
+  // none, or a waiting spare then): its hello says it (membership.h M16).
+  std::optional<std::uint32_t> held_node_rank_;
   // The last generation's first failure (restart timing); nullopt until one is seen.
   std::optional<Clock::time_point> failed_at_;
   // Hot spares: the spare that takes this pod's node rank as it leaves (the

@@ -60,14 +60,15 @@ bool Roster::Forms(const std::vector<std::uint32_t>& joined) {
 std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
     const std::vector<std::uint32_t>& joined) {
   if (!Forms(joined)) return std::nullopt;
-  std::vector<MemberState> pods;
-  for (std::uint32_t key : joined) {
-    MemberState m{.key = key};
-    auto it = pods_.find(key);
+  // No generation known here (a replaced leader's first round): the node
+  // ranks the hellos say the pods held (M16); else the roster's own.
+  static const std::map<std::uint32_t, std::uint32_t> kNone;
+  std::vector<MemberState> pods = WithHeldRanks(joined, pods_.empty() ? held_ : kNone);
+  for (MemberState& m : pods) {
+    auto it = pods_.find(m.key);
     if (it != pods_.end() && !it->second.lost && !it->second.must_leave) {
       m.node_rank = it->second.node_rank;
     }
-    pods.push_back(m);
   }
   for (const auto& [key, m] : pods_) {
     if (std::find(joined.begin(), joined.end(), key) != joined.end()) continue;
@@ -170,6 +171,14 @@ std::optional<rendezvous::wire::Replaced> Roster::LastReplacementOf(std::uint32_
     }
   }
   return std::nullopt;
+}
+
+void Roster::OnAdmitted(std::uint32_t index, const rendezvous::wire::Hello& hello) {
+  if (hello.node_rank) {
+    held_[index] = *hello.node_rank;
+  } else {
+    held_.erase(index);
+  }
 }
 
 void Roster::MarkLost(std::uint32_t key) {

@@ -64,6 +64,9 @@ class Roster final : public rendezvous::LeaderMembership {
     return LostSpareIn(index);
   }
   void OnLeave(std::uint32_t index) override { MarkLeaving(index); }
+  // LeaderMembership: the node rank pod `index` says it held (M16), used
+  // while the roster knows no generation (a replaced leader's first round).
+  void OnAdmitted(std::uint32_t index, const rendezvous::wire::Hello& hello) override;
 
   // Generation `generation` formed as last planned: the roster is the plan;
   // who replaced whom is logged. No plan: nothing changes.
@@ -121,6 +124,7 @@ class Roster final : public rendezvous::LeaderMembership {
   std::map<std::uint32_t, std::uint32_t> left_;  // LeftIn: key -> generation
   std::map<std::uint32_t, std::uint32_t> lost_spares_;  // LostSpareIn: key -> generation
   std::uint32_t adopted_ = 0;  // the generation adopted last
+  std::map<std::uint32_t, std::uint32_t> held_;  // OnAdmitted: key -> node rank held (M16)
   // The round being formed: its formation settings, start, when MIN pods were
   // in, and the timer that reconsiders it.
   FormationConfig formation_{};

@@ -3,7 +3,7 @@
 // turns the control channel, the supervisor, signals and timers into events,
 // and carries out the actions. Not thread-safe; owned by the one event loop.
 //
-// The rules (README, "Gang"), numbered (G1-G11; membership's, M1-M15, are in
+// The rules (README, "Gang"), numbered (G1-G12; membership's, M1-M16, are in
 // membership.h, which the leader's role holds: who is in the gang, whether
 // an end is a restart or a resize, and the restart budget are decided there):
 //  G1. The leader decides, alone, which failure of a generation came first

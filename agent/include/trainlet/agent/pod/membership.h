@@ -63,6 +63,12 @@
 //  M15. A replaced leader (a fresh pod 0) continues the members' generation
 //      and restart count: the highest their hellos carry (leader.h), in every
 //      mode; the assignment brings the count here (Assigned).
+//  M16. A replaced leader's first round keeps each survivor on the node rank
+//      it held (its hello says it: wire::Hello::node_rank), the leader on 0,
+//      where every rank of the last generation is back; the spares and
+//      recreated pods wait (WithHeldRanks, membership_policy.h). Later rounds
+//      follow the leader's own roster. Without it a survivor's node rank, and
+//      its workers' RANK, would move because the leader's pod was replaced.
 #pragma once
 
 #include <cstdint>
