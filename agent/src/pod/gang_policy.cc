@@ -269,6 +269,7 @@ GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
   const MembershipActions m = membership_.On(member_event::Lost{l.index});
   GangActions a;
   a.lost = m.lost;
+  a.lost_spares = m.lost_spares;
   if (spare) {  // M6: a waiting spare; no worker of the gang ran there
     if (!decided) a.log = "spare pod " + std::to_string(l.index) + " was lost: " + l.why;
     return a;

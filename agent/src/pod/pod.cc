@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <optional>
@@ -152,7 +153,9 @@ Status Pod::StartGeneration(std::uint32_t join) {
 void Pod::EnterAssigned(const rendezvous::wire::Assignment& a) {
   Feed(gang::Assigned{.generation = a.generation,
                       .spare = a.spare,
-                      .spares = a.spare ? std::set<std::uint32_t>{} : roster_.spares_waiting(),
+                      // The plan's waiting spares; from now on the membership machine
+                      // alone keeps who waits (membership.h).
+                      .spares = a.spare ? std::set<std::uint32_t>{} : roster_.Unranked(),
                       .nnodes = a.nnodes,
                       .restarts = a.restarts});
 }
@@ -202,7 +205,10 @@ void Pod::Apply(const GangActions& a) {
   PodGeneration& g = *gen_;
   // The membership machine's word on the roster first: the Stop names the
   // spare that the roster then gives a leaving or lost pod's node rank.
-  for (std::uint32_t key : a.lost) roster_.MarkLost(key);
+  for (std::uint32_t key : a.lost) {
+    roster_.MarkLost(key, std::find(a.lost_spares.begin(), a.lost_spares.end(), key) !=
+                              a.lost_spares.end());
+  }
   for (std::uint32_t key : a.leaving) roster_.MarkLeaving(key);
   ApplyBroadcast(a);
   if (a.report && g.member) {

@@ -48,7 +48,7 @@ bool Pod::OnJoin(std::uint32_t index) {
   if (concluded_ || gen_->retired()) return false;  // it joins the next round
   spdlog::info("pod {} joined while generation {} runs", index, gen_->number);
   const bool spare = Feed(gang::Joined{.index = index}).joins_as_spare;
-  roster_.AddJoined(index, spare);
+  roster_.AddJoined(index);
   return spare;
 }
 

@@ -153,6 +153,7 @@ struct GangActions {
   // before the broadcast (whose replacement the roster names).
   std::vector<std::uint32_t> lost{};
   std::vector<std::uint32_t> leaving{};
+  std::vector<std::uint32_t> lost_spares{};  // of `lost`, the waiting spares (membership.h M6)
   // Leader: the broadcast Stop ends the generation for a next one that counts
   // no restart (a join, a leave), so it names no failure (metrics).
   bool resize = false;

@@ -151,6 +151,11 @@ struct MembershipActions {
   // leaving ones (a hardware failure with a spare, M4; graceful leaves, M8-M10).
   std::vector<std::uint32_t> lost;
   std::vector<std::uint32_t> leaving;
+  // Of `lost`, the pods that waited as spares (M6): the roster records them
+  // (a lost spare coming back is refused for good: rendezvous admission rule
+  // 8). The machine keeps the one copy of who waits now (spares()); the
+  // roster keeps only what the next round's plan needs.
+  std::vector<std::uint32_t> lost_spares;
   // The first leaver (the Stop names it) for leave decisions; the joiner for kResize by a join.
   std::optional<std::uint32_t> subject;
   bool arm_settle = false;  // start the settle window (M7)
