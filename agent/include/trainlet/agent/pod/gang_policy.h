@@ -1,5 +1,5 @@
 // trainlet/agent/pod/gang_policy.h — what the gang decides, as a pure state machine:
-// (state, event) -> actions. No sockets, no clocks, no processes: Pod (pod.cc)
+// (state, event) -> actions. No sockets, no clocks, no processes: Pod (src/pod/pod_wiring.h)
 // turns the control channel, the supervisor, signals and timers into events,
 // and carries out the actions. Not thread-safe; owned by the one event loop.
 //
@@ -40,7 +40,8 @@
 //  G10. Each generation's state is one value (Generation: a phase, a decision
 //      and the first failure known); a restart replaces it whole. Events the
 //      wiring delivers for an old generation must be dropped by the wiring
-//      (pod.cc's PodGeneration, its callbacks behind Pod::Guard).
+//      (pod_generation.h's PodGeneration, retired with the policy's decision,
+//      its callbacks behind Pod::Guard).
 //  G11. Once a member's workers all succeeded no restart follows (the gang
 //      finishes, or stops for whoever failed).
 //  G12. The actions say what the wiring does, so that it infers nothing: a

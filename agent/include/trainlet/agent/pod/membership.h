@@ -2,7 +2,7 @@
 // the gang, and how each generation ends, as one pure state machine:
 // (state, event) -> actions. No sockets, no clocks, no processes: the leader's
 // GangPolicy (gang_policy.h) holds one Membership and feeds it the events it
-// hears; Pod (pod.cc) carries out the actions on the roster (roster.h, the
+// hears; Pod (src/pod/pod_wiring.h) carries out the actions on the roster (roster.h, the
 // round's timer and PlanGeneration) and the wire. Not thread-safe; owned by
 // the one event loop.
 //
