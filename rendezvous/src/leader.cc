@@ -578,6 +578,7 @@ void Leader::Admit(const std::shared_ptr<Conn>& conn, wire::Hello hello) {
   }
   const std::uint32_t index = decided.index;
   im.indices.node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
+  if (im.options.membership) im.options.membership->OnAdmitted(index, hello);
   const bool late = im.formed();
   conn->instance_id = hello.instance_id;
   if (decided.replace_holder) ReplaceHolder(conn, index);

@@ -76,7 +76,9 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
 GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
   // The next generation's count (membership.h M2; the next assignment says it again).
-  if (gen_.decision != Decision::kGrow) {
+  a.counted = gen_.decision != Decision::kGrow;  // G12
+  rule_hits::G(12);
+  if (a.counted) {
     ++restarts_;
     rule_hits::G(9);
   }
@@ -283,6 +285,7 @@ GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
   const MembershipActions m = membership_.On(member_event::Lost{l.index});
   GangActions a;
   a.lost = m.lost;
+  a.lost_spares = m.lost_spares;
   if (spare) {  // M6: a waiting spare; no worker of the gang ran there
     if (!decided) a.log = "spare pod " + std::to_string(l.index) + " was lost: " + l.why;
     return a;
@@ -397,6 +400,7 @@ GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
   const MembershipActions m = membership_.On(member_event::Joined{.key = j.index, .open = open});
   if (m.end == MembershipActions::End::kResize) return NextWithoutRestart(m);
   GangActions a;
+  a.joins_as_spare = m.joins_as_spare;  // G12
   a.log_info = true;
   a.log = "pod " + std::to_string(j.index) + " joined; " +
           (m.joins_as_spare ? "it waits as a spare" : "it joins the next generation");

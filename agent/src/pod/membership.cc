@@ -60,7 +60,10 @@ MembershipActions Membership::OnLost(const member_event::Lost& l) {
   MembershipActions a;
   if (spares_.erase(l.key) > 0) {  // M6
     rule_hits::M(6);
-    if (end_ == End::kNone) a.lost.push_back(l.key);
+    if (end_ == End::kNone) {
+      a.lost.push_back(l.key);
+      a.lost_spares.push_back(l.key);
+    }
     return a;
   }
   // M14; a leaver closing after its word; a gang that stops plans no next generation.

@@ -1,5 +1,5 @@
 // trainlet/agent/pod/rule_hits.h — how often each numbered rule of the gang's
-// (gang_policy.h, G1-G11) and membership's (membership.h, M1-M15) rule tables
+// (gang_policy.h, G1-G12) and membership's (membership.h, M1-M16) rule tables
 // decided something, for the simulator's coverage report (tests/sim). One
 // relaxed atomic increment where a rule decides: no lock, no allocation, no
 // effect on what the machines decide. Counters only grow; readers take a copy.
@@ -13,8 +13,8 @@
 
 namespace trainlet::agent::rule_hits {
 
-inline constexpr std::size_t kGangRules = 11;        // G1..G11
-inline constexpr std::size_t kMembershipRules = 15;  // M1..M15
+inline constexpr std::size_t kGangRules = 12;        // G1..G12
+inline constexpr std::size_t kMembershipRules = 16;  // M1..M16
 
 // Index 0 unused: index k counts rule k.
 inline std::array<std::atomic<std::uint64_t>, kGangRules + 1> gang{};
