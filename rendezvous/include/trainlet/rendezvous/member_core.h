@@ -50,6 +50,12 @@
 // out the rest of a batch once the callback called Close() (closed() is then
 // true): Member does so.
 //
+// Every input may also emit LogLine (one line per state change, the rest at
+// debug level). Done with an error comes with Disconnect and CancelTimer for
+// what ran; Done with the assignment keeps the connection. Inputs never block,
+// throw or read the clock; allocation is bounded by the frames (wire.h's
+// limits) and by the addresses of one resolution.
+//
 // Thread rules: not thread-safe; one loop owns it. Movable, not copyable.
 #pragma once
 
@@ -214,17 +220,20 @@ class MemberCore {
   // resolves the leader's name (ResolveName). Once; later calls return nothing.
   [[nodiscard]] Actions Start(Clock::time_point now);
 
-  // The ResolveName `id` ended. A failure backs off (Disconnect nothing,
-  // ArmTimer kStep) and resolves again when kStep fires; success connects to
-  // the first address (Connect, ArmTimer kStep with connect_timeout).
+  // The ResolveName `id` ended. A failure backs off (ArmTimer kStep with the
+  // next seeded backoff delay, a LogLine when the state changed) and resolves
+  // again when kStep fires; success connects to the first address (Connect,
+  // ArmTimer kStep at now + connect_timeout).
   [[nodiscard]] Actions OnResolved(std::uint64_t id, Resolution resolution, Clock::time_point now);
 
   // The Connect `conn` succeeded: sends the hello (Send) and arms the reply
   // timeout (kStep). The driver reads the connection from now on and passes
   // every byte to OnReceived, and its end (EOF, reset, an error) to OnClosed.
   [[nodiscard]] Actions OnConnected(std::uint64_t conn, Clock::time_point now);
-  // The Connect `conn` failed (`why`: "Connection refused"): the next address,
-  // or a backoff once every address of the resolution failed.
+  // The Connect `conn` failed (`why`: "Connection refused"): Disconnect, then
+  // the next address (Connect), or a backoff once every address of the
+  // resolution failed. A connect still pending at connect_timeout (kStep) is
+  // given up the same way ("connect timed out").
   [[nodiscard]] Actions OnConnectFailed(std::uint64_t conn, const std::string& why,
                                         Clock::time_point now);
 
@@ -271,7 +280,8 @@ class MemberCore {
   void SetStepRate(std::uint32_t step_rate_milli, std::uint32_t slowest_rank);
 
   // Ends everything: CancelResolve, Disconnect and CancelTimer for whatever is
-  // under way; no Done, Stopped or Lost afterwards. Idempotent.
+  // under way; no Done, Stopped or Lost afterwards. Idempotent. (Member::Close
+  // and ~Member; a pod that leaves sends Report with `leaving` first.)
   [[nodiscard]] Actions Close();
 
   Phase phase() const;
