@@ -65,13 +65,8 @@ class Driver {
 
   // A well-formed frame of kind `k` (the leader's side of the protocol).
   wire::Message Frame(std::uint8_t k) {
-    wire::Assignment a;
-    a.nnodes = 2;
-    a.world_size = 2;
-    a.rank_base = 1;
-    a.master_addr = "10.0.0.10";
-    a.master_port = 29500;
-    a.job_id = "job";
+    wire::Assignment a{.nnodes = 2, .world_size = 2, .rank_base = 1, .master_addr = "10.0.0.10",
+                       .master_port = 29500, .job_id = "job"};
     switch (k % 8) {
       case 0: return wire::Heartbeat{};
       case 1: return wire::Challenge{kLeaderNonce,
