@@ -23,6 +23,7 @@
 #include <sstream>
 #include <string>
 
+#include "core_member.h"
 #include "sim.h"
 #include "trainlet/agent/pod/rule_hits.h"
 
@@ -123,7 +124,12 @@ bool ParseArgs(int argc, char** argv, Options& o) {
     else if (a == "--regressions" && (v = next())) o.regressions = v;
     else if (a == "--save" && (v = next())) o.save = v;
     else if (a == "--known" && (v = next())) o.known = v;
-    else return false;
+    else if (a == "--member-end" && (v = next())) {
+      // core: the real MemberCore (core_member.h); standin: standin.cc's.
+      if (std::string(v) == "core") SetMemberEndKind(MemberEndKind::kCore);
+      else if (std::string(v) == "standin") SetMemberEndKind(MemberEndKind::kStandIn);
+      else return false;
+    } else return false;
   }
   return o.first <= o.last && o.max_faults >= 0;
 }
@@ -165,7 +171,8 @@ int main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, o)) {
     std::fprintf(stderr,
                  "usage: trainlet-sim [--seeds A:B | --seed N | --replay FILE | --regressions DIR]"
-                 " [--trace] [--budget S] [--max-faults N] [--no-shrink] [--save DIR]\n");
+                 " [--trace] [--budget S] [--max-faults N] [--no-shrink] [--save DIR]"
+                 " [--member-end core|standin]\n");
     return 78;
   }
   Coverage cov;

@@ -7,6 +7,7 @@
 #include "trainlet/agent/pod/membership_policy.h"
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/rendezvous/admission.h"
+#include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/tunables.h"
 #include "world.h"
 
@@ -17,13 +18,10 @@ namespace tun = rendezvous::tunables;
 namespace gang = agent::gang;
 using invariants::Record;
 
-namespace {
-
 constexpr const char* kToken = "the-token";
+const char* StandInToken() { return kToken; }
 
-std::string InstanceId(InstId i) { return "inst-" + std::to_string(i); }
-
-int CodeOf(const agent::Conclusion& c) {
+int ExitCodeOf(const agent::Conclusion& c) {
   using K = agent::Conclusion::Kind;
   using exitcodes::FailureClass;
   switch (c.kind) {
@@ -40,9 +38,17 @@ int CodeOf(const agent::Conclusion& c) {
 }
 
 // "rdzv_timeout" for a round that ran out of time (the trace's exit reason), else "".
-std::string ExitWhy(const agent::Conclusion& c) {
+std::string ExitWhyOf(const agent::Conclusion& c) {
   return c.kind == agent::Conclusion::Kind::kAgent && c.reason.rfind(kRdzvTimeout, 0) == 0 ? kRdzvTimeout : "";
 }
+
+namespace {
+
+std::string InstanceId(InstId i) { return "inst-" + std::to_string(i); }
+
+// The nonces of the stand-ins' hellos and challenges (auth.h's proofs over them).
+constexpr const char* kMemberNonce = "member-nonce";
+constexpr const char* kLeaderNonce = "leader-nonce";
 
 // ---- The member's end ----
 
@@ -77,7 +83,7 @@ class StandInMemberEnd final : public SimMemberEnd {
                   .nproc_per_node = w_.config().workers,
                   .fingerprint = wire::Fingerprint({}),
                   .config = {},
-                  .nonce = w_.config().token ? "member-nonce" : "",
+                  .nonce = w_.config().token ? kMemberNonce : "",
                   .generation = ran_ ? me.gang->role().generation() + 1 : 0};
     h.restarts = me.gang->role().restarts();  // every mode (pod.cc MakeHelloNow)
     h.instance_id = InstanceId(id_);
@@ -90,7 +96,7 @@ class StandInMemberEnd final : public SimMemberEnd {
     if (c != conn_) return;
     Inst& me = w_.inst(id_);
     if (std::holds_alternative<wire::Challenge>(m)) {
-      w_.Send(c, 0, wire::Proof{.proof = me.stranger ? "a-wrong-token" : kToken});
+      w_.Send(c, 0, wire::Proof{.proof = rendezvous::MemberProof(me.stranger ? "a-wrong-token" : kToken, w_.JobId(), kLeaderNonce, kMemberNonce)});
     } else if (const auto* a = std::get_if<wire::Assignment>(&m)) {
       OnAssignment(*a);
     } else if (const auto* r = std::get_if<wire::Reject>(&m)) {
@@ -124,7 +130,7 @@ class StandInMemberEnd final : public SimMemberEnd {
       conn_ = 0;
       Join();
     }
-    if (a.conclude) w_.Exit(id_, CodeOf(*a.conclude), ExitWhy(*a.conclude));
+    if (a.conclude) w_.Exit(id_, ExitCodeOf(*a.conclude), ExitWhyOf(*a.conclude));
   }
 
  private:
@@ -199,14 +205,14 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     if (const auto* h = std::get_if<wire::Hello>(&m)) {
       hellos_[c] = *h;
       if (w_.config().token) {
-        w_.Send(c, 1, wire::Challenge{.nonce = "leader-nonce", .proof = "leader-proof"});
+        w_.Send(c, 1, wire::Challenge{.nonce = kLeaderNonce, .proof = rendezvous::LeaderProof(kToken, w_.JobId(), h->nonce, kLeaderNonce)});
       } else {
         Admit(c, *h);
       }
     } else if (const auto* p = std::get_if<wire::Proof>(&m)) {
       const auto h = hellos_[c];
       if (!h) return;
-      if (p->proof != kToken) {
+      if (!rendezvous::ProofsEqual(p->proof, rendezvous::MemberProof(kToken, w_.JobId(), kLeaderNonce, h->nonce))) {
         Refuse(c, wire::Reject{.field = "token", .reason = "the proof does not match the token"});
         return;
       }
@@ -261,7 +267,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
       members_.clear();
       StartRound();
     }
-    if (a.conclude) w_.Exit(id_, CodeOf(*a.conclude), ExitWhy(*a.conclude));
+    if (a.conclude) w_.Exit(id_, ExitCodeOf(*a.conclude), ExitWhyOf(*a.conclude));
   }
 
  private:

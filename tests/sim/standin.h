@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "ends.h"
 
@@ -19,5 +20,11 @@ std::unique_ptr<SimMemberEnd> MakeMemberEnd(World& w, std::uint32_t inst);
 std::unique_ptr<SimLeaderEnd> MakeLeaderEnd(World& w, std::uint32_t inst);
 // Whether a leader end accepts connections now.
 bool StandInListening(const SimLeaderEnd& leader);
+// The gang's shared token (auth.h's proofs; a stranger has another).
+const char* StandInToken();
+// A pod's exit code for its GangPolicy's conclusion, and the trace's exit
+// reason ("rdzv_timeout" for a round that ran out of time, else "").
+int ExitCodeOf(const agent::Conclusion& c);
+std::string ExitWhyOf(const agent::Conclusion& c);
 
 }  // namespace trainlet::sim

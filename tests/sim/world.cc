@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 
+#include "core_member.h"
 #include "standin.h"
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/rendezvous/tunables.h"
@@ -94,17 +95,19 @@ InstId World::Spawn(std::uint32_t key, bool stranger) {
     At(late_listener_ + static_cast<Ms>(Draw(2, tag) % 50), Ev::kListen, id);
     late_listener_ = 0;
   } else {
-    insts_[id]->member = MakeMemberEnd(*this, id);
+    insts_[id]->member = MakeSimMemberEnd(*this, id);
     At(static_cast<Ms>(Draw(3, tag) % 2000), Ev::kConnect, id, 0, -1);  // start-up, then Join
   }
   return id;
 }
 
-void World::Send(ConnId c, int dir, const wire::Message& m) {
+void World::Send(ConnId c, int dir, const wire::Message& m) { SendBytes(c, dir, wire::Encode(m)); }
+
+void World::SendBytes(ConnId c, int dir, std::vector<std::uint8_t> bytes) {
   Conn& k = conns_[c];
   const int from_side = dir == 0 ? 1 : 0;
   if (!k.open[from_side]) return;
-  k.queue[dir].push_back(wire::Encode(m));
+  k.queue[dir].push_back(std::move(bytes));
   Ms t = now_ + kLatency + static_cast<Ms>(Draw(4, k.tag, k.sent[dir]++ * 2 + dir) % kJitter);
   const std::uint32_t key = insts_[k.member]->key;
   if (LinkCut(key)) t = std::max(t, cut_until_[key] + kLatency);  // TCP retransmits after the heal
@@ -490,7 +493,8 @@ void World::EndOfRun() {
 bool World::Postpone(const Event& e) {
   switch (e.kind) {
     case Ev::kWorkerExit: case Ev::kGrace: case Ev::kVerdict: case Ev::kSettle:
-    case Ev::kDeadline: case Ev::kReportSent: case Ev::kRound: case Ev::kConnect: break;
+    case Ev::kDeadline: case Ev::kReportSent: case Ev::kRound: case Ev::kConnect:
+    case Ev::kCoreTimer: break;
     default: return false;
   }
   Inst& p = *insts_[e.a];
@@ -557,6 +561,9 @@ void World::Dispatch(const Event& e) {
       Resume(e.a);
       return;
     case Ev::kReportSent: Feed(e.a, agent::gang::ReportSent{}); return;
+    case Ev::kCoreTimer:
+      if (insts_[e.a]->alive && insts_[e.a]->member) CoreTimerDue(*insts_[e.a]->member, e.b, static_cast<int>(e.c));
+      return;
     case Ev::kKubeletKill:
       if (insts_[e.a]->alive) {
         Note("the kubelet SIGKILLs inst " + std::to_string(e.a) + " after its grace period");

@@ -31,7 +31,7 @@ inline constexpr const char* kRdzvTimeout = "rdzv_timeout";
 
 enum class Ev : std::uint8_t {
   kFault, kDeliver, kConnect, kWorkerExit, kGrace, kVerdict, kSettle, kRound, kDetect,
-  kRecreate, kDeadline, kListen, kResume, kReportSent, kKubeletKill, kEnd,
+  kRecreate, kDeadline, kListen, kResume, kReportSent, kKubeletKill, kCoreTimer, kEnd,
 };
 
 struct Event {
@@ -99,6 +99,8 @@ class World {
   Conn& conn(ConnId c) { return conns_[c]; }
   void At(Ms delay, Ev kind, std::uint32_t a, std::uint32_t b = 0, std::int64_t c = 0);
   void Send(ConnId c, int dir, const rendezvous::wire::Message& m);
+  // An encoded frame (a real core's Send), after the frames sent before it.
+  void SendBytes(ConnId c, int dir, std::vector<std::uint8_t> bytes);
   void Close(ConnId c, int side);  // `side` closes (0 leader, 1 member): FIN to the other
   void Connect(InstId member);     // a connect attempt to the current leader
   std::optional<InstId> Leader() const;  // the live instance at index 0
