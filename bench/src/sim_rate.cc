@@ -3,20 +3,27 @@
 // draw (tests/sim/sim.h DrawSchedule: 1-16 pods, 1-4 workers, spares 0-2,
 // fixed or MIN:MAX, --max-restarts 0-3, token or not), up to 4 faults, up to
 // 10 simulated minutes a run. Seeds from 1 up, each checked by the contract
-// checker as in CI. Usage: trainlet-sim-rate [SECONDS] (default 20).
+// checker as in CI. Usage: trainlet-sim-rate [SECONDS] [core|standin] (default 20,
+// core: the member end, tests/sim/core_member.h).
 // Prints one line: runs, CPU seconds, runs per minute (CPU), events per run.
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
+#include <string>
+
+#include "core_member.h"
 #include "sim.h"
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 20.0;
-  if (seconds <= 0) {
-    std::fprintf(stderr, "usage: trainlet-sim-rate [SECONDS > 0]\n");
+  const std::string end = argc > 2 ? argv[2] : "core";
+  if (seconds <= 0 || (end != "core" && end != "standin")) {
+    std::fprintf(stderr, "usage: trainlet-sim-rate [SECONDS > 0] [core|standin]\n");
     return 78;
   }
+  trainlet::sim::SetMemberEndKind(end == "core" ? trainlet::sim::MemberEndKind::kCore
+                                                : trainlet::sim::MemberEndKind::kStandIn);
   const std::clock_t start = std::clock();  // this process's CPU time: one core, one thread
   std::uint64_t runs = 0, events = 0, failed = 0;
   double cpu = 0;
@@ -28,9 +35,9 @@ int main(int argc, char** argv) {
     if (runs % 256 == 0) cpu = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
   }
   cpu = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
-  std::printf("sim_rate: %llu runs in %.1f s CPU: %.0f runs/min on one core, %.0f events/run, "
+  std::printf("sim_rate (member end %s): %llu runs in %.1f s CPU: %.0f runs/min on one core, %.0f events/run, "
               "%llu with violations\n",
-              static_cast<unsigned long long>(runs), cpu, static_cast<double>(runs) * 60.0 / cpu,
+              end.c_str(), static_cast<unsigned long long>(runs), cpu, static_cast<double>(runs) * 60.0 / cpu,
               static_cast<double>(events) / static_cast<double>(runs),
               static_cast<unsigned long long>(failed));
   return 0;

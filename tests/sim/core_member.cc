@@ -22,7 +22,7 @@ using rendezvous::MemberTimer;
 
 namespace {
 
-MemberEndKind g_kind = MemberEndKind::kStandIn;
+MemberEndKind g_kind = MemberEndKind::kCore;
 
 // The simulated clock as MemberCore's steady clock: it starts after
 // Clock::time_point{} (member_core.h: the channel's pacing takes that for "never").

@@ -17,7 +17,7 @@ class World;
 
 enum class MemberEndKind { kCore, kStandIn };
 // Process-wide choice for the pods spawned from now on (main.cc's flag; one
-// thread). Default: kStandIn (README.md says why).
+// thread). Default: kCore (the seed range 1:20000 keeps the contract with it).
 void SetMemberEndKind(MemberEndKind kind);
 MemberEndKind GetMemberEndKind();
 

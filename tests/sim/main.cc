@@ -9,6 +9,8 @@
 //                                          seeds of open findings ("SEED FINDING" lines) fail
 //                                          as known; a listed seed that passes fails the batch
 //                                          (the finding was fixed: the list must say so)
+//   --member-end core|standin              the member's protocol end: the real MemberCore
+//                                          (core_member.h, the default) or standin.cc's
 // A failing run prints its seed, its violation, the replay command and its
 // shrunk schedule (--save DIR writes the schedule there). Exit 0: no
 // violation; 1: violations; 78: bad arguments.
