@@ -218,12 +218,7 @@ class CoreMemberEnd final : public SimMemberEnd {
     ran_ = true;
     const std::uint32_t restarts = a.restarts.value_or(a.generation);
     if (a.index) Adopt(*a.index);
-    w_.Record({.kind = Record::Kind::kGen, .inst = id_, .pod = Key(), .generation = a.generation,
-               .rank = a.spare ? invariants::kSpareRank : a.node_rank.value_or(Key()),
-               .world = a.nnodes, .restarts = restarts});
-    w_.Feed(id_, gang::Assigned{.generation = a.generation, .spare = a.spare, .nnodes = a.nnodes,
-                                .restarts = restarts});
-    if (!a.spare && me.alive) w_.StartWorkers(id_);
+    TakeAssignment(w_, id_, a, Key(), restarts);
     if (core_ && me.alive) {
       Exec(core_->StartChannel(tun::kHeartbeatInterval, tun::kHeartbeatMisses, T(w_.now())));
     }

@@ -1,12 +1,13 @@
-// tests/sim/ends.h — the protocol ends as the simulator drives them. Today a
-// STAND-IN (sim.cc, StandInLeaderEnd / StandInMemberEnd): the simulator's own
-// version of what rendezvous/src/leader.cc, member.cc and agent/src/pod/pod.cc
-// do between the wire and the pure machines (connect and retry, hello,
-// challenge/proof, rounds and last call, assignments, reports, stops, loss by
-// silence). When the sans-IO cores (rendezvous/.../leader_core.h,
-// member_core.h) land, an adapter implementing these two interfaces over them
-// replaces the stand-in, and the world (sim.cc's network, clock, workers and
-// control plane) stays as it is.
+// tests/sim/ends.h — the protocol ends as the simulator drives them. The
+// member's end runs the real sans-IO MemberCore (core_member.h, CoreMemberEnd;
+// `--member-end standin` picks standin.cc's StandInMemberEnd instead); the
+// leader's end is still a STAND-IN (standin.cc, StandInLeaderEnd): the
+// simulator's own version of what rendezvous/src/leader.cc and
+// agent/src/pod/pod.cc do between the wire and the pure machines (accept,
+// hello, challenge, rounds and last call, assignments, reports, stops, loss by
+// silence). When the leader's sans-IO core (leader_core.h) lands, an adapter
+// over it implements SimLeaderEnd, and the world (world.cc's network, clock,
+// workers and control plane) stays as it is.
 #pragma once
 
 #include <cstdint>

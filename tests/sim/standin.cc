@@ -42,6 +42,16 @@ std::string ExitWhyOf(const agent::Conclusion& c) {
   return c.kind == agent::Conclusion::Kind::kAgent && c.reason.rfind(kRdzvTimeout, 0) == 0 ? kRdzvTimeout : "";
 }
 
+void TakeAssignment(World& w, InstId id, const wire::Assignment& a, std::uint32_t key,
+                    std::uint32_t restarts) {
+  w.Record({.kind = Record::Kind::kGen, .inst = id, .pod = key, .generation = a.generation,
+            .rank = a.spare ? invariants::kSpareRank : a.node_rank.value_or(key),
+            .world = a.nnodes, .restarts = restarts});
+  w.Feed(id, gang::Assigned{.generation = a.generation, .spare = a.spare, .nnodes = a.nnodes,
+                            .restarts = restarts});
+  if (!a.spare && w.inst(id).alive) w.StartWorkers(id);
+}
+
 namespace {
 
 std::string InstanceId(InstId i) { return "inst-" + std::to_string(i); }
@@ -142,12 +152,7 @@ class StandInMemberEnd final : public SimMemberEnd {
     ran_ = true;
     const std::uint32_t restarts = a.restarts.value_or(a.generation);
     if (a.index) Adopt(*a.index);  // ranks by arrival: the index the leader gave it
-    w_.Record({.kind = Record::Kind::kGen, .inst = id_, .pod = Key(), .generation = a.generation,
-               .rank = a.spare ? invariants::kSpareRank : a.node_rank.value_or(Key()),
-               .world = a.nnodes, .restarts = restarts});
-    w_.Feed(id_, gang::Assigned{.generation = a.generation, .spare = a.spare, .nnodes = a.nnodes,
-                                .restarts = restarts});
-    if (!a.spare && me.alive) w_.StartWorkers(id_);
+    TakeAssignment(w_, id_, a, Key(), restarts);
   }
 
   // Ranks by arrival (launch.h): this pod's index once the leader gave it one.

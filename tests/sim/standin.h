@@ -26,5 +26,10 @@ const char* StandInToken();
 // reason ("rdzv_timeout" for a round that ran out of time, else "").
 int ExitCodeOf(const agent::Conclusion& c);
 std::string ExitWhyOf(const agent::Conclusion& c);
+// A member end took assignment `a` as pod `key` (restarts: the generation's
+// count): records the generation, feeds the pod's GangPolicy, starts its
+// workers unless it is a spare.
+void TakeAssignment(World& w, std::uint32_t inst, const rendezvous::wire::Assignment& a,
+                    std::uint32_t key, std::uint32_t restarts);
 
 }  // namespace trainlet::sim
