@@ -158,7 +158,7 @@ struct Leader::Runner {
     im.accept_pause.cancel();
     auto done = std::move(im.done);
     im.done = nullptr;
-    if (done) asio::post(im.executor, [done, result = std::move(a.result)] { done(result); });
+    if (done) asio::post(im.executor, [done, result = std::move(a.result)] { done(*result); });
   }
   void operator()(const leader_io::MemberLost& a) const {
     if (im.callbacks.on_lost) im.callbacks.on_lost(a.index, a.why);

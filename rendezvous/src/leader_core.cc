@@ -88,8 +88,7 @@ LeaderCore::ConnId LeaderCore::Accepted(const leader_io::Endpoints& ep, Clock::t
   c.address = ep.peer_address;
   c.peer = ep.peer_address == "?" ? "?" : ep.peer_address + ":" + std::to_string(ep.peer_port);
   c.local_address = ep.local_address;
-  c.local = ep.local_address.empty() ? "?"
-                                     : ep.local_address + ":" + std::to_string(ep.local_port);
+  c.local_port = ep.local_port;
   c.local_loopback = ep.local_loopback;
   c.peer_state.Heard(now);
   s.OnAccepted(id, now);
@@ -248,12 +247,12 @@ void LeaderCoreState::Dispatch(ConnId id, wire::Message message, Clock::time_poi
     OnChannelMessage(id, message, now);
     return;
   }
-  if (const auto* proof = std::get_if<wire::Proof>(&message); proof && c.pending_hello) {
+  if (const auto* proof = std::get_if<wire::Proof>(&message); proof && c.auth) {
     OnProof(id, *proof, now);
     return;
   }
   auto* hello = std::get_if<wire::Hello>(&message);
-  if (hello == nullptr || c.pending_hello) {
+  if (hello == nullptr || c.auth) {
     Warn(c, "leader: closing " + c.peer + ": unexpected message", now);
     Drop(id);
     return;

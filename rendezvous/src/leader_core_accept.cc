@@ -53,7 +53,7 @@ void LeaderCoreState::EvictPending(Clock::time_point now) {
     return !c.second.index && !c.second.closing && c.second.address == address;
   };
   auto oldest = std::find_if(conns.begin(), conns.end(),
-                             [&](const auto& c) { return from(c) && !c.second.pending_hello; });
+                             [&](const auto& c) { return from(c) && !c.second.auth; });
   if (oldest == conns.end()) oldest = std::find_if(conns.begin(), conns.end(), from);
   if (oldest == conns.end()) {  // all of them refused, their Reject being written
     oldest = std::find_if(conns.begin(), conns.end(), [](const auto& c) {
@@ -87,11 +87,12 @@ void LeaderCoreState::OnHello(ConnId id, wire::Hello hello, Clock::time_point no
     }
     // Prove we hold the token; the member proves it back (OnProof) before
     // anything about the gang is decided or sent.
-    c.leader_nonce = nonce();
-    wire::Challenge challenge{.nonce = c.leader_nonce,
+    std::string leader_nonce = nonce();
+    wire::Challenge challenge{.nonce = leader_nonce,
                               .proof = LeaderProof(token, hello.job_id, hello.nonce,
-                                                   c.leader_nonce)};
-    c.pending_hello = std::move(hello);
+                                                   leader_nonce)};
+    c.auth = std::make_unique<CoreConn::Auth>(
+        CoreConn::Auth{std::move(hello), std::move(leader_nonce)});
     Emit(leader_io::Send{id, wire::Encode(challenge)});
     return;
   }
@@ -100,9 +101,10 @@ void LeaderCoreState::OnHello(ConnId id, wire::Hello hello, Clock::time_point no
 
 void LeaderCoreState::OnProof(ConnId id, const wire::Proof& proof, Clock::time_point now) {
   CoreConn& c = conns.at(id);
-  wire::Hello hello = std::move(*c.pending_hello);
-  c.pending_hello.reset();
-  std::string expected = MemberProof(options.token, hello.job_id, c.leader_nonce, hello.nonce);
+  const std::unique_ptr<CoreConn::Auth> auth = std::move(c.auth);
+  wire::Hello hello = std::move(auth->hello);
+  std::string expected =
+      MemberProof(options.token, hello.job_id, auth->leader_nonce, hello.nonce);
   if (!ProofsEqual(proof.proof, expected)) {
     Refuse(id, {"token", "pod " + std::to_string(hello.index) + " (" + c.peer +
                              ") failed authentication: its token differs from the leader's"},
@@ -150,7 +152,9 @@ void LeaderCoreState::Admit(ConnId id, wire::Hello hello, Clock::time_point now)
                      .kept_id = KeptId(hello.index, now),
                      .peer = c.peer,
                      .address = c.address,
-                     .local = c.local},
+                     .local = c.local_address.empty()
+                                  ? "?"
+                                  : c.local_address + ":" + std::to_string(c.local_port)},
       hello);
   if (decided.record_job_attempt) job_attempts[hello.job_name] = *decided.record_job_attempt;
   if (decided.drop_older_of_job) DropOlderOfJob(hello);

@@ -136,9 +136,9 @@ void LeaderCoreState::OnClosed(ConnId id, const std::string& why, Clock::time_po
     Lost(index, "its connection closed (" + why + ")");
     return;
   }
-  if (c->pending_hello) {
+  if (c->auth) {
     Warn(*c, fmt::format("leader: pod {} ({}) hung up during authentication (its token "
-                         "differs?)", c->pending_hello->index, c->peer), now);
+                         "differs?)", c->auth->hello.index, c->peer), now);
   }
   if (c->index) {
     // Before the assignment this frees the index for a restarted pod; after

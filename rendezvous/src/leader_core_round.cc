@@ -146,7 +146,8 @@ void LeaderCoreState::Finish(exitcodes::Result<wire::Assignment> result) {
     Emit(leader_io::StopListening{});
   }
   if (result.ok()) log->info("leader: all {} pod(s) joined", admitted());
-  Emit(leader_io::RoundDone{std::move(result)});
+  Emit(leader_io::RoundDone{
+      std::make_shared<const exitcodes::Result<wire::Assignment>>(std::move(result))});
 }
 
 // A pod admitted while the generation runs (LeaderOptions::admit_late).

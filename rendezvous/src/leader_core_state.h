@@ -30,8 +30,8 @@ struct CoreConn {
   wire::Decoder decoder;
   std::string peer;     // "10.0.0.12:41234", for messages
   std::string address;  // "10.0.0.12": the key of the log rate limit and of pending slots
-  std::string local;    // this side's "address:port" (admission messages)
-  std::string local_address;  // "" when unknown
+  std::string local_address;  // this side's address; "" when unknown
+  std::uint16_t local_port = 0;
   bool local_loopback = false;
   std::optional<std::uint32_t> index;  // set once admitted
   std::uint32_t generation = 0;        // the generation its hello asked for
@@ -42,8 +42,14 @@ struct CoreConn {
   bool closing = false;     // refused: its Reject is being written, nothing more is read
   bool settled = false;     // reported success, or reported as lost
   ChannelPeer peer_state{ChannelPeer::Clock::time_point{}};  // Heard at accept
-  std::optional<wire::Hello> pending_hello;  // the hello waiting for the member's proof
-  std::string leader_nonce;
+  // The token's handshake in progress: the hello waits for the member's proof
+  // of the leader's nonce. Boxed: most connections never hold one, and a
+  // Hello inline would cost every connection its size (bench/RESULTS.md: memory at scale).
+  struct Auth {
+    wire::Hello hello;
+    std::string leader_nonce;
+  };
+  std::unique_ptr<Auth> auth;
 };
 
 // Where the leader's round is: one value, so that no impossible mix of flags can be written.

@@ -186,9 +186,9 @@ TEST(LeaderCoreTest, RoundFormsWhenEveryPodIsIn) {
   sim.core().Written(b, sim.now);
   auto done = Last<RoundDone>(sim.Take());
   ASSERT_TRUE(done);
-  ASSERT_TRUE(done->result.ok());
-  EXPECT_EQ(done->result->rank_base, 0u);
-  EXPECT_EQ(done->result->master_addr, "10.0.0.1");
+  ASSERT_TRUE(done->result->ok());
+  EXPECT_EQ((*done->result)->rank_base, 0u);
+  EXPECT_EQ((*done->result)->master_addr, "10.0.0.1");
   EXPECT_TRUE(sim.core().decided());
   EXPECT_EQ(sim.core().admitted(), 3u);
 }
@@ -225,7 +225,7 @@ TEST(LeaderCoreTest, RefusesAMismatchedPodAndClosesAfterTheReject) {
   sim.Say(good, HelloFor(1, 2));
   auto done = Last<RoundDone>(sim.Take());
   ASSERT_TRUE(done);
-  EXPECT_TRUE(done->result.ok());
+  EXPECT_TRUE(done->result->ok());
 }
 
 // Another pod saying hello with index 0 is a rival leader: it is refused, and
@@ -242,7 +242,7 @@ TEST(LeaderCoreTest, ARivalLeaderFailsTheRoundAfterItsRefusal) {
   EXPECT_EQ(reject->field, "leader");
   auto done = Last<RoundDone>(actions);
   ASSERT_TRUE(done);
-  EXPECT_EQ(done->result.status().failure_class(), exitcodes::FailureClass::kConfig);
+  EXPECT_EQ(done->result->status().failure_class(), exitcodes::FailureClass::kConfig);
   EXPECT_TRUE(Last<StopListening>(actions));
 }
 
@@ -377,8 +377,8 @@ TEST(LeaderCoreTest, LastCallFormsTheRoundWithWhoJoined) {
   EXPECT_TRUE(to_two->spare);
   EXPECT_EQ(to_one->nnodes, 2u);
   auto done = Last<RoundDone>(actions);
-  ASSERT_TRUE(done && done->result.ok());
-  EXPECT_EQ(done->result->node_rank, 0u);
+  ASSERT_TRUE(done && done->result->ok());
+  EXPECT_EQ((*done->result)->node_rank, 0u);
 }
 
 // A member that says it leaves before the round formed frees its index: the

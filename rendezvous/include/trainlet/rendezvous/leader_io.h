@@ -6,6 +6,7 @@
 #include <compare>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -63,8 +64,10 @@ struct StartAccepting {};
 struct StopListening {};
 // Leader::Start's `done`: run it once, with this result (the leader pod's own
 // Assignment, or the error that ends the rendezvous).
+// Shared, not inline: an Action is as large as its largest alternative, and
+// the round queues one Send per member (bench/RESULTS.md: memory at scale).
 struct RoundDone {
-  exitcodes::Result<wire::Assignment> result;
+  std::shared_ptr<const exitcodes::Result<wire::Assignment>> result;
 };
 // Leader::ChannelCallbacks::on_lost / on_report. Never before StartChannel:
 // events of the moment between the assignment and StartChannel are held back
