@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "test_hello.h"
 #include "trainlet/rendezvous/auth.h"
 
 namespace trainlet::rendezvous {
@@ -17,18 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace leader_io;
-
-wire::Hello HelloFor(std::uint32_t index, std::uint32_t nnodes, std::uint32_t nproc = 2) {
-  wire::Hello h;
-  h.job_id = "trainer-0";
-  h.index = index;
-  h.nproc_per_node = nproc;
-  h.config = {{"nnodes", std::to_string(nnodes)},
-              {"nproc_per_node", std::to_string(nproc)},
-              {"master_port", "29500"}};
-  h.fingerprint = wire::Fingerprint(h.config);
-  return h;
-}
 
 wire::Report ReportOf(std::uint32_t index, bool ok, std::string reason = "",
                       bool leaving = false) {
@@ -68,10 +57,11 @@ class Sim {
     return o;
   }
 
-  // Start with the leader's own hello, and the listener is bound.
-  void Begin(std::uint32_t nnodes) {
+  // Start with the leader's own hello, and the listener is bound: what that emitted.
+  std::vector<Action> Begin(std::uint32_t nnodes) {
     core_.Start(HelloFor(0, nnodes), now);
     core_.Listening(29500, now);
+    return Take();
   }
   ConnId Connect(const std::string& address = "10.0.0.2", std::uint16_t port = 40000) {
     return core_.Accepted({.peer_address = address,
@@ -158,8 +148,7 @@ std::optional<Clock::time_point> ArmedAt(const std::vector<Action>& actions, Tim
 // assignment, and the leader's own comes once both were written.
 TEST(LeaderCoreTest, RoundFormsWhenEveryPodIsIn) {
   Sim sim(3);
-  sim.Begin(3);
-  auto started = sim.Take();
+  auto started = sim.Begin(3);
   EXPECT_TRUE(Last<StartAccepting>(started));
   EXPECT_EQ(ArmedAt(started, TimerId::Kind::kProgress), sim.now + tunables::kProgressInterval);
   const ConnId a = sim.Connect("10.0.0.2");
@@ -198,7 +187,6 @@ TEST(LeaderCoreTest, RoundFormsWhenEveryPodIsIn) {
 TEST(LeaderCoreTest, RefusesAMismatchedPodAndClosesAfterTheReject) {
   Sim sim(2);
   sim.Begin(2);
-  sim.Take();
   const ConnId bad = sim.Connect("10.0.0.2");
   sim.Say(bad, HelloFor(1, 2, /*nproc=*/4));
   auto actions = sim.Take(/*complete_writes=*/false);
@@ -233,7 +221,6 @@ TEST(LeaderCoreTest, RefusesAMismatchedPodAndClosesAfterTheReject) {
 TEST(LeaderCoreTest, ARivalLeaderFailsTheRoundAfterItsRefusal) {
   Sim sim(2);
   sim.Begin(2);
-  sim.Take();
   const ConnId rival = sim.Connect("10.0.0.7");
   sim.Say(rival, HelloFor(0, 2));
   auto actions = sim.Take();
@@ -253,7 +240,6 @@ TEST(LeaderCoreTest, TokenChallengeAndProof) {
   o.token = "sesame";
   Sim sim(3, o);
   sim.Begin(3);
-  sim.Take();
   const std::string member_nonce(kNonceBytes, 'm');
   auto hello = [&](std::uint32_t index) {
     wire::Hello h = HelloFor(index, 3);
@@ -292,7 +278,6 @@ TEST(LeaderCoreTest, TokenChallengeAndProof) {
 TEST(LeaderCoreTest, HandshakeDeadlineAndGarbage) {
   Sim sim(3);
   sim.Begin(3);
-  sim.Take();
   const ConnId idle = sim.Connect("10.0.0.2");
   auto armed = sim.Take();
   EXPECT_EQ(ArmedAt(armed, TimerId::Kind::kHandshake), sim.now + 500ms);
@@ -315,7 +300,6 @@ TEST(LeaderCoreTest, AFloodEvictsItsOwnOldestPendingConnection) {
   o.max_pending_handshakes = 3;
   Sim sim(2, o);
   sim.Begin(2);
-  sim.Take();
   const ConnId pod = sim.Connect("10.0.0.2");
   const ConnId f1 = sim.Connect("10.0.0.66", 1);
   const ConnId f2 = sim.Connect("10.0.0.66", 2);
@@ -351,13 +335,16 @@ class PlanMembership : public LeaderMembership {
   std::vector<std::uint32_t> left;
 };
 
+LeaderOptions WithPlan(std::shared_ptr<PlanMembership> plan) {
+  LeaderOptions o;
+  o.membership = std::move(plan);
+  return o;
+}
+
 TEST(LeaderCoreTest, LastCallFormsTheRoundWithWhoJoined) {
   auto plan = std::make_shared<PlanMembership>();
-  LeaderOptions o;
-  o.membership = plan;
-  Sim sim(4, o);
+  Sim sim(4, WithPlan(plan));
   sim.Begin(4);
-  sim.Take();
   const ConnId one = sim.Connect("10.0.0.2");
   const ConnId two = sim.Connect("10.0.0.3");
   sim.Say(one, HelloFor(1, 4));
@@ -385,11 +372,8 @@ TEST(LeaderCoreTest, LastCallFormsTheRoundWithWhoJoined) {
 // membership hears of it, and the round does not wait for it.
 TEST(LeaderCoreTest, AMemberLeavingBeforeTheRoundFreesItsIndex) {
   auto plan = std::make_shared<PlanMembership>();
-  LeaderOptions o;
-  o.membership = plan;
-  Sim sim(3, o);
+  Sim sim(3, WithPlan(plan));
   sim.Begin(3);
-  sim.Take();
   const ConnId one = sim.Connect("10.0.0.2");
   sim.Say(one, HelloFor(1, 3));
   EXPECT_EQ(sim.core().admitted(), 2u);
@@ -545,8 +529,7 @@ TEST(LeaderCoreTest, LateJoins) {
 // Members waiting for the assignment get heartbeats on the waiting timer.
 TEST(LeaderCoreTest, WaitingMembersGetHeartbeats) {
   Sim sim(3);
-  sim.Begin(3);
-  auto started = sim.Take();
+  auto started = sim.Begin(3);
   EXPECT_EQ(ArmedAt(started, TimerId::Kind::kWaitingHeartbeat),
             sim.now + tunables::kWaitingHeartbeatInterval);
   const ConnId a = sim.Connect();
