@@ -13,6 +13,12 @@
 // to close, timers to arm or cancel, the listener to start or close, and the
 // results the pod gets (the round's Assignment, members lost or reporting).
 //
+// A simulator's loop: keep the armed timers (ArmTimer/CancelTimer) in a queue
+// by deadline; deliver each frame a Send carries to the peer it simulates
+// (and Written after it, when asked), each peer's bytes with Received, and
+// fire the earliest timer with TimerFired at its deadline; take the actions
+// after every call. The same inputs in the same order give the same actions.
+//
 // Single-threaded: one caller, one thread; nothing blocks. Calls made while
 // the caller is carrying out actions (a callback that calls BroadcastStop)
 // queue more actions: take them again. Randomness (the token's nonces) comes
@@ -36,7 +42,6 @@
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::rendezvous {
-
 
 struct LeaderCoreState;  // private: the state and the rules (src/leader_core_state.h)
 
@@ -84,16 +89,28 @@ class LeaderCore {
   // complete), Close of an older pending connection (all pending slots taken),
   // and ArmTimer for its handshake.
   ConnId Accepted(const leader_io::Endpoints& endpoints, Clock::time_point now);
-  // Bytes read from `conn` (any split: frames are reassembled). May emit
-  // anything. Unknown or closing connections are ignored.
+  // Bytes read from `conn` (any split: frames are reassembled; the bytes are
+  // copied). May emit anything: Send (a Challenge, the round's Assignments,
+  // a Reject with notify), Close (a bad frame, a replaced holder), CancelTimer,
+  // RoundDone, MemberLost, MemberReport. Unknown connections, and refused ones
+  // whose Reject is being written, are ignored.
   void Received(ConnId conn, std::span<const std::uint8_t> bytes, Clock::time_point now);
   // `conn` hit end of stream or a read error (`why`: the error, for logs).
-  // The caller stops reading it and waits for the core's Close.
+  // The caller stops reading it and waits for the core's Close (emitted now,
+  // or after a Reject being written). May emit MemberLost (a member of a
+  // formed round that had not settled).
   void Closed(ConnId conn, const std::string& why, Clock::time_point now);
-  // A Send with `notify` was written, or failed.
+  // A Send with `notify` was written, or failed: the last of the round's
+  // Assignments emits RoundDone (the leader pod's own); a Reject emits its
+  // Close (and RoundDone config after a rival leader's).
   void Written(ConnId conn, Clock::time_point now);
   // A timer armed by ArmTimer reached its deadline (a cancelled or re-armed
-  // one must not be reported for its old deadline).
+  // one must not be reported for its old deadline; a stale one is harmless).
+  // kHandshake: Close of a connection still without a valid hello;
+  // kWaitingHeartbeat: a Heartbeat Send per waiting member, re-armed;
+  // kProgress: the progress line, re-armed; kHeartbeat: heartbeats due,
+  // MemberLost + Close for members silent past heartbeat * misses, re-armed
+  // for the next send or the next silence bound, whichever is first.
   void TimerFired(leader_io::TimerId id, Clock::time_point now);
 
   // The actions queued since the last call, in order; the caller carries them out.
