@@ -753,5 +753,52 @@ TEST(ElasticPolicyTest, TheGangThatSucceededIsThisGenerationsActivePods) {
   EXPECT_EQ(a.conclude->kind, Conclusion::Kind::kOk);
 }
 
+
+// G12: the restart says whether it counts; the wiring logs and meters by it.
+TEST(WiringActionsTest, AFailuresRestartIsCountedAndAJoinsIsNot) {
+  GangPolicy p = MakeElastic(0, 2, 0, 2, 0);
+  ASSERT_TRUE(p.On(gang::Report{1, FailedReport(1)}).broadcast);
+  GangActions a = p.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.restart);
+  EXPECT_TRUE(a.counted);
+  GangPolicy q = MakeElastic(0, 2, 0, 2, 0);
+  ASSERT_TRUE(q.On(gang::Joined{.index = 2}).broadcast);
+  a = q.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.restart);
+  EXPECT_FALSE(a.counted) << "a join grows the gang: no restart";
+}
+
+TEST(WiringActionsTest, AMembersRestartCountsAsTheLeadersStopSays) {
+  GangPolicy m = MakeElastic(1, 2, 0, 2, 0);
+  wire::Stop grow{.failed_index = 2, .reason = "pod 2 joined: the gang grows", .restart = true,
+                  .next_generation = 1, .failure_class = 0};
+  m.On(gang::Stop{grow});
+  GangActions a = m.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.restart);
+  EXPECT_FALSE(a.counted);
+  GangPolicy n = MakeElastic(1, 2, 0, 2, 0);
+  wire::Stop failed{.failed_index = 2, .reason = "x", .restart = true, .next_generation = 1,
+                    .failure_class = static_cast<std::uint16_t>(FailureClass::kWorker)};
+  n.On(gang::Stop{failed});
+  a = n.On(gang::WorkersDone{false});
+  ASSERT_TRUE(a.restart);
+  EXPECT_TRUE(a.counted);
+}
+
+// G12: the leader's answer to a pod admitted while the generation runs.
+TEST(WiringActionsTest, AJoinSaysWhetherThePodWaitsAsASpare) {
+  GangPolicy full = MakeElastic(0, 2, 0, 3, 0);
+  EXPECT_TRUE(full.On(gang::Joined{.index = 3}).joins_as_spare) << "at MAX: it waits";
+  GangPolicy room = MakeElastic(0, 2, 0, 2, 0);
+  GangActions a = room.On(gang::Joined{.index = 2});
+  EXPECT_TRUE(a.broadcast);
+  EXPECT_FALSE(a.joins_as_spare) << "below MAX: the gang grows for it";
+  GangPolicy restarting = MakeElastic(0, 2, 0, 2, 0);
+  ASSERT_TRUE(restarting.On(gang::Report{1, FailedReport(1)}).broadcast);
+  EXPECT_FALSE(restarting.On(gang::Joined{.index = 2}).joins_as_spare)
+      << "a next generation is decided: it joins that one";
+}
+
+
 }  // namespace
 }  // namespace trainlet::agent

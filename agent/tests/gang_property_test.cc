@@ -28,7 +28,11 @@
 // restarts as the leader's assignment before it hears it (a member's own
 // count after a restart, a resize or a leave agrees with the leader's), no
 // pod the leader was told leaves or declared lost is active, and the
-// generation only grows.
+// generation only grows. Where these checks are the contract's (ranks, the
+// leader's plan, lost and leaving pods, restarts and generations), they are
+// made by the one checker the simulator and the soak use too
+// (tests/invariants/invariants.h), fed as the run goes.
+#include "invariants.h"
 #include "trainlet/agent/pod/gang_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
 
@@ -70,6 +74,7 @@ struct Pod {
   bool detected = false;   // a peer noticed the freeze
   bool retired = false;    // elastic: gone from the gang (never started, or left behind)
   bool ran = false;        // this agent process was assigned a generation (not a fresh one)
+  std::uint32_t inst = 0;  // this agent process, for the contract checker
   bool spare = false;      // waits as a spare in this generation
   bool verdict_timer = false;
   bool settle_timer = false;  // leader: the leaves' settle window (membership.h M7)
@@ -113,6 +118,12 @@ struct Sim {
   std::array<int, 6> stats{};
   std::vector<std::string> violations;
   std::string trace;
+  // The contract's checks (tests/invariants), elastic runs: set by InitElastic.
+  std::optional<invariants::Checker> checker;
+  std::uint32_t next_inst = 0;
+  void Record(invariants::Record r) {
+    if (checker) checker->On(r);
+  }
 
   int Rand(int k) { return static_cast<int>(rng() % static_cast<std::uint64_t>(k)); }
   bool Coin(int percent) { return Rand(100) < percent; }
@@ -127,7 +138,10 @@ struct Sim {
                    .max_restarts = max_restarts,
                    .hang_signal = SIGUSR1,
                    .min_nodes = elastic ? min_nodes : 0});
+    p.inst = next_inst++;
     pods[i] = std::move(p);
+    Record({.kind = invariants::Record::Kind::kStart, .inst = pods[i].inst,
+            .pod = static_cast<std::uint32_t>(i)});
     declared_lost.erase(i);  // a recreated pod asks for generation 0: admitted
     declared_leaving.erase(i);
   }
@@ -146,6 +160,10 @@ struct Sim {
   void Init(int pods_n, std::uint32_t restarts) {
     n = pods_n;
     max_restarts = restarts;
+    const auto size = static_cast<std::uint32_t>(pods_n);
+    if (!elastic) {
+      checker.emplace(invariants::Contract{.min_nodes = size, .max_nodes = size, .max_restarts = restarts});
+    }
     pods.resize(n);
     for (int i = 0; i < n; ++i) NewPod(i);
   }
@@ -157,6 +175,7 @@ struct Sim {
     elastic = true;
     min_nodes = lo;
     max_nodes = hi;
+    checker.emplace(invariants::Contract{.min_nodes = lo, .max_nodes = hi, .max_restarts = restarts_max});
     Init(static_cast<int>(hi) + 1, restarts_max);
     std::vector<int> others;
     for (int i = 1; i < n; ++i) others.push_back(i);
@@ -187,8 +206,15 @@ struct Sim {
   void Apply(int i, const GangActions& a) {
     Pod& p = pods[i];
     // pod.cc: the membership machine's word goes to the roster.
-    for (std::uint32_t k : a.lost) declared_lost.insert(static_cast<int>(k));
-    for (std::uint32_t k : a.leaving) declared_leaving.insert(static_cast<int>(k));
+    for (std::uint32_t k : a.lost) {
+      declared_lost.insert(static_cast<int>(k));
+      Record({.kind = invariants::Record::Kind::kLost, .inst = pods[k].inst, .pod = k});
+    }
+    for (std::uint32_t k : a.leaving) {
+      declared_leaving.insert(static_cast<int>(k));
+      Record({.kind = invariants::Record::Kind::kLost, .inst = pods[k].inst, .pod = k,
+              .what = "leaving"});
+    }
     if (a.arm_settle_timer) p.settle_timer = true;
     if (a.broadcast) {
       if (i != 0) Violation("a member broadcast");
@@ -320,7 +346,11 @@ struct Sim {
     }
     std::uint32_t g = 0;
     for (const Pod& p : pods) g = std::max(g, p.join_generation);
-    if (g > max_restarts) Violation("generation " + std::to_string(g) + " > max restarts");
+    // Beyond --max-restarts (a fixed gang counts generations), ranks: the checker (I1-I4).
+    std::vector<std::uint32_t> ranks;
+    for (int i = 0; i < n; ++i) ranks.push_back(static_cast<std::uint32_t>(i));
+    Record({.kind = invariants::Record::Kind::kForm, .pod = 0, .generation = g,
+            .world = static_cast<std::uint32_t>(n), .restarts = g, .ranks = ranks});
     generation = g;
     faults_in_gen = 0;
     culprit_in_gen = false;
@@ -333,6 +363,10 @@ struct Sim {
       p.own_fired.reset();
       p.heard = false;
       PlanWorkers(p);
+      Record({.kind = invariants::Record::Kind::kGen, .inst = p.inst,
+              .pod = static_cast<std::uint32_t>(i), .generation = g,
+              .rank = static_cast<std::uint32_t>(i), .world = static_cast<std::uint32_t>(n),
+              .restarts = g});
       Feed(i, gang::Assigned{g});
     }
     return true;
@@ -396,18 +430,8 @@ struct Sim {
   }
 
   void CheckPlan(const GenerationPlan& plan) {
-    std::set<std::uint32_t> keys;
-    for (std::uint32_t r = 0; r < plan.active.size(); ++r) {
-      const std::uint32_t k = plan.active[r];
-      if (!keys.insert(k).second) Violation("pod " + std::to_string(k) + " on two ranks");
-      if (plan.NodeRankOf(k) != r) Violation("node ranks not dense at " + std::to_string(r));
-      if (declared_lost.contains(static_cast<int>(k))) {
-        Violation("pod " + std::to_string(k) + ", declared lost, is active");
-      }
-      if (declared_leaving.contains(static_cast<int>(k))) {
-        Violation("pod " + std::to_string(k) + ", which leaves, is active");
-      }
-    }
+    // Two ranks, density, lost and leaving pods active: the checker (I1, I2, I6) at the form.
+    std::set<std::uint32_t> keys(plan.active.begin(), plan.active.end());
     for (std::uint32_t k : plan.waiting) {
       if (keys.contains(k)) Violation("pod " + std::to_string(k) + " active and waiting");
     }
@@ -441,15 +465,15 @@ struct Sim {
                 (joined_in_gen ? "some" : "none") + ") yet counts restart " +
                 std::to_string(next));
     }
-    if (next > max_restarts) Violation("restart " + std::to_string(next) + " > max restarts");
-    return next;
+    return next;  // beyond --max-restarts, falling: the checker (I4) at the form
   }
 
   void StartGeneration(std::uint32_t g, const GenerationPlan& plan) {
     if (!rank_of.empty() && rank_of.size() != plan.active.size()) ++stats[3];
-    if (g < generation) Violation("generation " + std::to_string(g) + " after " +
-                                  std::to_string(generation));
     restarts = NextRestarts(g);
+    Record({.kind = invariants::Record::Kind::kForm, .pod = 0, .generation = g,
+            .world = static_cast<std::uint32_t>(plan.active.size()), .restarts = restarts,
+            .ranks = plan.active});
     // The same numbers on every pod: a pod that ran the last generation and
     // rejoins counts what the leader's assignment will say (membership.h M2).
     for (int i = 0; i < n; ++i) {
@@ -485,6 +509,10 @@ struct Sim {
       p.own_fired.reset();
       p.heard = false;
       PlanWorkers(p);
+      Record({.kind = invariants::Record::Kind::kGen, .inst = p.inst,
+              .pod = static_cast<std::uint32_t>(i), .generation = g,
+              .rank = p.spare ? invariants::kSpareRank : rank_of[i],
+              .world = static_cast<std::uint32_t>(plan.active.size()), .restarts = restarts});
       Feed(i, gang::Assigned{.generation = g, .spare = p.spare,
                              .spares = i == 0 ? waiting : std::set<std::uint32_t>{},
                              .nnodes = static_cast<std::uint32_t>(plan.active.size()),
@@ -613,6 +641,8 @@ struct Sim {
       return;
     }
     ++faults_in_gen;
+    Record({.kind = invariants::Record::Kind::kFault, .inst = p.inst,
+            .pod = static_cast<std::uint32_t>(i), .what = "fail"});
     p.own_fired = p.fail_class;
     p.heard = true;
     p.own_classes.insert(p.fail_class);
@@ -642,6 +672,8 @@ struct Sim {
     ++faults_in_gen;
     culprit_in_gen = true;
     Pod& p = pods[i];
+    Record({.kind = invariants::Record::Kind::kFault, .inst = p.inst,
+            .pod = static_cast<std::uint32_t>(i), .what = "culprit"});
     if (Coin(50)) {
       trace += " kill" + std::to_string(i) + ";";
       p.alive = false;
@@ -704,6 +736,9 @@ struct Sim {
       // A gang with dead slots and joiners: replacement or timeout on the next stuck step.
     }
     if (GangAlive()) Violation("run did not end");
+    if (checker) {
+      for (const auto& v : checker->violations()) Violation(v);
+    }
     Check();
   }
 

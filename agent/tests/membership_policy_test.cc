@@ -42,6 +42,43 @@ TEST(MembershipPolicy, SpareTakesTheLostPodsRankOthersKeepTheirs) {
   EXPECT_EQ(p.replaced, (std::vector<std::pair<std::uint32_t, std::uint32_t>>{{1, 4}}));
 }
 
+// membership.h M16: a replaced leader's first round knows no generation of
+// its own; the survivors' hellos say where they were.
+TEST(MembershipPolicy, ReplacedLeadersFirstRoundKeepsTheRanksTheSurvivorsHeld) {
+  // N=2, K=1: spare 2 took pod 1's rank 1 earlier; pod 1, recreated, waits.
+  const std::vector<std::uint32_t> joined{0, 1, 2};
+  auto kept = PlanGeneration(WithHeldRanks(joined, {{2, 1}}), {.min_nodes = 2, .max_nodes = 2});
+  ASSERT_TRUE(kept.ready);
+  EXPECT_EQ(kept.active, (std::vector<std::uint32_t>{0, 2})) << "pod 2 keeps node rank 1";
+  EXPECT_EQ(kept.waiting, (std::vector<std::uint32_t>{1}));
+  EXPECT_TRUE(kept.replaced.empty());
+  // Without the hellos' word (an older peer): dense in index order, as before.
+  auto dense = PlanGeneration(WithHeldRanks(joined, {}), {.min_nodes = 2, .max_nodes = 2});
+  EXPECT_EQ(dense.active, (std::vector<std::uint32_t>{0, 1}));
+}
+
+TEST(MembershipPolicy, HeldRanksThatDisagreeAreRenumbered) {
+  // Two pods say they held rank 1: inconsistent, so the plan numbers by index.
+  auto p = PlanGeneration(WithHeldRanks({0, 1, 2}, {{1, 1}, {2, 1}}),
+                          {.min_nodes = 2, .max_nodes = 2});
+  ASSERT_TRUE(p.ready);
+  EXPECT_EQ(p.active, (std::vector<std::uint32_t>{0, 1}));
+  // A rank past MAX (the gang was larger) is no place either.
+  auto q = PlanGeneration(WithHeldRanks({0, 3}, {{3, 5}}), {.min_nodes = 2, .max_nodes = 2});
+  ASSERT_TRUE(q.ready);
+  EXPECT_EQ(q.active, (std::vector<std::uint32_t>{0, 3}));
+}
+
+TEST(MembershipPolicy, TheLeaderIsOnRankZeroOnlyWhenSomePodHeldARank) {
+  auto held = WithHeldRanks({0, 4}, {{4, 1}});
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held[0].node_rank, std::optional<std::uint32_t>(0));
+  EXPECT_EQ(held[1].node_rank, std::optional<std::uint32_t>(1));
+  auto none = WithHeldRanks({0, 4}, {});
+  EXPECT_FALSE(none[0].node_rank.has_value());
+  EXPECT_FALSE(none[1].node_rank.has_value());
+}
+
 TEST(MembershipPolicy, LowestSpareFirstAndHardwareLeaves) {
   MemberState hw = Active(2, 2);
   hw.must_leave = true;

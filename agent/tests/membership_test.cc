@@ -82,8 +82,18 @@ TEST(MembershipRules, M6_TheLossOfAWaitingSpareEndsNoGeneration) {
   const MembershipActions a = m.On(ev::Lost{.key = 2});
   EXPECT_EQ(a.end, End::kNone);
   EXPECT_EQ(a.lost, std::vector<std::uint32_t>{2});
+  EXPECT_EQ(a.lost_spares, std::vector<std::uint32_t>{2}) << "the roster records a lost spare";
   EXPECT_TRUE(m.spares().empty());
   EXPECT_FALSE(m.decided());
+}
+
+// The machine keeps the one copy of who waits: a lost active member is no lost spare.
+TEST(MembershipRules, M6_OnlyAWaitingSparesLossIsALostSpare) {
+  Membership m = Make(2, 2, 1, 1, 2, {2});
+  const MembershipActions a = m.On(ev::Lost{.key = 1});
+  EXPECT_EQ(a.lost, std::vector<std::uint32_t>{1});
+  EXPECT_TRUE(a.lost_spares.empty());
+  EXPECT_EQ(m.spares(), std::set<std::uint32_t>{2});
 }
 
 TEST(MembershipRules, M7_LeavesWithinTheSettleWindowAreDecidedOnce) {

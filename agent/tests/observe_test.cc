@@ -333,7 +333,7 @@ TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
   ASSERT_TRUE(ranks.has_value());
   EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}}));
   roster.Adopt(0);
-  EXPECT_EQ(roster.spares_waiting(), (std::set<std::uint32_t>{2}));
+  EXPECT_EQ(roster.Unranked(), (std::set<std::uint32_t>{2}));
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
   roster.MarkLeaving(1);
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 2}));
@@ -344,7 +344,7 @@ TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
   roster.Adopt(1);
   EXPECT_EQ(roster.replacements(),
             (std::vector<Replacement>{{.generation = 1, .node_rank = 1, .replaced = 1, .spare = 2}}));
-  EXPECT_TRUE(roster.spares_waiting().empty());
+  EXPECT_TRUE(roster.Unranked().empty());
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 2}));
   roster.MarkLost(7);  // unknown: ignored
   roster.MarkLost(2);

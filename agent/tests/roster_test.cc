@@ -37,7 +37,7 @@ TEST_F(RosterTest, WholeGangFormsAtOnceAndTheSpareWaits) {
   EXPECT_EQ(roster_.Expected(), std::set<std::uint32_t>{});  // every index, first round
   EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}}));
   roster_.Adopt(0);
-  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{2});
+  EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{2});
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
 }
 
@@ -50,9 +50,9 @@ TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
   EXPECT_EQ(reconsidered_, 1);
   EXPECT_EQ(roster_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
   roster_.Adopt(0);
-  EXPECT_TRUE(roster_.spares_waiting().empty());
-  roster_.AddJoined(2, /*waiting=*/true);  // the spare, late: it waits
-  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{2});
+  EXPECT_TRUE(roster_.Unranked().empty());
+  roster_.AddJoined(2);  // the spare, late: it waits
+  EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{2});
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
 }
 
@@ -70,21 +70,21 @@ TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
   RunFor(200ms);
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(0);
-  roster_.AddJoined(1, /*waiting=*/false);  // joins the next generation
-  EXPECT_TRUE(roster_.spares_waiting().empty());
+  roster_.AddJoined(1);  // joins the next generation (the membership machine's word)
+  EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{1}) << "counted, with no node rank";
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
   round();
   EXPECT_FALSE(roster_.Plan({0, 2})) << "the joiner is expected: no forming without it at once";
   EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));  // index order
   roster_.Adopt(1);
-  roster_.AddJoined(2, /*waiting=*/false);  // rejoining early: keeps node rank 2
+  roster_.AddJoined(2);  // rejoining early: keeps node rank 2
   roster_.MarkLost(1);
   round();
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));  // the survivors, at once
   roster_.Adopt(2);
   roster_.MarkLost(2);
-  roster_.AddJoined(2, /*waiting=*/true);  // recreated after its loss: a spare, no rank
-  EXPECT_EQ(roster_.spares_waiting(), std::set<std::uint32_t>{2});
+  roster_.AddJoined(2);  // recreated after its loss: no rank
+  EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{2});
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 2}));
 }
 
@@ -110,7 +110,7 @@ TEST_F(RosterTest, ElasticLossIsRecordedAsLeftUntilThePodIsActiveAgain) {
   EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1));
   EXPECT_EQ(roster_.LeftIn(1), std::nullopt);
   EXPECT_EQ(roster_.LastReplacementOf(2), std::nullopt);
-  roster_.AddJoined(2, /*waiting=*/false);  // recreated: joins the next generation
+  roster_.AddJoined(2);  // recreated: joins the next generation
   round();
   ASSERT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
   roster_.Adopt(2);
@@ -145,11 +145,11 @@ TEST_F(RosterTest, ALostWaitingSpareIsRecordedUntilItsIndexIsAdmittedAgain) {
   roster_.Adopt(0);
   roster_.MarkLost(1);  // active, not a spare: the replacement says so
   EXPECT_EQ(roster_.LostSpareIn(1), std::nullopt);
-  roster_.MarkLost(2);
+  roster_.MarkLost(2, /*waiting_spare=*/true);  // the membership machine's word (M6)
   EXPECT_EQ(roster_.LostSpareIn(2), std::optional<std::uint32_t>(0));
-  roster_.AddJoined(2, /*waiting=*/true);  // the Job recreated index 2
+  roster_.AddJoined(2);  // the Job recreated index 2
   EXPECT_EQ(roster_.LostSpareIn(2), std::nullopt);
-  roster_.MarkLost(2);
+  roster_.MarkLost(2, /*waiting_spare=*/true);
   Round();
   ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(1);
@@ -170,7 +170,7 @@ TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {
   roster_.Adopt(1);
   EXPECT_EQ(roster_.replacements(),
             (std::vector<Replacement>{{.generation = 1, .node_rank = 1, .replaced = 1, .spare = 2}}));
-  EXPECT_TRUE(roster_.spares_waiting().empty());
+  EXPECT_TRUE(roster_.Unranked().empty());
 }
 
 TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
@@ -265,6 +265,25 @@ TEST_F(RosterTest, PlannedReplacementIsTheOneTheNextGenerationMakes) {
     EXPECT_EQ(roster.replacements()[0].spare, *planned);
     EXPECT_EQ(roster.replacements()[0].replaced, victim);
   }
+}
+
+// membership.h M16: a replaced leader (a fresh roster) keeps each survivor on
+// the node rank its hello says it held; once a generation formed, the
+// roster's own ranks decide and the hellos' word is ignored.
+TEST_F(RosterTest, AReplacedLeadersFirstRoundKeepsTheSurvivorsHeldRanks) {
+  Round();
+  rendezvous::wire::Hello spare_now_active;
+  spare_now_active.node_rank = 1;  // spare 2 took pod 1's rank under the old leader
+  roster_.OnAdmitted(2, spare_now_active);
+  roster_.OnAdmitted(1, rendezvous::wire::Hello{});  // pod 1 recreated: held none
+  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
+  roster_.Adopt(3);
+  EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{1});
+  Round();
+  rendezvous::wire::Hello lying;
+  lying.node_rank = 0;
+  roster_.OnAdmitted(1, lying);  // the roster knows better now
+  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
 }
 
 TEST_F(RosterTest, CancelStopsTheTimer) {

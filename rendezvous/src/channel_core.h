@@ -1,5 +1,5 @@
 // Private: the control channel's heartbeat bookkeeping, written once for both
-// ends (leader.cc keeps a ChannelPeer per member and one ChannelPacer; member.cc
+// ends (leader.cc keeps a ChannelPeer per member and one ChannelPacer; member_core.cc
 // one of each for its leader). Sans-IO: the caller passes the time, sends the
 // heartbeats Make() returns and runs the check timer (kChecksPerInterval per
 // interval); nothing here blocks or allocates. Not thread-safe: one event loop.

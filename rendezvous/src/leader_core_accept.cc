@@ -166,6 +166,7 @@ void LeaderCoreState::Admit(ConnId id, wire::Hello hello, Clock::time_point now)
   }
   const std::uint32_t index = decided.index;
   node_names[index] = hello.node_name;  // node_name(): kept after the pod is gone
+  if (options.membership) options.membership->OnAdmitted(index, hello);
   c.instance_id = hello.instance_id;
   if (decided.replace_holder) ReplaceHolder(id, index, now);
   if (this->decided()) {

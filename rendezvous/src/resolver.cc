@@ -163,20 +163,6 @@ short ReadyNow(int fd, bool want_read, bool want_write) {
 
 }  // namespace
 
-std::string_view ResolveErrorName(ResolveError e) {
-  switch (e) {
-    case ResolveError::kNone: return "none";
-    case ResolveError::kNotFound: return "not_found";
-    case ResolveError::kServerFailure: return "server_failure";
-    case ResolveError::kRefused: return "refused";
-    case ResolveError::kTimeout: return "timeout";
-    case ResolveError::kBadName: return "bad_name";
-    case ResolveError::kCancelled: return "cancelled";
-    case ResolveError::kOther: return "other";
-  }
-  return "unknown";
-}
-
 // The state behind a Resolver. Shared-owned only so that Asio handlers can hold
 // a weak_ptr to it: a handler that runs after the Resolver is gone (a wait that
 // completed just before the destructor, an aborted wait) finds it expired.

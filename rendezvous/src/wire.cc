@@ -102,11 +102,12 @@ void EncodePayload(Writer& w, const Hello& m) {
   w.U32(m.job_restart_attempt.value_or(0));
   w.U16(static_cast<std::uint16_t>((m.job_restart_attempt ? 1 : 0) | (m.restarts ? 2 : 0) |
                                    (m.instance_id.empty() ? 0 : 4) |
-                                   (m.node_name.empty() ? 0 : 8)));
+                                   (m.node_name.empty() ? 0 : 8) | (m.node_rank ? 16 : 0)));
   w.Str(m.leader_id);
   if (m.restarts) w.U32(*m.restarts);
   if (!m.instance_id.empty()) w.Str(m.instance_id);
   if (!m.node_name.empty()) w.Str(m.node_name);
+  if (m.node_rank) w.U32(*m.node_rank);
 }
 
 void EncodePayload(Writer& w, const Challenge& m) {
@@ -221,6 +222,11 @@ bool DecodePayload(Reader& r, Hello* m) {
     if (m->instance_id.empty()) return r.Fail("instance_id flagged but empty");
   }
   if ((flags & 8) != 0 && !r.Str(&m->node_name, "node_name")) return false;  // wire.h
+  if ((flags & 16) != 0) {  // the node rank a survivor held (wire.h)
+    std::uint32_t node_rank = 0;
+    if (!r.U32(&node_rank)) return false;
+    m->node_rank = node_rank;
+  }
   return true;
 }
 

@@ -1,4 +1,4 @@
-// CheckAssignment (member.h): what a member does with the leader's assignment.
+// CheckAssignment (member_core.h): what a member does with the leader's assignment.
 #include <gtest/gtest.h>
 
 #include "trainlet/rendezvous/member.h"

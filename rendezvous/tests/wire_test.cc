@@ -78,6 +78,8 @@ std::vector<Message> Samples() {
   on_node.node_name = "gke-a3-pool-7f2c";  // NODE_NAME (wire.h): flag bit 8
   Hello identified_on_node = identified;  // both appended fields, in their order
   identified_on_node.node_name = on_node.node_name;
+  Hello survivor = identified_on_node;  // every appended field: the node rank held (flag 16)
+  survivor.node_rank = 1;
   return {SampleHello(), jobset, probe, elastic, elastic_first, SampleAssignment(), spare,
           moved, grown,
           arrived, WithNcclIds(1), WithNcclIds(3),
@@ -105,7 +107,8 @@ std::vector<Message> Samples() {
           Proof{.proof = std::string("\0\xff\x10", 3)},
           identified, on_node, identified_on_node,
           Report{.index = 2, .ok = false, .failure_class = 7, .reason = "stopped by SIGTERM",
-                 .leaving = true}};
+                 .leaving = true},
+          survivor};
 }
 
 // Decodes everything in `bytes`, feeding `chunk` bytes at a time.
@@ -361,6 +364,29 @@ TEST(WireTest, AHelloCarriesItsInstanceIdOnlyWhenItHasOne) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("instance_id"), std::string::npos)
       << refused.status().message();
+}
+
+// A hello without the node rank a survivor held is encoded as before the
+// field was appended; one with it adds 4 bytes after node_name, and flags that
+// announce it without them are refused.
+TEST(WireTest, AHelloCarriesTheNodeRankItHeldOnlyWhenItHeldOne) {
+  Hello plain = SampleHello();
+  plain.node_name = "node-1";
+  Hello survivor = plain;
+  survivor.node_rank = 0;  // present and 0 differs from absent
+  const std::vector<std::uint8_t> before = Encode(plain);
+  const std::vector<std::uint8_t> after = Encode(survivor);
+  ASSERT_EQ(after.size(), before.size() + 4);
+  auto got = DecodeAll(after, 1);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(std::get<Hello>((*got)[0]).node_rank, std::optional<std::uint32_t>(0));
+  auto old = DecodeAll(before, 1);
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_FALSE(std::get<Hello>((*old)[0]).node_rank.has_value());
+  // The flags are the u16 before leader_id (empty: 2 bytes) and node_name (2 + 6 bytes).
+  auto announced = before;
+  announced[announced.size() - 11] |= 16;
+  EXPECT_FALSE(DecodeAll(announced, 1).ok()) << "flag 16 without the node rank";
 }
 
 // Writes each sample frame as a seed for the fuzzer (scripts/test passes the

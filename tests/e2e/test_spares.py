@@ -34,6 +34,10 @@ pod's marks file, then run 3 s (or fail as told) and exit 0.
   exit 0.
 - test_sigterm_to_a_member_hands_its_rank_to_the_spare: pod 1 gets SIGTERM (a graceful
   leave): it exits 143, spare 2 takes RANK 1 with TORCHELASTIC_RESTART_COUNT still 0.
+- test_survivor_keeps_its_node_rank_when_the_leader_is_replaced: spare 2 takes pod 1's
+  RANK 1, pod 1 comes back as a spare; then the leader's pod is SIGKILLed and replaced: the
+  new leader's first round keeps pod 2 on RANK 1 (its hello says it held it: membership.h
+  M16) and pod 1 waits, instead of numbering the pods by index (pod 1 on RANK 1 again).
 """
 
 import json
@@ -91,14 +95,17 @@ class SparesTest(PodsimTestCase):
     def tlog(self, c, i):
         return os.path.join(c.workdir, f"termination-{i}")
 
+    def start_pod(self, c, i, mode="ok", nnodes=2, flags=()):
+        cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), mode]
+        c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i), "--spares", "1",
+                                     "--max-restarts", "2", *flags, nnodes=nnodes,
+                                     grace=GRACE, rdzv_timeout=30, cmd=cmd),
+                    env={"NODE_NAME": f"node-{i}"})  # the downward API's spec.nodeName
+
     def start_gang(self, c, modes, nnodes=2, flags=()):
         c.publish_all()
         for i in range(nnodes + 1):
-            cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), modes.get(i, "ok")]
-            c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i), "--spares", "1",
-                                         "--max-restarts", "2", *flags, nnodes=nnodes,
-                                         grace=GRACE, rdzv_timeout=30, cmd=cmd),
-                        env={"NODE_NAME": f"node-{i}"})  # the downward API's spec.nodeName
+            self.start_pod(c, i, modes.get(i, "ok"), nnodes, flags)
         c.pods[nnodes].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
         for i in range(nnodes):
             c.pods[i].wait_for_output(r"rank \d started in generation 0", 30)
@@ -331,6 +338,11 @@ class SparesTest(PodsimTestCase):
             print(f"\n    spare's worker started {t - t_term:.2f}s after the SIGTERM", end=" ",
                   flush=True)
             self.assertEqual((restarts, rank), (0, 1), "the spare: RANK 1, no restart counted")
+            # The leader's next worker starts as the gang forms, maybe a moment after the
+            # spare's (seen 11 ms later with a TSan build).
+            while len(self.starts(c, 0)) < 2:
+                self.assertLess(time.monotonic(), deadline, c.pods[0].tail())
+                time.sleep(0.02)
             self.assertEqual([(g, r) for g, r, _ in self.starts(c, 0)], [(0, 0), (0, 0)])
             self.assertRegex(c.pods[0].stderr(), r"pod 1 leaves; a spare takes each node rank")
             self.assertRegex(c.pods[0].stderr(), r"spare pod 2 takes node rank 1 of pod 1")
@@ -338,4 +350,28 @@ class SparesTest(PodsimTestCase):
                 os.unlink(self.marks(c, i) + ".hold")
             for i in (0, 2):
                 self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
+            self.assertNothingLeft(c)
+
+    def test_survivor_keeps_its_node_rank_when_the_leader_is_replaced(self):
+        with self.cluster(pods=3) as c:
+            self.hold_workers(c, (0, 1, 2))
+            self.start_gang(c, {})
+            c.pods[1].signal(signal.SIGKILL)  # spare 2 takes RANK 1 (a counted restart)
+            self.assertEqual(self.wait_start(c, 2, 1)[0], 1, c.pods[2].tail())
+            c.pods[1].wait(10)
+            self.start_pod(c, 1)  # the Job's replacement for index 1 waits as a spare
+            c.pods[1].wait_for_output(r"a hot spare, waiting without workers", 30, "stderr")
+            c.pods[0].signal(signal.SIGKILL)  # the leader's pod, and the Job recreates it
+            c.pods[0].wait(10)
+            c.pods[2].wait_for_output(r"lost the leader", 20, "stderr")
+            self.start_pod(c, 0)
+            rank, _ = self.wait_start(c, 2, 2)
+            self.assertEqual(rank, 1, "the survivor's node rank moved when the leader was "
+                             "replaced\n" + c.pods[0].tail(30))
+            self.assertEqual(self.wait_start(c, 0, 2)[0], 0, c.pods[0].tail())
+            self.release_workers(c, (0, 1, 2))
+            for i in (0, 2, 1):
+                self.assertEqual(c.pods[i].wait(40), 0, c.pods[i].tail())
+            self.assertEqual([g for g, _, _ in self.starts(c, 1)], [0],
+                             "the recreated pod 1 ran a worker: it took the survivor's place")
             self.assertNothingLeft(c)

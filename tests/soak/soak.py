@@ -21,6 +21,7 @@ import re
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -403,6 +404,7 @@ class Run:
         except Violation as v:
             self.violate(str(v))
         finally:
+            self.check_trace(kinds)
             for link in range(self.npods):
                 podsim._run("ip", "-n", self.c.net_ns, "link", "set", f"vp{link}", "up",
                             check=False)
@@ -412,6 +414,70 @@ class Run:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
         return kinds
+
+    # Counting faults of the contract checker's trace (tests/invariants/invariants.h, I9/I10):
+    # a failure, a kill, a freeze, a cut link; SIGTERMs, leaves and joins are none.
+    TRACE_FAULTS = {"link_cut": "cut", "agent_sigkill": "kill", "spare_swap_kill": "kill",
+                    "elastic_loss_kill": "kill", "spare_lost": "kill", "agent_freeze": "freeze",
+                    "spare_swap_freeze": "freeze", "elastic_loss_freeze": "freeze"}
+    NO_TRACE_FAULT = {"agent_sigterm", "preempt_save", "elastic_join", "elastic_join_at_max",
+                      "elastic_leave"}
+
+    def trace(self, kinds):
+        """This run as the contract checker's JSON lines (tests/invariants/check_trace.cc): the
+        contract, each pod incarnation's start, the generations its workers ran (local rank
+        0's marks: node rank, WORLD_SIZE and restart count per pod), the faults, the SIGTERMs,
+        the exits. Times in ms from the first mark; the soak checks its own deadlines."""
+        lo, hi = self.elastic or (self.nnodes, self.nnodes)
+        lines = [{"contract": {"min_nodes": lo, "max_nodes": hi, "spares": self.spares,
+                               "max_restarts": self.max_restarts,
+                               "rdzv_timeout_ms": 10**9, "grace_ms": 10**9}}]
+        marks = {i: self.marks(i) for i in range(self.npods)}
+        t0 = min([t for ms in marks.values() for _, t, _, _, _ in ms] +
+                 [t for _, t in self.exits.values()] or [0.0])
+        ms = lambda t: int((t - t0) * 1000)  # noqa: E731
+        inst = lambda i, n: i * 1000 + n  # noqa: E731
+        lines += [{"t": 0, "ev": "start", "pod": i, "inst": inst(i, n)}
+                  for i in range(self.npods) for n in range(1, self.inc[i] + 1)]
+        lines += [{"t": 0, "ev": "fault", "pod": 0, "what": self.TRACE_FAULTS.get(k, "fail")}
+                  for k in kinds if k not in self.NO_TRACE_FAULT]
+        for i in range(self.npods):
+            try:
+                with open(self.marks_path(i)) as f:
+                    rows = [line.split() for line in f]
+            except FileNotFoundError:
+                rows = []
+            for p in rows:
+                if len(p) == 8 and p[0] == "ready" and p[3] == "0":
+                    lines.append({"t": ms(float(p[1])), "ev": "gen", "pod": i,
+                                  "inst": inst(i, int(p[4])), "generation": int(p[2]),
+                                  "rank": int(p[5]) // self.nproc,
+                                  "world": int(p[7]) // self.nproc, "restarts": int(p[6])})
+        for (i, n), (code, t) in self.exits.items():
+            if (i, n) in self.sigtermed:
+                lines.append({"t": ms(t) - 1, "ev": "signal", "pod": i, "inst": inst(i, n),
+                              "what": "term"})
+            lines.append({"t": ms(t), "ev": "exit", "pod": i, "inst": inst(i, n), "code": code})
+        head, rest = lines[:1], sorted(lines[1:], key=lambda r: r["t"])
+        return head + rest
+
+    def check_trace(self, kinds):
+        """--check-trace: the run's trace through the contract checker; its violations are the
+        run's. --trace-dir: the trace is kept there (run<seed>.jsonl)."""
+        if not self.args.check_trace and not self.args.trace_dir:
+            return
+        text = "".join(json.dumps(r) + "\n" for r in self.trace(kinds))
+        if self.args.trace_dir:
+            os.makedirs(self.args.trace_dir, exist_ok=True)
+            with open(os.path.join(self.args.trace_dir, f"run{self.seed}.jsonl"), "w") as f:
+                f.write(text)
+        if self.args.check_trace:
+            out = subprocess.run([self.args.check_trace], input=text, capture_output=True,
+                                 text=True)
+            if out.returncode not in (0, 1):
+                self.violate(f"trainlet-check-trace: {out.stderr.strip()}")
+            for line in out.stdout.splitlines():
+                self.violate(f"contract checker: {line}")
 
     def formed(self):
         """Every active pod runs generation 0. Elastic: the latest generation any worker
@@ -1082,8 +1148,14 @@ def main():
     p.add_argument("--ci", action="store_true", help="short: print only failing runs")
     p.add_argument("--elastic", action="store_true",
                    help="every run elastic, its first fault the elastic kinds in turn")
+    p.add_argument("--check-trace", metavar="BIN",
+                   help="check each run's trace with this trainlet-check-trace (the contract "
+                        "checker the gang simulator uses: tests/invariants)")
+    p.add_argument("--trace-dir", help="keep each run's trace (JSON lines) here")
     args = p.parse_args()
     args.trainlet = os.path.abspath(args.trainlet)
+    if args.check_trace and not os.access(args.check_trace, os.X_OK):
+        p.error(f"--check-trace {args.check_trace}: not executable")
     missing = podsim.requirements_missing()
     if missing:
         print(f"soak: skipped: {missing}")

@@ -1,4 +1,5 @@
 #include "trainlet/agent/pod/gang_policy.h"
+#include "trainlet/agent/pod/rule_hits.h"
 
 #include "trainlet/exitcodes/exit_code.h"
 
@@ -44,15 +45,18 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
   // because a peer was terminated, that then gets its own, was preempted too.
   if (c.kind == Cause::Kind::kStopSignal ||
       (stop_signal_ && (c.kind == Cause::Kind::kPeerStopped || gen_.restarting()))) {
+    rule_hits::G(4);
     return Conclude(std::move(a), terminated);
   }
   switch (c.kind) {
     case Cause::Kind::kPeer:
     case Cause::Kind::kPeerStopped:
+      rule_hits::G(2);
       return Conclude(std::move(a), {.kind = Kind::kPeerFailed,
                                      .failure_class = FailureClass::kPeerFailed,
                                      .reason = c.reason});
     case Cause::Kind::kOwnStall:
+      rule_hits::G(3);
       return Conclude(std::move(a), {.kind = Kind::kStall,
                                      .failure_class = FailureClass::kInfra,
                                      .reason = c.reason});
@@ -72,7 +76,13 @@ GangActions GangPolicyBase::ConcludeNow(GangActions a) {
 GangActions GangPolicyBase::Restart(GangActions a) {
   a.restart = true;
   // The next generation's count (membership.h M2; the next assignment says it again).
-  if (gen_.decision != Decision::kGrow) ++restarts_;
+  a.counted = gen_.decision != Decision::kGrow;  // G12
+  rule_hits::G(12);
+  if (a.counted) {
+    ++restarts_;
+    rule_hits::G(9);
+  }
+  rule_hits::G(10);  // the generation's state replaced whole
   gen_ = {};
   restarted_ = true;
   return a;
@@ -85,6 +95,7 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
     restarts_ = a->restarts.value_or(a->generation);
     // A spare has no workers to wait for, and never a success of its own.
     gen_.phase = a->spare ? Phase::kSpare : Phase::kRunning;
+    if (a->spare) rule_hits::G(7);
     return GangActions{};
   }
   if (const auto* f = std::get_if<gang::AgentFailed>(&e)) {
@@ -99,6 +110,7 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
       GangActions a;
       if (config_.index != 0 && config_.index != rendezvous::wire::kNoIndex) {
         // G5: a member tells the leader, so that the round need not wait for it.
+        rule_hits::G(5);
         a.report = rendezvous::wire::Report{
             .index = config_.index,
             .ok = false,
@@ -106,6 +118,7 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
             .reason = "stopped by " + exitcodes::SignalName(s->signo),
             .leaving = true};
       }
+      rule_hits::G(4);
       return Conclude(std::move(a), {.kind = Kind::kTerminated,
                            .failure_class = FailureClass::kTerminated,
                            .reason = "received " + exitcodes::SignalName(s->signo) +
@@ -184,6 +197,7 @@ GangActions LeaderPolicy::PodFailed(std::uint32_t index, FailureClass c, const s
 GangActions LeaderPolicy::Announce(std::uint32_t index, FailureClass c, const std::string& reason,
                                    bool hang, const MembershipActions& m) {
   GangActions a;
+  rule_hits::G(1);
   gen_.first = index;
   a.leaving = m.leaving;
   a.note_failure = static_cast<std::uint16_t>(c);
@@ -196,6 +210,7 @@ GangActions LeaderPolicy::Announce(std::uint32_t index, FailureClass c, const st
                                        .next_generation = generation_ + 1,
                                        .failure_class = static_cast<std::uint16_t>(c)};
   if (restart) {
+    rule_hits::G(6);
     gen_.decision = Decision::kRestart;
     a.log = "gang: " + reason + "; restarting in place (restart " +
             std::to_string(m.next_restarts) + " of " + std::to_string(config_.max_restarts) + ")";
@@ -224,6 +239,7 @@ GangActions LeaderPolicy::NextWithoutRestart(const MembershipActions& m) {
   GangActions a;
   const std::uint32_t subject = m.subject.value_or(config_.index);
   gen_.decision = Decision::kGrow;  // a failure may still be decided (membership.h M12)
+  rule_hits::G(8);
   a.leaving = m.leaving;
   a.resize = true;
   a.broadcast = rendezvous::wire::Stop{
@@ -245,6 +261,7 @@ GangActions LeaderPolicy::OnReport(const gang::Report& r) {
   if (r.report.ok) {
     // A restart decided before stays decided.
     if (gen_.decision == Decision::kOpen) gen_.decision = Decision::kSucceeded;
+    rule_hits::G(11);
     return MaybeConclude();
   }
   const auto c = static_cast<FailureClass>(r.report.failure_class);
@@ -268,6 +285,7 @@ GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
   const MembershipActions m = membership_.On(member_event::Lost{l.index});
   GangActions a;
   a.lost = m.lost;
+  a.lost_spares = m.lost_spares;
   if (spare) {  // M6: a waiting spare; no worker of the gang ran there
     if (!decided) a.log = "spare pod " + std::to_string(l.index) + " was lost: " + l.why;
     return a;
@@ -287,6 +305,7 @@ GangActions LeaderPolicy::OnLost(const gang::Lost& l) {
 // the leaves of a settle window and decides them at once (M7-M10).
 GangActions LeaderPolicy::OnLeaving(const gang::Report& r) {
   GangActions a;
+  rule_hits::G(5);
   if (gen_.first || gen_.restarting()) {  // a failure or a next generation came first
     a.leaving = membership_.On(member_event::Leaving{r.index}).leaving;
     return a;
@@ -331,6 +350,7 @@ GangActions LeaderPolicy::OnOwnStall(const gang::OwnStall& s) {
   if (gen_.cause.own() || gen_.first) return {};
   const std::uint32_t own = config_.index;
   gen_.cause = Cause::OwnStall(s.why);
+  rule_hits::G(3);
   GangActions a = PodFailed(own, FailureClass::kInfra, "pod " + std::to_string(own) + ": " + s.why,
                             false);
   a.stop_workers = 0;
@@ -380,6 +400,7 @@ GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
   const MembershipActions m = membership_.On(member_event::Joined{.key = j.index, .open = open});
   if (m.end == MembershipActions::End::kResize) return NextWithoutRestart(m);
   GangActions a;
+  a.joins_as_spare = m.joins_as_spare;  // G12
   a.log_info = true;
   a.log = "pod " + std::to_string(j.index) + " joined; " +
           (m.joins_as_spare ? "it waits as a spare" : "it joins the next generation");
@@ -459,11 +480,13 @@ GangActions MemberPolicy::OnStop(const rendezvous::wire::Stop& s) {
   if (gen_.decision == Decision::kGrow && s.failure_class == 0) return a;
   if (!s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
     // The gang finished: a spare (the only pod still waiting for a word) exits 0.
+    rule_hits::G(7);
     gen_.decision = Decision::kFinal;
     return gen_.done() ? Conclude(std::move(a), {.kind = Kind::kOk}) : a;
   }
   if (s.restart && s.failure_class == static_cast<std::uint16_t>(FailureClass::kOk)) {
     // A pod joined and the gang grows: a next generation, no failure, no restart.
+    rule_hits::G(8);
     gen_.decision = Decision::kGrow;
     a.log = "the leader starts generation " + std::to_string(s.next_generation) + ": " + s.reason;
     a.log_info = true;
@@ -537,6 +560,7 @@ GangActions MemberPolicy::OnWorkersDone(const gang::WorkersDone& d) {
     gen_.phase = Phase::kReporting;
     GangActions a;
     a.report = rendezvous::wire::Report{.index = config_.index, .ok = true, .reason = ""};
+    rule_hits::G(11);
     return a;
   }
   return ConcludeNow();
@@ -552,6 +576,7 @@ GangActions MemberPolicy::OnStopSignal(int signo) {
   }
   if (gen_.restarting() && !gen_.cause.known()) {
     // G5: the gang restarts or resizes; the next round need not wait for it.
+    rule_hits::G(5);
     GangActions a;
     a.report = rendezvous::wire::Report{
         .index = config_.index,

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "trainlet/agent/pod/rule_hits.h"
+
 namespace trainlet::agent {
 
 using exitcodes::FailureClass;
@@ -18,6 +20,7 @@ bool RestartableClass(FailureClass c) {
 
 bool RestartAllowed(FailureClass c, std::uint32_t restarts, std::uint32_t max_restarts,
                     bool stopped) {
+  rule_hits::M(1);
   return !stopped && restarts < max_restarts && RestartableClass(c);  // M1
 }
 
@@ -25,12 +28,16 @@ MembershipActions Membership::Decide(MembershipActions a, End end) {
   a.end = end;
   end_ = end;
   a.next_restarts = restarts_ + (end == End::kRestart ? 1 : 0);  // M2
+  rule_hits::M(2);
   return a;
 }
 
 MembershipActions Membership::OnFailed(const member_event::Failed& f) {
   MembershipActions a;
-  if (end_ != End::kNone) return a;  // M12: collateral of the end decided
+  if (end_ != End::kNone) {  // M12: collateral of the end decided
+    rule_hits::M(12);
+    return a;
+  }
   settling_ = false;  // the failure decides; the leavers stay marked
   a.subject = f.key;
   const bool spare_waits = spares_.size() > leaving_.size();
@@ -38,22 +45,32 @@ MembershipActions Membership::OnFailed(const member_event::Failed& f) {
       !f.stopped && restarts_ < settings_.max_restarts && !f.succeeded) {
     a.leaving.push_back(f.key);  // M4: a spare takes its node rank
     a.why = Pod(f.key) + " leaves (its node is at fault); a spare takes its node rank";
+    rule_hits::M(4);
     return Decide(std::move(a), End::kRestart);
   }
   if (CanRestart(f.failure_class, f.stopped) && !f.succeeded) {
+    rule_hits::M(3);
     return Decide(std::move(a), End::kRestart);  // M3
   }
+  rule_hits::M(5);
   return Decide(std::move(a), End::kStop);  // M5
 }
 
 MembershipActions Membership::OnLost(const member_event::Lost& l) {
   MembershipActions a;
   if (spares_.erase(l.key) > 0) {  // M6
-    if (end_ == End::kNone) a.lost.push_back(l.key);
+    rule_hits::M(6);
+    if (end_ == End::kNone) {
+      a.lost.push_back(l.key);
+      a.lost_spares.push_back(l.key);
+    }
     return a;
   }
   // M14; a leaver closing after its word; a gang that stops plans no next generation.
-  if (end_ != End::kNone || leaving_.contains(l.key)) return a;
+  if (end_ != End::kNone || leaving_.contains(l.key)) {
+    rule_hits::M(14);
+    return a;
+  }
   a.lost.push_back(l.key);  // M3: never active again; the failure path decides the end
   return a;
 }
@@ -67,10 +84,12 @@ MembershipActions Membership::OnLeaving(const member_event::Leaving& l) {
   if (!settings_.elastic() && settings_.spares == 0) {  // M10: nothing could go on: no window
     a.subject = l.key;
     a.why = Pod(l.key) + " leaves: a fixed gang without spares stops";
+    rule_hits::M(10);
     return Decide(std::move(a), End::kStop);
   }
   if (!settling_) {  // M7
     settling_ = true;
+    rule_hits::M(7);
     a.arm_settle = true;
   }
   return a;
@@ -87,15 +106,18 @@ MembershipActions Membership::DecideLeaves() {
   who += n == 1 ? " leaves" : " leave";
   if (spares_.size() >= n) {  // M8
     a.why = who + "; a spare takes each node rank (no restart)";
+    rule_hits::M(8);
     return Decide(std::move(a), End::kSwap);
   }
   const std::uint32_t staying = active() - n + static_cast<std::uint32_t>(spares_.size());
   if (settings_.elastic() && staying >= settings_.min_nodes) {  // M9
     a.why = who + "; the gang goes on with " + std::to_string(staying) + " pods (no restart)";
+    rule_hits::M(9);
     return Decide(std::move(a), End::kResize);
   }
   a.why = who + "; " + std::to_string(staying) + " would stay, " +
           std::to_string(settings_.min_nodes) + " needed: the gang stops";  // M10
+  rule_hits::M(10);
   return Decide(std::move(a), End::kStop);
 }
 
@@ -107,9 +129,11 @@ MembershipActions Membership::OnLeaderLeaving() {
   if (settings_.elastic() || settings_.spares > 0) {  // M11
     a.why = "the leader (pod " + std::to_string(settings_.leader) +
             ") leaves; the members wait for its replacement (no restart)";
+    rule_hits::M(11);
     return Decide(std::move(a), End::kRejoin);
   }
   a.why = "the leader (pod " + std::to_string(settings_.leader) + ") leaves: the gang stops";
+  rule_hits::M(10);
   return Decide(std::move(a), End::kStop);  // M10
 }
 
@@ -118,11 +142,13 @@ MembershipActions Membership::OnJoined(const member_event::Joined& j) {
   a.subject = j.key;
   if (active() < settings_.max_nodes && j.open && end_ == End::kNone && !settling_) {  // M13
     a.why = Pod(j.key) + " joined: the gang grows";
+    rule_hits::M(13);
     return Decide(std::move(a), End::kResize);
   }
   if (!decided()) {
     spares_.insert(j.key);
     a.joins_as_spare = true;
+    rule_hits::M(13);
   }
   return a;
 }
@@ -133,6 +159,7 @@ MembershipActions Membership::On(const MembershipEvent& e) {
     active_ = f->active;
     spares_ = f->spares;
     restarts_ = f->restarts;  // M15: the assignment's count, a replaced leader's too
+    rule_hits::M(15);
     leaving_.clear();
     first_leaver_.reset();
     settling_ = false;

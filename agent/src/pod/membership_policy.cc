@@ -1,4 +1,5 @@
 #include "trainlet/agent/pod/membership_policy.h"
+#include "trainlet/agent/pod/rule_hits.h"
 
 #include <algorithm>
 #include <map>
@@ -77,6 +78,21 @@ std::optional<std::uint32_t> GenerationPlan::NodeRankOf(std::uint32_t key) const
   auto it = std::find(active.begin(), active.end(), key);
   if (it == active.end()) return std::nullopt;
   return static_cast<std::uint32_t>(it - active.begin());
+}
+
+std::vector<MemberState> WithHeldRanks(const std::vector<std::uint32_t>& joined,
+                                       const std::map<std::uint32_t, std::uint32_t>& held) {
+  std::vector<MemberState> pods;
+  const bool any = std::any_of(joined.begin(), joined.end(),
+                               [&held](std::uint32_t key) { return held.contains(key); });
+  if (any) rule_hits::M(16);
+  for (std::uint32_t key : joined) {
+    MemberState m{.key = key};
+    if (auto it = held.find(key); it != held.end()) m.node_rank = it->second;
+    if (key == 0 && any) m.node_rank = 0;  // the leader's pod hosts rank 0's store
+    pods.push_back(m);
+  }
+  return pods;
 }
 
 GenerationPlan PlanGeneration(const std::vector<MemberState>& pods, const MembershipConfig& c) {

@@ -60,14 +60,15 @@ bool Roster::Forms(const std::vector<std::uint32_t>& joined) {
 std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
     const std::vector<std::uint32_t>& joined) {
   if (!Forms(joined)) return std::nullopt;
-  std::vector<MemberState> pods;
-  for (std::uint32_t key : joined) {
-    MemberState m{.key = key};
-    auto it = pods_.find(key);
+  // No generation known here (a replaced leader's first round): the node
+  // ranks the hellos say the pods held (M16); else the roster's own.
+  static const std::map<std::uint32_t, std::uint32_t> kNone;
+  std::vector<MemberState> pods = WithHeldRanks(joined, pods_.empty() ? held_ : kNone);
+  for (MemberState& m : pods) {
+    auto it = pods_.find(m.key);
     if (it != pods_.end() && !it->second.lost && !it->second.must_leave) {
       m.node_rank = it->second.node_rank;
     }
-    pods.push_back(m);
   }
   for (const auto& [key, m] : pods_) {
     if (std::find(joined.begin(), joined.end(), key) != joined.end()) continue;
@@ -103,7 +104,6 @@ void Roster::Adopt(std::uint32_t generation) {
     spdlog::warn("generation {}: spare pod {} takes node rank {} of pod {}", generation, spare,
                  node_rank, left);
   }
-  spares_waiting_ = std::set<std::uint32_t>(planned_->waiting.begin(), planned_->waiting.end());
   planned_.reset();
 }
 
@@ -133,16 +133,19 @@ std::optional<std::uint32_t> Roster::LeftIn(std::uint32_t key) const {
   return it->second;
 }
 
-void Roster::AddJoined(std::uint32_t key, bool waiting) {
+std::set<std::uint32_t> Roster::Unranked() const {
+  std::set<std::uint32_t> out;
+  for (const auto& [key, m] : pods_) {
+    if (!m.node_rank && !m.lost && !m.must_leave) out.insert(key);
+  }
+  return out;
+}
+
+void Roster::AddJoined(std::uint32_t key) {
   // A pod counted alive keeps its place (it came back early for the next round).
   auto it = pods_.find(key);
   if (it == pods_.end() || it->second.lost || it->second.must_leave) pods_[key] = {.key = key};
   lost_spares_.erase(key);  // admitted again: a new pod (a lost one coming back is refused)
-  if (waiting) {
-    spares_waiting_.insert(key);
-  } else {
-    spares_waiting_.erase(key);
-  }
 }
 
 bool Roster::NewlyActive(std::uint32_t key) const {
@@ -172,9 +175,17 @@ std::optional<rendezvous::wire::Replaced> Roster::LastReplacementOf(std::uint32_
   return std::nullopt;
 }
 
-void Roster::MarkLost(std::uint32_t key) {
+void Roster::OnAdmitted(std::uint32_t index, const rendezvous::wire::Hello& hello) {
+  if (hello.node_rank) {
+    held_[index] = *hello.node_rank;
+  } else {
+    held_.erase(index);
+  }
+}
+
+void Roster::MarkLost(std::uint32_t key, bool waiting_spare) {
   if (auto it = pods_.find(key); it != pods_.end()) it->second.lost = true;
-  if (spares_waiting_.contains(key)) lost_spares_[key] = adopted_;
+  if (waiting_spare) lost_spares_[key] = adopted_;
 }
 
 void Roster::MarkLeaving(std::uint32_t key) {

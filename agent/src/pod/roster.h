@@ -64,24 +64,32 @@ class Roster final : public rendezvous::LeaderMembership {
     return LostSpareIn(index);
   }
   void OnLeave(std::uint32_t index) override { MarkLeaving(index); }
+  // LeaderMembership: the node rank pod `index` says it held (M16), used
+  // while the roster knows no generation (a replaced leader's first round).
+  void OnAdmitted(std::uint32_t index, const rendezvous::wire::Hello& hello) override;
 
   // Generation `generation` formed as last planned: the roster is the plan;
   // who replaced whom is logged. No plan: nothing changes.
   void Adopt(std::uint32_t generation);
 
   // Pod `key` was admitted while a generation runs (LeaderOptions::admit_late):
-  // the next round counts it alive (it waits for it, as for the survivors);
-  // `waiting`: it waits as a spare now (spares_waiting). A key lost or leaving
-  // before (a recreated pod) starts over, with no node rank; one counted alive
-  // keeps its node rank (it rejoined early, while the generation ended).
-  void AddJoined(std::uint32_t key, bool waiting);
-  // Pod `key` was lost (silent, or its connection closed); unknown keys are ignored.
-  void MarkLost(std::uint32_t key);
+  // the next round counts it alive (it waits for it, as for the survivors).
+  // Whether it waits as a spare now is the membership machine's word, kept
+  // there alone (membership.h M13). A key lost or leaving before (a recreated
+  // pod) starts over, with no node rank; one counted alive keeps its node
+  // rank (it rejoined early, while the generation ended).
+  void AddJoined(std::uint32_t key);
+  // Pod `key` was lost (silent, or its connection closed); unknown keys are
+  // ignored. `waiting_spare`: it waited as a spare (the membership machine's
+  // word, MembershipActions::lost_spares): LostSpareIn records it.
+  void MarkLost(std::uint32_t key, bool waiting_spare = false);
   // Pod `key` failed with a class that points at its node: it leaves.
   void MarkLeaving(std::uint32_t key);
 
-  // The pods waiting as spares in the generation adopted last.
-  const std::set<std::uint32_t>& spares_waiting() const { return spares_waiting_; }
+  // The pods the roster counts alive without a node rank: right after Adopt,
+  // the plan's waiting spares (the membership machine takes them from there:
+  // gang::Assigned::spares); later also the pods admitted since (AddJoined).
+  std::set<std::uint32_t> Unranked() const;
   // Every replacement so far, oldest first.
   const std::vector<Replacement>& replacements() const { return replacements_; }
   // The latest replacement of pod `key` (LeaderMembership::ReplacedOf); nullopt: none.
@@ -116,11 +124,11 @@ class Roster final : public rendezvous::LeaderMembership {
   void RecordLeft(std::uint32_t generation);
   std::map<std::uint32_t, MemberState> pods_;  // by key: the last generation's
   std::optional<GenerationPlan> planned_;      // the round being formed
-  std::set<std::uint32_t> spares_waiting_;
   std::vector<Replacement> replacements_;
   std::map<std::uint32_t, std::uint32_t> left_;  // LeftIn: key -> generation
   std::map<std::uint32_t, std::uint32_t> lost_spares_;  // LostSpareIn: key -> generation
   std::uint32_t adopted_ = 0;  // the generation adopted last
+  std::map<std::uint32_t, std::uint32_t> held_;  // OnAdmitted: key -> node rank held (M16)
   // The round being formed: its formation settings, start, when MIN pods were
   // in, and the timer that reconsiders it.
   FormationConfig formation_{};

@@ -151,6 +151,14 @@ class LeaderMembership {
   // (the round does not wait for it). After the round was decided the report
   // reaches ChannelCallbacks::on_report instead.
   virtual void OnLeave(std::uint32_t index) = 0;
+  // Pod `index` was admitted with `hello` (to this round, or late while the
+  // generation runs), before Plan is asked with it: what the hello says of
+  // the pod beyond its index (wire::Hello::node_rank, the node rank a
+  // survivor held). Does nothing unless overridden.
+  virtual void OnAdmitted(std::uint32_t index, const wire::Hello& hello) {
+    (void)index;
+    (void)hello;
+  }
 };
 
 // What the control channel's heartbeats tell about a connected member (for

@@ -8,6 +8,9 @@
 // restarted leader comes back with a new IP), until the overall deadline.
 // One log line per state change, not per attempt.
 //
+// Every decision is MemberCore's (member_core.h, sans-IO); this class only
+// resolves, connects, moves bytes, arms timers and runs the callbacks.
+//
 // Thread rules: create, Start and destroy on the thread running the executor;
 // callbacks run there too.
 #pragma once
@@ -23,50 +26,20 @@
 
 #include "trainlet/exitcodes/status.h"
 #include "trainlet/rendezvous/backoff.h"
+#include "trainlet/rendezvous/member_core.h"
 #include "trainlet/rendezvous/resolver.h"
 #include "trainlet/rendezvous/tunables.h"
 #include "trainlet/rendezvous/wire.h"
 
 namespace trainlet::rendezvous {
 
-struct MemberOptions {
-  std::string leader_host;  // DNS name or IP literal of the leader (index 0)
-  std::uint16_t port = tunables::kRendezvousPort;  // the leader's rendezvous port
-  wire::Hello hello;           // this pod's hello
-  // The whole join (resolve + connect + assignment) must finish by then.
-  std::chrono::steady_clock::time_point deadline;
-  std::chrono::milliseconds connect_timeout = tunables::kConnectTimeout;  // per address per attempt
-  // Once connected, the leader must send some frame (a heartbeat while the gang
-  // is incomplete, a challenge, a refusal or the assignment) within this time;
-  // a silent leader (frozen, or a terminating old pod still listed in DNS) is
-  // left for the next resolved address.
-  std::chrono::milliseconds reply_timeout = tunables::kReplyTimeout;
+// The core's options (member_core.h: the leader, the hello, the deadline and
+// timeouts, backoff, token) and the resolver's.
+struct MemberOptions : MemberCoreOptions {
   ResolverOptions resolver;
-  BackoffOptions backoff;
-  std::uint64_t seed = 0;  // jitter seed (tests pass a fixed one)
-  std::string token;       // shared token (auth.h); empty: no authentication
-  // Until the assignment, a line every `progress_interval`: what the member
-  // waits for (the address it tries and the last error, or the gang), and the
-  // time left until `deadline`.
-  std::chrono::milliseconds progress_interval = tunables::kProgressInterval;
 };
 
-// What a member does with the leader's assignment (a pure decision, tested
-// row by row in tests/join_check_test.cc): take it, retry (the leader is a
-// stale pod of another job, attempt or an earlier generation; `state` is the
-// log line's state, `detail` the error), or fail config (`detail`: the leader
-// did not authenticate while this pod has a token, or the assignment
-// contradicts this pod's launch).
-struct JoinCheck {
-  enum class Verdict { kAccept, kRetry, kFail };
-  Verdict verdict = Verdict::kAccept;
-  std::string state;
-  std::string detail;
-};
-// `hello`: this pod's; `token`: this pod has one; `authenticated`: the leader
-// proved it on this connection.
-JoinCheck CheckAssignment(const wire::Hello& hello, bool token, bool authenticated,
-                          const wire::Assignment& assignment);
+// JoinCheck and CheckAssignment, the assignment's check: member_core.h.
 
 class Member : public std::enable_shared_from_this<Member> {
  public:
@@ -123,26 +96,17 @@ class Member : public std::enable_shared_from_this<Member> {
 
  private:
   struct Impl;
+  struct Conn;  // one TCP connection (member.cc)
   Member() = default;
-  void Resolve();
-  void ConnectNext();
-  void SendHello();
-  void ReadReply();
-  void ProcessReply();
-  void OnReply(const wire::Message& message);
-  void AnswerChallenge(const wire::Challenge& challenge);
-  std::string TimeoutMessage() const;
-  template <class Handler>
-  auto Bound(Handler handler);  // see member.cc: drops stale completions
-  void ArmReplyTimer();
-  void ChannelProcess();
-  void ChannelLost(const std::string& why);
-  void Retry(const std::string& state, const std::string& detail);
-  void Finish(exitcodes::Result<wire::Assignment> result);
-  void LogProgress();
-  void ChannelRead();
-  void ChannelHeartbeat();
-  void Send(std::vector<std::uint8_t> frame, std::function<void()> sent = {});
+  // Carries out the core's actions in order (I/O, timers, the callbacks);
+  // `sent` is a report's completion (Send or Unsent with a ticket). Stops
+  // once a callback closed this member.
+  void Execute(MemberCore::Actions actions, std::function<void()> sent = {});
+  void Carry(member::Action& action, std::function<void()>& sent);
+  void ResolveName(const member::ResolveName& r);
+  void Connect(const member::Connect& c);
+  void Read(const std::shared_ptr<Conn>& conn);
+  void ArmTimer(const member::ArmTimer& t);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -17,29 +17,15 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/ip/address.hpp>
 
 #include "trainlet/exitcodes/status.h"
+#include "trainlet/rendezvous/resolve_error.h"
 
 namespace trainlet::rendezvous {
-
-enum class ResolveError {
-  kNone,           // Success: at least one address.
-  kNotFound,       // NXDOMAIN, or the name exists without A/AAAA data, for every candidate.
-  kServerFailure,  // The server answered SERVFAIL/FORMERR/NOTIMP, or an unparsable reply.
-  kRefused,        // The server answered REFUSED, or refused the connection (ICMP/RST).
-  kTimeout,        // No answer within the configured timeouts and tries.
-  kBadName,        // Not a valid DNS name (empty, label > 63 bytes, ...).
-  kCancelled,      // Cancel() or ~Resolver() ended the query.
-  kOther,          // Anything else (out of memory, unreadable config, ...).
-};
-
-// Stable lower-case name ("not_found", "timeout", ...), for logs and messages.
-std::string_view ResolveErrorName(ResolveError e);
 
 struct ResolveOutcome {
   // Every A and AAAA address, without duplicates, in RFC 6724 order (the order

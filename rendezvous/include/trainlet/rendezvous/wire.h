@@ -99,6 +99,14 @@ struct Hello {
   // failed or was lost after that pod is gone. Empty: unknown. Encoded after
   // `instance_id`, flag bit 8.
   std::string node_name{};
+  // Hot spares and elastic sizes: the node rank this pod held in the last
+  // generation it ran workers in (a survivor rejoining); unset for a pod that
+  // held none (a waiting spare, a new or recreated pod) and from an older
+  // peer. A replaced leader's first round keeps each survivor on it
+  // (agent/pod/membership.h, rule M16), so that a survivor's node rank does
+  // not move because the leader's pod was replaced. Encoded after
+  // `node_name`, flag bit 16.
+  std::optional<std::uint32_t> node_rank{};
   bool operator==(const Hello&) const = default;
 };
 

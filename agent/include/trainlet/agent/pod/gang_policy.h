@@ -1,9 +1,9 @@
 // trainlet/agent/pod/gang_policy.h — what the gang decides, as a pure state machine:
-// (state, event) -> actions. No sockets, no clocks, no processes: Pod (pod.cc)
+// (state, event) -> actions. No sockets, no clocks, no processes: Pod (src/pod/pod_wiring.h)
 // turns the control channel, the supervisor, signals and timers into events,
 // and carries out the actions. Not thread-safe; owned by the one event loop.
 //
-// The rules (README, "Gang"), numbered (G1-G11; membership's, M1-M15, are in
+// The rules (README, "Gang"), numbered (G1-G12; membership's, M1-M16, are in
 // membership.h, which the leader's role holds: who is in the gang, whether
 // an end is a restart or a resize, and the restart budget are decided there):
 //  G1. The leader decides, alone, which failure of a generation came first
@@ -40,9 +40,15 @@
 //  G10. Each generation's state is one value (Generation: a phase, a decision
 //      and the first failure known); a restart replaces it whole. Events the
 //      wiring delivers for an old generation must be dropped by the wiring
-//      (pod.cc's PodGeneration, its callbacks behind Pod::Guard).
+//      (pod_generation.h's PodGeneration, retired with the policy's decision,
+//      its callbacks behind Pod::Guard).
 //  G11. Once a member's workers all succeeded no restart follows (the gang
 //      finishes, or stops for whoever failed).
+//  G12. The actions say what the wiring does, so that it infers nothing: a
+//      restart says whether it is counted (GangActions::counted: the pod's
+//      log and trainlet_restarts_total follow it), a join whether the pod
+//      waits as a spare (GangActions::joins_as_spare: the leader's answer to
+//      it); the wiring never compares counts or reads the membership's sets.
 #pragma once
 
 #include <cstdint>
@@ -148,6 +154,7 @@ struct GangActions {
   // before the broadcast (whose replacement the roster names).
   std::vector<std::uint32_t> lost{};
   std::vector<std::uint32_t> leaving{};
+  std::vector<std::uint32_t> lost_spares{};  // of `lost`, the waiting spares (membership.h M6)
   // Leader: the broadcast Stop ends the generation for a next one that counts
   // no restart (a join, a leave), so it names no failure (metrics).
   bool resize = false;
@@ -156,6 +163,12 @@ struct GangActions {
   // caused elsewhere); nullopt: no failure (a join, a leave).
   std::optional<std::uint16_t> note_failure{};
   bool restart = false;            // join the rendezvous again for the next generation
+  // With `restart`: the next generation counts a restart (G9: a failure or a
+  // loss ended this one); false: it counts none (G8: a join, a leave, a swap).
+  bool counted = false;
+  // Leader, Joined: the pod admitted now waits as a spare in this generation
+  // (membership.h M13); false: the gang grows for it, or it joins the next one.
+  bool joins_as_spare = false;
   std::optional<Conclusion> conclude;  // exit now
   std::string log{};               // one line worth logging, or ""
   bool log_info = false;           // ... at info (expected progress), not as a warning

@@ -1,4 +1,4 @@
-// trainlet/agent/pod/gpu_setup.h — the agent's GPU steps, one call each from pod.cc.
+// trainlet/agent/pod/gpu_setup.h — the agent's GPU steps, one call each from the pod's wiring.
 //
 //   leader, assignment round:  MakeNcclIdMaker() -> LeaderOptions::make_nccl_ids
 //   every pod, after the assignment: [gpu::RunPreflight(PreflightOptionsFor())], then

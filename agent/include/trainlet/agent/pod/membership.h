@@ -2,7 +2,7 @@
 // the gang, and how each generation ends, as one pure state machine:
 // (state, event) -> actions. No sockets, no clocks, no processes: the leader's
 // GangPolicy (gang_policy.h) holds one Membership and feeds it the events it
-// hears; Pod (pod.cc) carries out the actions on the roster (roster.h, the
+// hears; Pod (src/pod/pod_wiring.h) carries out the actions on the roster (roster.h, the
 // round's timer and PlanGeneration) and the wire. Not thread-safe; owned by
 // the one event loop.
 //
@@ -63,6 +63,12 @@
 //  M15. A replaced leader (a fresh pod 0) continues the members' generation
 //      and restart count: the highest their hellos carry (leader.h), in every
 //      mode; the assignment brings the count here (Assigned).
+//  M16. A replaced leader's first round keeps each survivor on the node rank
+//      it held (its hello says it: wire::Hello::node_rank), the leader on 0,
+//      where every rank of the last generation is back; the spares and
+//      recreated pods wait (WithHeldRanks, membership_policy.h). Later rounds
+//      follow the leader's own roster. Without it a survivor's node rank, and
+//      its workers' RANK, would move because the leader's pod was replaced.
 #pragma once
 
 #include <cstdint>
@@ -145,6 +151,11 @@ struct MembershipActions {
   // leaving ones (a hardware failure with a spare, M4; graceful leaves, M8-M10).
   std::vector<std::uint32_t> lost;
   std::vector<std::uint32_t> leaving;
+  // Of `lost`, the pods that waited as spares (M6): the roster records them
+  // (a lost spare coming back is refused for good: rendezvous admission rule
+  // 8). The machine keeps the one copy of who waits now (spares()); the
+  // roster keeps only what the next round's plan needs.
+  std::vector<std::uint32_t> lost_spares;
   // The first leaver (the Stop names it) for leave decisions; the joiner for kResize by a join.
   std::optional<std::uint32_t> subject;
   bool arm_settle = false;  // start the settle window (M7)

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,6 +58,16 @@ struct GenerationPlan {
   // The node rank of `key` in this plan; nullopt for a waiting or absent pod.
   std::optional<std::uint32_t> NodeRankOf(std::uint32_t key) const;
 };
+
+// Rule M16 (membership.h): a replaced leader's first round, which knows no
+// earlier generation of its own. The pods `joined` (keys), each on the node
+// rank it says it held (`held`, by key: wire::Hello::node_rank), and the
+// leader (key 0) on node rank 0 when any pod held one: so that
+// PlanGeneration keeps the survivors where they were when every rank of the
+// last generation is back, and numbers them as before otherwise (a rank held
+// twice, or past MAX, is inconsistent input: PlanGeneration renumbers).
+std::vector<MemberState> WithHeldRanks(const std::vector<std::uint32_t>& joined,
+                                       const std::map<std::uint32_t, std::uint32_t>& held);
 
 // The next generation from the pods known now (any order; a key listed twice
 // counts once, its first entry). Never fails: `ready` false says the gang
