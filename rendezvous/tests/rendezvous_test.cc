@@ -23,6 +23,7 @@
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/leader.h"
 #include "trainlet/rendezvous/member.h"
+#include "test_hello.h"
 
 namespace trainlet::rendezvous {
 namespace {
@@ -32,19 +33,6 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using exitcodes::FailureClass;
 using exitcodes::Result;
-
-wire::Hello HelloFor(std::uint32_t index, std::uint32_t nnodes, std::uint32_t nproc = 2,
-                     std::string job = "trainer-0") {
-  wire::Hello h;
-  h.job_id = std::move(job);
-  h.index = index;
-  h.nproc_per_node = nproc;
-  h.config = {{"nnodes", std::to_string(nnodes)},
-              {"nproc_per_node", std::to_string(nproc)},
-              {"master_port", "29500"}};
-  h.fingerprint = wire::Fingerprint(h.config);
-  return h;
-}
 
 class RendezvousTest : public ::testing::Test {
  public:  // for the shared scenarios below
