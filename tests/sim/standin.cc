@@ -487,8 +487,10 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     w_.At(std::max<Ms>(d.recheck_after.count(), 10), Ev::kRound, id_, w_.inst(id_).timer_epoch);
   }
 
-  bool Form() {
-    Inst& me = w_.inst(id_);
+  // The plan's input: the leader, the round's pods with the ranks they held (and
+  // whether the roster lost them or told them to leave), and the roster's pods
+  // missing from the round, as lost.
+  std::vector<agent::MemberState> PlanStates() const {
     std::vector<agent::MemberState> states;
     auto last_rank = [&](std::uint32_t key) -> std::optional<std::uint32_t> {
       auto it = roster_.find(key);
@@ -506,8 +508,13 @@ class StandInLeaderEnd final : public SimLeaderEnd {
         states.push_back({.key = key, .node_rank = s.node_rank, .lost = true});
       }
     }
+    return states;
+  }
+
+  bool Form() {
+    Inst& me = w_.inst(id_);
     const agent::GenerationPlan plan =
-        agent::PlanGeneration(states, {.min_nodes = w_.config().min_nodes, .max_nodes = w_.config().max_nodes});
+        agent::PlanGeneration(PlanStates(), {.min_nodes = w_.config().min_nodes, .max_nodes = w_.config().max_nodes});
     if (!plan.ready) return false;
     // As the real leader (leader.cc RoundGeneration, RoundRestarts): the highest generation
     // asked; with spares or elastic sizes the restarts counted, which a replaced leader (its

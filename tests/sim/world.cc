@@ -387,6 +387,26 @@ void World::Detect(ConnId c, std::uint32_t epoch) {
 
 // ---- Faults and the control plane ----
 
+// Pod `pod`'s link drops everything for `ms` (a partition): its connections
+// go silent, and the heal is an event.
+void World::CutLink(std::uint32_t pod, Ms ms) {
+  cut_until_[pod] = std::max(cut_until_[pod], now_ + ms);
+  for (ConnId c = 1; c < conns_.size(); ++c) {
+    if (insts_[conns_[c].member]->key == pod) Silence(c);
+  }
+  At(ms, Ev::kResume, 0xFFFFFFFF, pod);  // the heal: silence ends
+}
+
+// The connections of member `i` open at both ends, oldest first.
+std::vector<ConnId> World::OpenLinksOf(InstId i) const {
+  std::vector<ConnId> open;
+  for (ConnId c = 1; c < conns_.size(); ++c) {
+    const Conn& kc = conns_[c];
+    if (kc.member == i && kc.open[0] && kc.open[1]) open.push_back(c);
+  }
+  return open;
+}
+
 void World::ApplyFault(std::size_t k) {
   const Fault& f = faults_[k];
   const auto target = Current(f.pod);
@@ -430,17 +450,11 @@ void World::ApplyFault(std::size_t k) {
       if (!target || f.pod == 0) return;
       hit();
       counted("cut");
-      cut_until_[f.pod] = std::max(cut_until_[f.pod], now_ + f.arg);
-      for (ConnId c = 1; c < conns_.size(); ++c) {
-        if (insts_[conns_[c].member]->key == f.pod) Silence(c);
-      }
-      At(f.arg, Ev::kResume, 0xFFFFFFFF, f.pod);  // the heal: silence ends
+      CutLink(f.pod, f.arg);
       return;
     case FaultKind::kReset:
       if (!target || f.pod == 0) return;
-      for (ConnId c = 1; c < conns_.size(); ++c) {
-        Conn& kc = conns_[c];
-        if (kc.member != *target || !kc.open[0] || !kc.open[1]) continue;
+      for (ConnId c : OpenLinksOf(*target)) {
         hit();
         counted("reset");
         QueueFin(c, 0);  // an RST reaches both ends

@@ -119,6 +119,8 @@ class World {
   bool Postpone(const Event& e);
   void Deliver(ConnId c, int dir);
   void ApplyFault(std::size_t k);
+  void CutLink(std::uint32_t pod, Ms ms);
+  std::vector<ConnId> OpenLinksOf(InstId i) const;
   void OnWorkerExit(InstId i, std::uint32_t wepoch, int rank, int code,
                     exitcodes::FailureClass cls = exitcodes::FailureClass::kWorker);
   void ApplySup(InstId i, const agent::Actions& a);
