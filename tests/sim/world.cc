@@ -407,6 +407,13 @@ std::vector<ConnId> World::OpenLinksOf(InstId i) const {
   return open;
 }
 
+// A whole-workload preemption: SIGTERM to every live pod of the Job.
+void World::TermWorkload() {
+  for (auto& [key, id] : current_) {
+    if (insts_[id]->alive) Term(id, "workload");
+  }
+}
+
 void World::ApplyFault(std::size_t k) {
   const Fault& f = faults_[k];
   const auto target = Current(f.pod);
@@ -470,22 +477,19 @@ void World::ApplyFault(std::size_t k) {
       return;
     case FaultKind::kPreempt:
       hit();
-      for (auto& [key, id] : current_) {
-        if (insts_[id]->alive) Term(id, "workload");
-      }
+      TermWorkload();
       return;
     case FaultKind::kScaleUp:
       if (current_.contains(f.pod) || !JobRuns()) return;  // a new index only
       hit();
       Spawn(f.pod, false);
       return;
-    case FaultKind::kLateListener:
-      return;  // applied at the start (Run)
     case FaultKind::kStranger:
       if (!JobRuns()) return;
       hit();
       Spawn(f.pod, true);
       return;
+    case FaultKind::kLateListener:  // applied at the start (Run)
     case FaultKind::kCount:
       return;
   }

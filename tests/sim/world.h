@@ -120,6 +120,7 @@ class World {
   void Deliver(ConnId c, int dir);
   void ApplyFault(std::size_t k);
   void CutLink(std::uint32_t pod, Ms ms);
+  void TermWorkload();
   std::vector<ConnId> OpenLinksOf(InstId i) const;
   void OnWorkerExit(InstId i, std::uint32_t wepoch, int rank, int code,
                     exitcodes::FailureClass cls = exitcodes::FailureClass::kWorker);
