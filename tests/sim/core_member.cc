@@ -142,6 +142,7 @@ class CoreMemberEnd final : public SimMemberEnd {
     for (const auto& [id, c] : links_) {
       const Conn& k = w_.conn(c);
       const Inst& l = w_.inst(k.leader);
+      if (l.leader->Heartbeats()) return;  // the real leader core sends its own
       if (!k.open[0] || !k.open[1] || k.silence != 0 || !l.alive || l.frozen) continue;
       if (w_.LinkCut(w_.inst(id_).key)) continue;
       Exec(core_->OnReceived(id, wire::Encode(wire::Heartbeat{}), T(w_.now())));

@@ -37,11 +37,23 @@ class SimLeaderEnd {
  public:
   virtual ~SimLeaderEnd() = default;
   virtual void Listen() = 0;                                    // the listener is bound
+  // Whether a socket listens now: the world's connects complete (else refused).
+  virtual bool Bound() const = 0;
+  // Whether the end sends and checks heartbeats itself (the core): the
+  // world's silence model (world.cc Detect) and the member end's stand-in
+  // heartbeats are off for its connections.
+  virtual bool Heartbeats() const { return false; }
   virtual void OnAccepted(ConnId c) = 0;
   virtual void OnMessage(ConnId c, const rendezvous::wire::Message& m) = 0;
   virtual void OnClosed(ConnId c, bool silent) = 0;
   virtual void OnRoundTimer() = 0;                              // reconsider the round
   virtual void OnGang(const agent::GangActions& a) = 0;
+  // A timer the end armed (Ev::kCoreTimer: `epoch`, the end's own numbering;
+  // `timer`, its code) is due.
+  virtual void OnCoreTimer(std::uint32_t epoch, std::int64_t timer) {
+    (void)epoch;
+    (void)timer;
+  }
 };
 
 }  // namespace trainlet::sim

@@ -11,6 +11,11 @@
 //                                          (the finding was fixed: the list must say so)
 //   --member-end core|standin              the member's protocol end: the real MemberCore
 //                                          (core_member.h, the default) or standin.cc's
+//   --leader-end core|standin              the leader's protocol end: the real LeaderCore
+//                                          (core_leader.h, the default; fixed gangs without
+//                                          spares, the stand-in leads the others) or
+//                                          standin.cc's; core needs --member-end core
+//                                          (standin member: standin leader by default)
 // A failing run prints its seed, its violation, the replay command and its
 // shrunk schedule (--save DIR writes the schedule there). Exit 0: no
 // violation; 1: violations; 78: bad arguments.
@@ -25,6 +30,7 @@
 #include <sstream>
 #include <string>
 
+#include "core_leader.h"
 #include "core_member.h"
 #include "sim.h"
 #include "trainlet/agent/pod/rule_hits.h"
@@ -41,6 +47,7 @@ struct Options {
   bool shrink = true;
   int max_faults = 4;
   std::string replay, regressions, save, known;
+  std::string member_end = "core", leader_end;  // leader_end "": as the member end
 };
 
 struct Coverage {
@@ -108,6 +115,21 @@ bool RunOne(const Schedule& s, const std::string& label, const Options& o, Cover
   return false;
 }
 
+// The protocol ends: core (member_core.h, leader_core.h) or the stand-ins
+// (standin.cc). The core leader needs the core member (real heartbeats).
+bool SetEnds(Options& o) {
+  if (o.leader_end.empty()) o.leader_end = o.member_end;
+  const auto ok = [](const std::string& e) { return e == "core" || e == "standin"; };
+  if (!ok(o.member_end) || !ok(o.leader_end)) return false;
+  if (o.leader_end == "core" && o.member_end != "core") {
+    std::fprintf(stderr, "trainlet-sim: --leader-end core needs --member-end core\n");
+    return false;
+  }
+  SetMemberEndKind(o.member_end == "core" ? MemberEndKind::kCore : MemberEndKind::kStandIn);
+  SetLeaderEndKind(o.leader_end == "core" ? LeaderEndKind::kCore : LeaderEndKind::kStandIn);
+  return true;
+}
+
 bool ParseArgs(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -126,14 +148,11 @@ bool ParseArgs(int argc, char** argv, Options& o) {
     else if (a == "--regressions" && (v = next())) o.regressions = v;
     else if (a == "--save" && (v = next())) o.save = v;
     else if (a == "--known" && (v = next())) o.known = v;
-    else if (a == "--member-end" && (v = next())) {
-      // core: the real MemberCore (core_member.h); standin: standin.cc's.
-      if (std::string(v) == "core") SetMemberEndKind(MemberEndKind::kCore);
-      else if (std::string(v) == "standin") SetMemberEndKind(MemberEndKind::kStandIn);
-      else return false;
-    } else return false;
+    else if (a == "--member-end" && (v = next())) o.member_end = v;
+    else if (a == "--leader-end" && (v = next())) o.leader_end = v;
+    else return false;
   }
-  return o.first <= o.last && o.max_faults >= 0;
+  return o.first <= o.last && o.max_faults >= 0 && SetEnds(o);
 }
 
 // "SEED FINDING" lines ('#' comments); nullopt on a bad line.
@@ -174,7 +193,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: trainlet-sim [--seeds A:B | --seed N | --replay FILE | --regressions DIR]"
                  " [--trace] [--budget S] [--max-faults N] [--no-shrink] [--save DIR]"
-                 " [--member-end core|standin]\n");
+                 " [--member-end core|standin] [--leader-end core|standin]\n");
     return 78;
   }
   Coverage cov;

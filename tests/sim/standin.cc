@@ -197,7 +197,7 @@ class StandInMemberEnd final : public SimMemberEnd {
 class StandInLeaderEnd final : public SimLeaderEnd {
  public:
   StandInLeaderEnd(World& w, InstId id) : w_(w), id_(id), started_(w.now()) {}
-  bool listening() const { return listening_ && w_.inst(id_).alive; }
+  bool Bound() const override { return listening_ && w_.inst(id_).alive; }
 
   void Listen() override {
     listening_ = true;
@@ -606,9 +606,6 @@ std::unique_ptr<SimMemberEnd> MakeMemberEnd(World& w, std::uint32_t inst) {
 }
 std::unique_ptr<SimLeaderEnd> MakeLeaderEnd(World& w, std::uint32_t inst) {
   return std::make_unique<StandInLeaderEnd>(w, inst);
-}
-bool StandInListening(const SimLeaderEnd& leader) {
-  return static_cast<const StandInLeaderEnd&>(leader).listening();
 }
 
 }  // namespace trainlet::sim

@@ -18,8 +18,6 @@ namespace trainlet::sim {
 class World;
 std::unique_ptr<SimMemberEnd> MakeMemberEnd(World& w, std::uint32_t inst);
 std::unique_ptr<SimLeaderEnd> MakeLeaderEnd(World& w, std::uint32_t inst);
-// Whether a leader end accepts connections now.
-bool StandInListening(const SimLeaderEnd& leader);
 // The gang's shared token (auth.h's proofs; a stranger has another).
 const char* StandInToken();
 // A pod's exit code for its GangPolicy's conclusion, and the trace's exit

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <csignal>
 
+#include "core_leader.h"
 #include "core_member.h"
 #include "standin.h"
 #include "trainlet/exitcodes/exit_code.h"
@@ -91,7 +92,7 @@ InstId World::Spawn(std::uint32_t key, bool stranger) {
   Record({.kind = Record::Kind::kStart, .inst = id, .pod = arrival ? rendezvous::wire::kNoIndex : key,
           .stranger = stranger});
   if (key == 0 && !stranger) {
-    insts_[id]->leader = MakeLeaderEnd(*this, id);
+    insts_[id]->leader = MakeSimLeaderEnd(*this, id);
     At(late_listener_ + static_cast<Ms>(Draw(2, tag) % 50), Ev::kListen, id);
     late_listener_ = 0;
   } else {
@@ -137,7 +138,7 @@ void World::QueueFin(ConnId c, int dir) {
 void World::Connect(InstId member) {
   Inst& m = *insts_[member];
   const auto leader = Leader();
-  const bool listening = leader && StandInListening(*insts_[*leader]->leader);
+  const bool listening = leader && insts_[*leader]->leader->Bound();
   if (!listening) {  // connection refused: nobody listens (yet)
     m.member->OnRefused();
     return;
@@ -192,12 +193,13 @@ void World::Deliver(ConnId c, int dir) {
   }
 }
 
-void World::Feed(InstId i, const agent::GangEvent& e) {
+agent::GangActions World::Feed(InstId i, const agent::GangEvent& e) {
   Inst& p = *insts_[i];
-  if (!p.alive || p.exited) return;
+  if (!p.alive || p.exited) return {};
   const agent::GangActions a = p.gang->On(e);
   if (p.leader) p.leader->OnGang(a);
   else p.member->OnGang(a);
+  return a;
 }
 
 // ---- Workers: SupervisionPolicy over simulated processes ----
@@ -375,6 +377,7 @@ void World::Detect(ConnId c, std::uint32_t epoch) {
   Conn& k = conns_[c];
   if (k.silence != epoch) return;  // it spoke again (a blip, a short freeze)
   k.silence = 0;
+  if (insts_[k.leader]->leader->Heartbeats()) return;  // both ends' own checks decide
   for (int side = 0; side < 2; ++side) {
     const InstId who = side == 0 ? k.leader : k.member;
     Inst& p = *insts_[who];
@@ -581,6 +584,7 @@ void World::Dispatch(const Event& e) {
     case Ev::kReportSent: Feed(e.a, agent::gang::ReportSent{}); return;
     case Ev::kCoreTimer:
       if (insts_[e.a]->alive && insts_[e.a]->member) CoreTimerDue(*insts_[e.a]->member, e.b, static_cast<int>(e.c));
+      if (insts_[e.a]->alive && insts_[e.a]->leader) insts_[e.a]->leader->OnCoreTimer(e.b, e.c);
       return;
     case Ev::kKubeletKill:
       if (insts_[e.a]->alive) {

@@ -104,7 +104,8 @@ class World {
   void Close(ConnId c, int side);  // `side` closes (0 leader, 1 member): FIN to the other
   void Connect(InstId member);     // a connect attempt to the current leader
   std::optional<InstId> Leader() const;  // the live instance at index 0
-  void Feed(InstId i, const agent::GangEvent& e);
+  // Feeds pod `i`'s GangPolicy; its end carries the actions out. Returns them.
+  agent::GangActions Feed(InstId i, const agent::GangEvent& e);
   void StartWorkers(InstId i);
   void StopWorkers(InstId i);
   void Exit(InstId i, int code, const std::string& why = "");

@@ -1,0 +1,44 @@
+// tests/sim/core_leader.h — the leader's protocol end over the REAL sans-IO
+// core (rendezvous/.../leader_core.h), implementing ends.h's SimLeaderEnd:
+// the members' frames reach LeaderCore as encoded bytes, and its actions
+// become the world's events (Send: bytes on the link with its latency;
+// Close: a FIN; ArmTimer: the world's clock queue; StartAccepting and
+// StopListening: whether the world's connects are accepted; RoundDone: the
+// leader pod's own assignment; MemberLost, MemberReport: the pod's
+// GangPolicy). What the pod's wiring does around the core (agent/src/pod/
+// pod_rendezvous.cc LeaderOptionsNow, pod.cc Apply and ApplyBroadcast,
+// pod_channel.cc StartGangChannel and OnJoin, ListenAhead's backlog) is
+// rendered here as a thin adapter; every decision is the core's or the pure
+// machines'.
+//
+// Fixed gangs without --spares only (production passes no membership then,
+// LeaderOptions::membership == nullptr); hot spares and MIN:MAX keep the
+// stand-in leader (standin.h) until the pod's Roster is a pure value the
+// simulator can drive. `--leader-end` picks it or the stand-in.
+#pragma once
+
+#include <memory>
+
+#include "ends.h"
+#include "sim.h"
+
+namespace trainlet::sim {
+
+class World;
+
+enum class LeaderEndKind { kCore, kStandIn };
+// Process-wide choice for the leaders spawned from now on (main.cc's flag;
+// one thread). Default: kCore. The core leader end needs the core member end
+// (it sends and checks real heartbeats; the stand-in member answers none).
+void SetLeaderEndKind(LeaderEndKind kind);
+LeaderEndKind GetLeaderEndKind();
+
+// Whether a leader of configuration `c` runs over the core: kCore chosen, and
+// a fixed gang without spares.
+bool CoreLeads(const SimConfig& c);
+
+std::unique_ptr<SimLeaderEnd> MakeCoreLeaderEnd(World& w, std::uint32_t inst);
+// The leader end GetLeaderEndKind() and the configuration name.
+std::unique_ptr<SimLeaderEnd> MakeSimLeaderEnd(World& w, std::uint32_t inst);
+
+}  // namespace trainlet::sim
