@@ -120,7 +120,8 @@ class CoreLeaderEnd final : public SimLeaderEnd {
     if (!core_ || epoch != core_epoch_) return;
     const lio::TimerId id = TimerOf(code);
     const auto it = timers_.find(id);
-    if (it == timers_.end() || it->second != w_.now()) return;  // cancelled or moved
+    // Cancelled, or moved later (a frozen pod's expiry comes late: World::Postpone).
+    if (it == timers_.end() || it->second > w_.now()) return;
     timers_.erase(it);
     core_->TimerFired(id, T(w_.now()));
     Exec();
