@@ -1,6 +1,9 @@
 #include "core_leader.h"
 
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+
+#include <mutex>
 
 #include <algorithm>
 #include <chrono>
@@ -58,12 +61,34 @@ struct Backlogged {
   bool closed{false};
 };
 
+// The core's log lines (spdlog's "rendezvous" logger, rendezvous/src/logging.h)
+// as the trace's lines of the world running now; off unless it traces.
+class TraceSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
+ public:
+  World* world = nullptr;
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (world != nullptr) world->Note(std::string(msg.payload.data(), msg.payload.size()));
+  }
+  void flush_() override {}
+};
+
+void RouteCoreLog(World& w) {
+  static const auto sink = std::make_shared<TraceSink>();
+  static const auto logger = [] {
+    auto l = std::make_shared<spdlog::logger>("rendezvous", sink);
+    spdlog::drop("rendezvous");
+    spdlog::register_logger(l);
+    return l;
+  }();
+  sink->world = &w;
+  logger->set_level(w.tracing() ? spdlog::level::info : spdlog::level::off);
+}
+
 class CoreLeaderEnd final : public SimLeaderEnd {
  public:
-  CoreLeaderEnd(World& w, InstId id) : w_(w), id_(id), started_(w.now()) {
-    // The core logs through spdlog (rendezvous/src/logging.h): off in the simulator.
-    spdlog::set_level(spdlog::level::off);
-  }
+  CoreLeaderEnd(World& w, InstId id) : w_(w), id_(id), started_(w.now()) { RouteCoreLog(w); }
   ~CoreLeaderEnd() override = default;
 
   bool Bound() const override { return bound_ && w_.inst(id_).alive; }

@@ -1,13 +1,14 @@
 // tests/sim/ends.h — the protocol ends as the simulator drives them. The
 // member's end runs the real sans-IO MemberCore (core_member.h, CoreMemberEnd;
 // `--member-end standin` picks standin.cc's StandInMemberEnd instead); the
-// leader's end is still a STAND-IN (standin.cc, StandInLeaderEnd): the
-// simulator's own version of what rendezvous/src/leader.cc and
-// agent/src/pod/pod.cc do between the wire and the pure machines (accept,
-// hello, challenge, rounds and last call, assignments, reports, stops, loss by
-// silence). When the leader's sans-IO core (leader_core.h) lands, an adapter
-// over it implements SimLeaderEnd, and the world (world.cc's network, clock,
-// workers and control plane) stays as it is.
+// leader's end runs the real sans-IO LeaderCore for fixed gangs without spares
+// (core_leader.h, CoreLeaderEnd; `--leader-end standin` picks the stand-in)
+// and is still a STAND-IN with --spares or MIN:MAX (standin.cc,
+// StandInLeaderEnd: the simulator's own version of what
+// rendezvous/src/leader.cc and agent/src/pod/pod.cc do between the wire and
+// the pure machines, with its own roster) until the pod's Roster can run on
+// the simulated clock. The world (world.cc's network, clock, workers and
+// control plane) is the same under every end.
 #pragma once
 
 #include <cstdint>

@@ -5,8 +5,9 @@
 // frames (wire::Encode / wire::Decoder), a simulated clock (time jumps to the
 // next event; ties by sequence number), simulated workers and a simulated
 // control plane. The protocol ends (who connects, says hello, forms rounds,
-// sends assignments and stops) are a stand-in behind ends.h until the
-// leader's and member's sans-IO cores land; README.md says which is which.
+// sends assignments and stops) are behind ends.h: the real sans-IO cores
+// (MemberCore; LeaderCore for fixed gangs without spares) or the stand-ins;
+// README.md says which is which.
 // Every run is checked by the one contract checker (tests/invariants).
 #pragma once
 

@@ -111,6 +111,7 @@ class World {
   void Exit(InstId i, int code, const std::string& why = "");
   void Record(invariants::Record r);
   void Note(const std::string& line);
+  bool tracing() const { return trace_; }
   bool LinkCut(std::uint32_t key) const { return cut_until_.count(key) && cut_until_.at(key) > now_; }
   std::string JobId() const { return "job"; }
 
