@@ -293,7 +293,9 @@ void CoreLeaderEnd::CloseBacklog() {
 }
 
 // leader.cc Apply: the core's actions, in order, until it queues none; a
-// RoundDone is the pod's after the batch it came in (leader.cc posts it).
+// RoundDone is the pod's after the batch it came in (leader.cc posts it). A
+// generation the policy ended (a restart posted) reaches the pod no more
+// (pod_wiring.h Guard): its MemberLost, MemberReport and RoundDone are dropped.
 void CoreLeaderEnd::Exec() {
   const std::uint32_t epoch = core_epoch_;
   while (core_ && core_epoch_ == epoch && w_.inst(id_).alive) {
@@ -343,9 +345,9 @@ void CoreLeaderEnd::Do(lio::Action& action) {
     accepting_ = false;
     bound_ = false;
     CloseBacklog();
-  } else if (auto* l = std::get_if<lio::MemberLost>(&action)) {
+  } else if (auto* l = std::get_if<lio::MemberLost>(&action); l && !next_pending_) {
     w_.Feed(id_, gang::Lost{l->index, l->why});  // pod_channel.cc on_lost
-  } else if (auto* r = std::get_if<lio::MemberReport>(&action)) {
+  } else if (auto* r = std::get_if<lio::MemberReport>(&action); r && !next_pending_) {
     w_.Feed(id_, gang::Report{r->index, r->report});  // pod_channel.cc on_report
   }
 }
@@ -355,6 +357,7 @@ void CoreLeaderEnd::Do(lio::Action& action) {
 // control channel (StartGangChannel; no late joins without a membership).
 void CoreLeaderEnd::OnRoundDone(const exitcodes::Result<wire::Assignment>& r) {
   Inst& me = w_.inst(id_);
+  if (next_pending_) return;  // retired (Guard)
   ++me.timer_epoch;  // PodGeneration::Assign: the deadline is cancelled
   if (!r.ok()) {
     w_.Feed(id_, gang::AgentFailed{r.status()});
