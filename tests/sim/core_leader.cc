@@ -245,14 +245,7 @@ rendezvous::LeaderOptions CoreLeaderEnd::Options() const {
 // pod_rendezvous.cc MakeHelloNow, as the simulated members make theirs (core_member.cc).
 wire::Hello CoreLeaderEnd::OwnHello() const {
   const Inst& me = w_.inst(id_);
-  wire::Hello h{.job_id = w_.JobId(),
-                .attempt = 0,
-                .index = 0,
-                .nproc_per_node = w_.config().workers,
-                .fingerprint = wire::Fingerprint({}),
-                .config = {},
-                .nonce = "",
-                .generation = ran_ ? me.gang->role().generation() + 1 : 0};
+  wire::Hello h = GangHello(w_, 0, ran_ ? me.gang->role().generation() + 1 : 0);
   h.restarts = me.gang->role().restarts();
   return h;
 }

@@ -107,14 +107,7 @@ class CoreMemberEnd final : public SimMemberEnd {
     const SimConfig& cfg = w_.config();
     rendezvous::MemberCoreOptions o;
     o.leader_host = "pod-0";
-    o.hello = wire::Hello{.job_id = w_.JobId(),
-                          .attempt = 0,
-                          .index = Key(),
-                          .nproc_per_node = cfg.workers,
-                          .fingerprint = wire::Fingerprint({}),
-                          .config = {},
-                          .nonce = "",
-                          .generation = ran_ ? me.gang->role().generation() + 1 : 0};
+    o.hello = GangHello(w_, Key(), ran_ ? me.gang->role().generation() + 1 : 0);
     o.hello.restarts = me.gang->role().restarts();
     o.hello.instance_id = "inst-" + std::to_string(id_);
     if (me.stranger && !cfg.token) o.hello.attempt = 1;

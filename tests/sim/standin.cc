@@ -42,6 +42,17 @@ std::string ExitWhyOf(const agent::Conclusion& c) {
   return c.kind == agent::Conclusion::Kind::kAgent && c.reason.rfind(kRdzvTimeout, 0) == 0 ? kRdzvTimeout : "";
 }
 
+wire::Hello GangHello(const World& w, std::uint32_t index, std::uint32_t generation) {
+  return wire::Hello{.job_id = w.JobId(),
+                     .attempt = 0,
+                     .index = index,
+                     .nproc_per_node = w.config().workers,
+                     .fingerprint = wire::Fingerprint({}),
+                     .config = {},
+                     .nonce = "",
+                     .generation = generation};
+}
+
 void TakeAssignment(World& w, InstId id, const wire::Assignment& a, std::uint32_t key,
                     std::uint32_t restarts) {
   w.Record({.kind = Record::Kind::kGen, .inst = id, .pod = key, .generation = a.generation,
@@ -87,14 +98,8 @@ class StandInMemberEnd final : public SimMemberEnd {
   void OnConnected(ConnId c) override {
     conn_ = c;
     const Inst& me = w_.inst(id_);
-    wire::Hello h{.job_id = w_.JobId(),
-                  .attempt = 0,
-                  .index = Key(),
-                  .nproc_per_node = w_.config().workers,
-                  .fingerprint = wire::Fingerprint({}),
-                  .config = {},
-                  .nonce = w_.config().token ? kMemberNonce : "",
-                  .generation = ran_ ? me.gang->role().generation() + 1 : 0};
+    wire::Hello h = GangHello(w_, Key(), ran_ ? me.gang->role().generation() + 1 : 0);
+    if (w_.config().token) h.nonce = kMemberNonce;
     h.restarts = me.gang->role().restarts();  // every mode (pod.cc MakeHelloNow)
     h.instance_id = InstanceId(id_);
     // A stranger: a pod of the previous attempt, or (with a token) one without it.
@@ -357,14 +362,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
   }
 
   void Admit(ConnId c, const wire::Hello& h) {
-    const wire::Hello own{.job_id = w_.JobId(),
-                          .attempt = 0,
-                          .index = 0,
-                          .nproc_per_node = w_.config().workers,
-                          .fingerprint = wire::Fingerprint({}),
-                          .config = {},
-                          .nonce = "",
-                          .generation = in_round_ ? OwnAsk() : generation_ + 1};
+    const wire::Hello own = GangHello(w_, 0, in_round_ ? OwnAsk() : generation_ + 1);
     const std::string leader_id = "leader";
     const std::uint32_t claimed = h.index;
     const auto kept = kept_.find(claimed);

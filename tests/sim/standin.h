@@ -20,6 +20,10 @@ std::unique_ptr<SimMemberEnd> MakeMemberEnd(World& w, std::uint32_t inst);
 std::unique_ptr<SimLeaderEnd> MakeLeaderEnd(World& w, std::uint32_t inst);
 // The gang's shared token (auth.h's proofs; a stranger has another).
 const char* StandInToken();
+// The hello of every simulated pod of the gang (job, attempt 0, the gang's
+// workers per pod, the empty launch configuration they all share) for
+// `index` asking for `generation`; callers add nonce, restarts, instance id.
+rendezvous::wire::Hello GangHello(const World& w, std::uint32_t index, std::uint32_t generation);
 // A pod's exit code for its GangPolicy's conclusion, and the trace's exit
 // reason ("rdzv_timeout" for a round that ran out of time, else "").
 int ExitCodeOf(const agent::Conclusion& c);
