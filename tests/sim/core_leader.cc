@@ -263,19 +263,27 @@ void CoreLeaderEnd::AcceptIntoCore(ConnId c) {
 }
 
 // The connections waiting in the listener's backlog reach the core (its
-// StartAccepting), with what their members sent meanwhile.
+// StartAccepting), oldest first, as leader.cc accepts and reads them: each
+// one's bytes (its member's hello, and what followed) in the read at accept,
+// then, for one its member closed meanwhile, the end of stream; the core's
+// actions after each.
 void CoreLeaderEnd::FlushBacklog() {
   auto waiting = std::move(backlog_);
   backlog_.clear();
+  const std::uint32_t epoch = core_epoch_;
   for (auto& b : waiting) {
-    if (!core_ || !accepting_) {
+    if (!core_ || !accepting_ || core_epoch_ != epoch || !w_.inst(id_).alive) {
       backlog_.push_back(std::move(b));
       continue;
     }
     AcceptIntoCore(b.conn);
-    const lio::ConnId id = to_core_.at(b.conn);
-    for (const auto& f : b.frames) core_->Received(id, f, T(w_.now()));
-    if (b.closed) core_->Closed(id, "End of file", T(w_.now()));
+    Exec();
+    std::vector<std::uint8_t> bytes;
+    for (const auto& f : b.frames) bytes.insert(bytes.end(), f.begin(), f.end());
+    if (auto id = CoreConn(b.conn); id && !bytes.empty()) core_->Received(*id, bytes, T(w_.now()));
+    Exec();
+    if (auto id = CoreConn(b.conn); id && b.closed) core_->Closed(*id, "End of file", T(w_.now()));
+    Exec();
   }
 }
 
