@@ -127,8 +127,9 @@ TEST(FormationPolicy, Table) {
 
 // A survivor the leader counts alive (not lost, not leaving) may take the
 // whole grace period to stop its workers (a checkpoint on SIGTERM) before it
-// rejoins: a later round waits for it SurvivorHold after its start (grace +
-// the diagnostics delay + the heartbeat timeout), past a shorter last call,
+// rejoins: a later round waits for it survivor_hold after its start
+// (SurvivorHold: grace + the diagnostics delay + the heartbeat timeout), past
+// a shorter last call,
 // but never past the deadline's forming; the first round and a round whose
 // survivors are all back keep torch's rules.
 TEST(FormationPolicy, ASurvivorStillStoppingItsWorkersHoldsALaterRoundPastTheLastCall) {
@@ -136,9 +137,10 @@ TEST(FormationPolicy, ASurvivorStillStoppingItsWorkersHoldsALaterRoundPastTheLas
   // --nnodes 7:13 --rdzv-conf last_call_timeout=5 --grace-period 25 (the finding's).
   FormationConfig c = Elastic(7, 13);
   c.last_call = seconds(5);
-  c.grace = seconds(25);
-  const milliseconds hold = SurvivorHold(c);
+  c.survivor_hold = SurvivorHold(seconds(25));
+  const milliseconds hold = c.survivor_hold;
   ASSERT_EQ(hold, seconds(25) + milliseconds(2000) + milliseconds(2400));
+  ASSERT_EQ(FormationConfig{}.survivor_hold, hold) << "the default grace period's";
   FormationConfig near = c;  // a deadline inside the hold
   near.timeout = seconds(20);
   const Row rows[] = {
@@ -214,7 +216,7 @@ TEST(FormationPolicyProperty, RandomRounds) {
     FormationConfig c{.min_nodes = lo, .max_nodes = hi, .spares = spares,
                       .last_call = milliseconds(rng() % 5000),
                       .timeout = milliseconds(rng() % 20000),
-                      .grace = milliseconds(rng() % 5000)};
+                      .survivor_hold = milliseconds(rng() % 10000)};
     RoundState r{.joined = static_cast<std::uint32_t>(rng() % (hi + spares + 2)),
                  .first = rng() % 2 == 0,
                  .alive = static_cast<std::uint32_t>(rng() % (hi + spares + 1)),
@@ -229,7 +231,7 @@ TEST(FormationPolicyProperty, RandomRounds) {
     // Before the last call (and a survivor's hold) and the deadline, a later
     // round below the whole gang forms only with every pod still alive back,
     // whoever else joined.
-    const bool in_hold = !r.first && r.since_start < SurvivorHold(c);
+    const bool in_hold = !r.first && r.since_start < c.survivor_hold;
     const bool early = !r.since_min.has_value() || *r.since_min < c.last_call || in_hold;
     const milliseconds form_by = c.timeout - std::min(kFormBeforeDeadline, c.timeout / 10);
     if (!r.first && r.joined < hi + spares && r.alive_back < r.alive && early &&
@@ -249,7 +251,7 @@ TEST(FormationPolicyProperty, RandomRounds) {
     if (r.since_min) {  // every round takes the last call, a later one the hold too
       const milliseconds hold_left = r.first || r.alive_back >= r.alive
                                          ? milliseconds(0)
-                                         : SurvivorHold(c) - r.since_start;
+                                         : c.survivor_hold - r.since_start;
       EXPECT_LE(d.recheck_after, std::max(c.last_call - *r.since_min, hold_left)) << ctx;
     }
   }

@@ -293,7 +293,7 @@ class StandInLeaderEnd final : public SimLeaderEnd {
             .spares = c.spares,
             .last_call = std::chrono::milliseconds(c.last_call_ms),
             .timeout = std::chrono::milliseconds(c.rdzv_timeout_ms),
-            .grace = std::chrono::milliseconds(c.grace_ms)};
+            .survivor_hold = agent::SurvivorHold(std::chrono::milliseconds(c.grace_ms))};
   }
 
   // A fixed gang without spares waits for every index (no roster: pod.cc uses

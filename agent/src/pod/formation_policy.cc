@@ -33,7 +33,7 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
   // A survivor still stopping its workers holds the round (the hold), the
   // last call's end notwithstanding.
   const milliseconds hold_left =
-      !round.first && round.alive_back < round.alive ? SurvivorHold(c) - round.since_start
+      !round.first && round.alive_back < round.alive ? c.survivor_hold - round.since_start
                                                      : milliseconds(0);
   if (enough && round.since_min && *round.since_min >= c.last_call &&
       hold_left <= milliseconds(0)) {
@@ -69,11 +69,6 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
                            : Count(round.joined, "pod(s)") + " joined, at least " +
                                  std::to_string(min_nodes) + " needed";
   return {.kind = FormationDecision::Kind::kWait, .recheck_after = wait, .why = std::move(why)};
-}
-
-milliseconds SurvivorHold(const FormationConfig& c) {
-  namespace tun = rendezvous::tunables;
-  return c.grace + tun::kDiagnosticsDelay + tun::kStallLimit;
 }
 
 std::optional<std::chrono::steady_clock::time_point> MinReachedAt(

@@ -93,7 +93,7 @@ FormationConfig Pod::FormationNow() const {
   const PodIdentity& id = options_.identity;
   return {.min_nodes = id.min_pods(), .max_nodes = id.nnodes, .spares = id.spares,
           .last_call = options_.rdzv_last_call, .timeout = options_.rdzv_timeout,
-          .grace = options_.grace};
+          .survivor_hold = SurvivorHold(options_.grace)};
 }
 
 rendezvous::LeaderOptions Pod::LeaderOptionsNow() {
@@ -130,7 +130,7 @@ rendezvous::LeaderOptions Pod::LeaderOptionsNow() {
     const bool expected = lo.expected.empty() || lo.expected.contains(it->first);
     it = expected ? std::next(it) : lo.kept_ids.erase(it);
   }
-  lo.keep_until = round_started + SurvivorHold(FormationNow());
+  lo.keep_until = round_started + SurvivorHold(options_.grace);
   // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
   lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
   return lo;

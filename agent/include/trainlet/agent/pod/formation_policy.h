@@ -34,8 +34,9 @@
 //    admitted while the generation runs (membership.h M13: it waits as a spare).
 //  - But a later round waits for the survivors the leader still counts alive
 //    (not lost, not leaving) for as long as one may take to stop its workers
-//    and rejoin (SurvivorHold: --grace-period, the hang's diagnostics delay
-//    and the heartbeat timeout, from the round's start), also past the last
+//    and rejoin (FormationConfig::survivor_hold, SurvivorHold: --grace-period,
+//    a hang's diagnostics delay and the heartbeat timeout, from the round's
+//    start), also past the last
 //    call: a survivor that takes the whole grace period to stop (a checkpoint
 //    on SIGTERM) is no lost pod. Without the hold a last call shorter than the
 //    grace period planned it out, gave its node rank away, and it came back
@@ -62,6 +63,15 @@
 
 namespace trainlet::agent {
 
+// How long after a later round's start a survivor the leader counts alive may
+// still be on its way back, given --grace-period `grace`: its workers' stop
+// (a hang's diagnostics delay, then the grace period's SIGKILL) and its
+// rejoin, with the heartbeat timeout as slack. Also how long the round keeps
+// a survivor's index for it by identity (LeaderOptions::keep_until).
+constexpr std::chrono::milliseconds SurvivorHold(std::chrono::milliseconds grace) {
+  return grace + rendezvous::tunables::kDiagnosticsDelay + rendezvous::tunables::kStallLimit;
+}
+
 struct FormationConfig {
   std::uint32_t min_nodes = 1;  // --nnodes MIN (N for a fixed gang)
   std::uint32_t max_nodes = 1;  // --nnodes MAX (N for a fixed gang)
@@ -70,16 +80,10 @@ struct FormationConfig {
   std::chrono::milliseconds last_call = kDefaultLastCall;
   // --rdzv-timeout: how long one round may wait.
   std::chrono::milliseconds timeout = kDefaultRdzvTimeout;
-  // --grace-period: a survivor's workers stop within it (SIGKILL after it).
-  std::chrono::milliseconds grace = kDefaultGrace;
+  // How long a later round waits for the survivors it counts alive, from its
+  // start (the hold, above): SurvivorHold(--grace-period).
+  std::chrono::milliseconds survivor_hold = SurvivorHold(kDefaultGrace);
 };
-
-// How long after a later round's start a survivor the leader counts alive may
-// still be on its way back (formation_policy.h's hold): its workers' stop
-// (the diagnostics delay of a hang, then --grace-period) and its rejoin, with
-// the heartbeat timeout as slack. Also how long the round keeps a survivor's
-// index for it by identity (LeaderOptions::keep_until).
-std::chrono::milliseconds SurvivorHold(const FormationConfig& c);
 
 // The leader's rendezvous round as it stands.
 struct RoundState {
