@@ -37,6 +37,19 @@ struct Row {
   milliseconds recheck;  // kWait only
 };
 
+// Each row's decision, and its recheck for a wait.
+template <std::size_t N>
+void ExpectRows(const Row (&rows)[N]) {
+  for (const Row& row : rows) {
+    FormationDecision d = DecideFormation(row.round, row.config);
+    EXPECT_EQ(d.kind, row.kind) << row.name << ": " << d.why;
+    EXPECT_FALSE(d.why.empty()) << row.name;
+    if (row.kind == Kind::kWait) {
+      EXPECT_EQ(d.recheck_after, row.recheck) << row.name;
+    }
+  }
+}
+
 TEST(FormationPolicy, Table) {
   const std::optional<milliseconds> none;
   const Row rows[] = {
@@ -115,14 +128,7 @@ TEST(FormationPolicy, Table) {
       {"a single pod", Elastic(1, 1), {.joined = 1, .since_min = milliseconds(0)}, Kind::kForm,
        {}},
   };
-  for (const Row& row : rows) {
-    FormationDecision d = DecideFormation(row.round, row.config);
-    EXPECT_EQ(d.kind, row.kind) << row.name << ": " << d.why;
-    EXPECT_FALSE(d.why.empty()) << row.name;
-    if (row.kind == Kind::kWait) {
-      EXPECT_EQ(d.recheck_after, row.recheck) << row.name;
-    }
-  }
+  ExpectRows(rows);
 }
 
 // A survivor the leader counts alive (not lost, not leaving) may take the
@@ -181,13 +187,7 @@ TEST(FormationPolicy, ASurvivorStillStoppingItsWorkersHoldsALaterRoundPastTheLas
         .since_start = seconds(6)},
        Kind::kWait, seconds(13)},
   };
-  for (const Row& row : rows) {
-    FormationDecision d = DecideFormation(row.round, row.config);
-    EXPECT_EQ(d.kind, row.kind) << row.name << ": " << d.why;
-    if (row.kind == Kind::kWait) {
-      EXPECT_EQ(d.recheck_after, row.recheck) << row.name;
-    }
-  }
+  ExpectRows(rows);
   const FormationDecision d = DecideFormation(rows[0].round, c);
   EXPECT_EQ(d.why, "waiting up to 23400 ms for 1 survivor(s) still stopping their workers "
                    "(8 joined)");

@@ -133,25 +133,31 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
                 time.sleep(max(0.0, FREEZE - (time.time() - t_freeze)))
             finally:
                 c.pods[victim].signal(signal.SIGCONT)
-            t_resume = time.time()
-            code = c.pods[victim].wait(GRACE + 10)
-            print(f"\n    pod {victim} frozen {time.time() - t_freeze:.1f}s: others exit "
-                  + ", ".join(f"pod {i} {v[0]} after {v[1]:.2f}s" for i, v in others.items())
-                  + f"; it exits {code} {time.time() - t_resume:.2f}s after resuming",
-                  end=" ", flush=True)
-            for i, (oc, dt) in others.items():
-                self.assertEqual(oc, 76, c.pods[i].tail())
-                self.assertLess(dt, STOP_BOUND, f"pod {i} exited {dt:.2f}s after the freeze")
-                self.assertIn("TERM", self.marks(c, i), f"pod {i}'s worker got no SIGTERM")
-                who = r"\bpod %d\b" % victim if victim != 0 else r"(?i)leader"
-                self.assertClass(c, i, "peer_failed", 76, who)
-            self.assertEqual(code, 75, c.pods[victim].tail())
-            s = self.assertClass(c, victim, "infra", 75, r"event loop did not run")
-            self.assertNotRegex(s["reason"], r"\bpod [1-9]", "the resumed pod blames a peer")
-            self.assertNotIn("was lost", c.pods[victim].stderr().split("event loop did not run")[0],
-                             "the resumed pod blamed a member before seeing its own stall")
+            self.assertFrozenPodIsTheCulprit(c, victim, t_freeze, others)
             self.assertIn("TERM", self.marks(c, victim), "its own worker got no SIGTERM")
             self.assertNothingLeft(c)
+
+    def assertFrozenPodIsTheCulprit(self, c, victim, t_freeze, others, what=""):
+        """`victim`, stopped at t_freeze and just resumed: the others ({i: (exit code, s
+        from the freeze)}) exit 76 naming it within STOP_BOUND, their workers stopped; it
+        exits 75 (infra) for its own stall, blaming nobody. Prints the times."""
+        t_resume = time.time()
+        code = c.pods[victim].wait(GRACE + 10)
+        print(f"\n    pod {victim} frozen {t_resume - t_freeze:.1f}s{what}: others exit "
+              + ", ".join(f"pod {i} {v[0]} after {v[1]:.2f}s" for i, v in others.items())
+              + f"; it exits {code} {time.time() - t_resume:.2f}s after resuming",
+              end=" ", flush=True)
+        for i, (oc, dt) in others.items():
+            self.assertEqual(oc, 76, c.pods[i].tail())
+            self.assertLess(dt, STOP_BOUND, f"pod {i} exited {dt:.2f}s after the freeze")
+            self.assertIn("TERM", self.marks(c, i), f"pod {i}'s worker got no SIGTERM")
+            who = r"\bpod %d\b" % victim if victim != 0 else r"(?i)leader"
+            self.assertClass(c, i, "peer_failed", 76, who)
+        self.assertEqual(code, 75, c.pods[victim].tail())
+        s = self.assertClass(c, victim, "infra", 75, r"event loop did not run")
+        self.assertNotRegex(s["reason"], r"\bpod [1-9]", "the resumed pod blames a peer")
+        self.assertNotIn("was lost", c.pods[victim].stderr().split("event loop did not run")[0],
+                         "the resumed pod blamed a member before seeing its own stall")
 
     def short_freeze(self, victim, npods=3, trials=4):
         """Up to `trials` gangs, until one in which the peers gave the victim up."""
@@ -224,18 +230,7 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
                 time.sleep(max(0.0, FREEZE - (time.time() - t_freeze)))
             finally:
                 c.pods[2].signal(signal.SIGCONT)
-            t_resume = time.time()
-            code = c.pods[2].wait(GRACE + 10)
-            print(f"\n    pod 2 frozen {t_resume - t_freeze:.1f}s across the formation: "
-                  + ", ".join(f"pod {i} {v[0]} after {v[1]:.2f}s" for i, v in others.items())
-                  + f"; pod 2 exits {code} {time.time() - t_resume:.2f}s after resuming",
-                  end=" ", flush=True)
-            for i, (oc, _) in others.items():
-                self.assertEqual(oc, 76, c.pods[i].tail())
-                self.assertClass(c, i, "peer_failed", 76, r"\bpod 2\b")
-            self.assertEqual(code, 75, c.pods[2].tail())
-            s = self.assertClass(c, 2, "infra", 75, r"event loop did not run")
-            self.assertNotRegex(s["reason"], r"\bpod [0-9]|leader", "the resumed pod blames a peer")
+            self.assertFrozenPodIsTheCulprit(c, 2, t_freeze, others, " across the formation")
             self.assertNotIn("ready", self.marks(c, 2),
                              "pod 2 started the workers of a generation it was given up in")
             self.assertNothingLeft(c)
