@@ -19,6 +19,7 @@ using invariants::Record;
 namespace {
 constexpr Ms kLatency = 1;        // ms, one way, within a cluster
 constexpr Ms kJitter = 4;         // ms, added at random to each frame
+constexpr Ms kUserTimeout = 15000;  // ms: TCP_USER_TIMEOUT of the rendezvous sockets (util.cc)
 constexpr Ms kKubeletExtra = 5000;  // terminationGracePeriodSeconds - --grace-period (README: 25 for 30)
 }  // namespace
 
@@ -370,14 +371,35 @@ void World::Silence(ConnId c) {
   k.silence = static_cast<std::uint32_t>(seq_ + 1);
   const Ms after = tun::kReplyTimeout.count() +
                    static_cast<Ms>(Draw(7, k.tag, k.silences++) % tun::kHeartbeatInterval.count());
-  At(after, Ev::kDetect, c, k.silence);
+  // With the core leader both ends check heartbeats themselves; what is left is the kernel's.
+  At(insts_[k.leader]->leader->Heartbeats() ? kUserTimeout : after, Ev::kDetect, c, k.silence);
+}
+
+// The core leader's connections: both ends check the heartbeats themselves, so
+// what the world adds is the kernel's TCP_USER_TIMEOUT (rendezvous/src/util.cc
+// EnableDeadPeerDetection: 15 s): frames unacknowledged that long, toward a
+// dead node or across a cut link, fail the socket at the side still running
+// (a frozen peer's kernel still acknowledges: nothing fails).
+void World::UserTimeout(Conn& k, ConnId c) {
+  const bool cut = LinkCut(insts_[k.member]->key);
+  for (int side = 0; side < 2; ++side) {
+    Inst& p = *insts_[side == 0 ? k.leader : k.member];
+    const Inst& peer = *insts_[side == 0 ? k.member : k.leader];
+    if (!k.open[side] || !p.alive || p.frozen || (peer.alive && !cut)) continue;
+    Close(c, side);
+    if (side == 0) p.leader->OnClosed(c, true);
+    else p.member->OnClosed(c, true);
+  }
 }
 
 void World::Detect(ConnId c, std::uint32_t epoch) {
   Conn& k = conns_[c];
   if (k.silence != epoch) return;  // it spoke again (a blip, a short freeze)
   k.silence = 0;
-  if (insts_[k.leader]->leader->Heartbeats()) return;  // both ends' own checks decide
+  if (insts_[k.leader]->leader->Heartbeats()) {
+    UserTimeout(k, c);
+    return;
+  }
   for (int side = 0; side < 2; ++side) {
     const InstId who = side == 0 ? k.leader : k.member;
     Inst& p = *insts_[who];

@@ -133,6 +133,7 @@ class World {
   void Resume(InstId i);
   void Silence(ConnId c);
   void Detect(ConnId c, std::uint32_t epoch);
+  void UserTimeout(Conn& k, ConnId c);
   InstId Spawn(std::uint32_t key, bool stranger);
   std::optional<InstId> Current(std::uint32_t key) const;
   void EndOfRun();
