@@ -401,7 +401,7 @@ void Pod::OnSignal(int signo) {
 void Pod::Stop() {
   if (options_.rdzv_listen_fd >= 0) ::close(std::exchange(options_.rdzv_listen_fd, -1));
   if (leader_probe_) leader_probe_->Cancel();
-  roster_.Cancel();
+  roster_membership_.Cancel();
   if (gen_) gen_->Close();
   release_timer_.cancel();
   health_.reset();

@@ -139,12 +139,15 @@ void Pod::MembershipOptions(rendezvous::LeaderOptions& lo) {
   lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, lo.nnodes);
   lo.admit_late = true;  // as spares, or for a next generation (OnJoin)
   lo.restarts = policy_.role().restarts();
-  roster_.StartRound(io_.get_executor(), gen_->round_started, FormationNow(),
-                     [this] { if (gen_ && gen_->leader) gen_->leader->Reconsider(); });
+  roster_membership_.StartRound(roster_, gen_->round_started, FormationNow(), [this] {
+    if (gen_ && gen_->leader) gen_->leader->Reconsider();
+  });
   lo.expected = roster_.Expected();
-  // The roster answers the leader (LeaderMembership); it outlives every
-  // generation's Leader (declared before gen_), so the pointer owns nothing.
-  lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(), &roster_);
+  // The roster answers the leader (LeaderMembership, roster_membership.h); it
+  // outlives every generation's Leader (declared before gen_), so the
+  // pointer owns nothing.
+  lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(),
+                                                                &roster_membership_);
 }
 
 Status Pod::StartLeader(const rendezvous::wire::Hello& hello, rendezvous::Leader::Done done) {
@@ -227,7 +230,7 @@ void Pod::StartLeaderProbe(rendezvous::wire::Hello hello) {
 void Pod::OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
   PodGeneration& g = *gen_;
   if (leader_probe_) leader_probe_->Cancel();
-  roster_.Cancel();
+  roster_membership_.Cancel();
   meters_.rendezvous_seconds = std::chrono::duration<double>(Clock::now() - g.round_started).count();
   if (name_check_ && result.ok()) name_check_->Cancel();  // the members found us
   if (!result.ok()) {

@@ -31,7 +31,7 @@
 
 #include "base/output.h"
 #include "pod/pod_generation.h"
-#include "pod/roster.h"
+#include "pod/roster_membership.h"
 #include "trainlet/agent/base/metrics.h"
 #include "trainlet/agent/observe/health.h"
 #include "trainlet/agent/pod/formation_policy.h"
@@ -172,6 +172,8 @@ class Pod {
   // for its survivors in the next round (LeaderOptions::kept_ids).
   std::map<std::uint32_t, std::string> kept_ids_;
   Roster roster_;         // leader with --spares: the pods across generations (roster.h)
+  // The roster as the rendezvous leader asks it, and its round's timer.
+  RosterMembership roster_membership_{io_.get_executor()};
   RunDirChoice run_dir_;  // where each generation's error and heartbeat files go
   struct MemoryPlan {     // PlanMemory
     std::size_t read_ahead_bytes = kReadAheadMax;
