@@ -171,8 +171,9 @@ class Pod {
   // Leader: the instance ids of the generation that ended by a restart, kept
   // for its survivors in the next round (LeaderOptions::kept_ids).
   std::map<std::uint32_t, std::string> kept_ids_;
-  Roster roster_;         // leader with --spares: the pods across generations (roster.h)
-  // The roster as the rendezvous leader asks it, and its round's timer.
+  // Leader with --spares or elastic sizes: its roster (the pods across
+  // generations, held by policy_'s membership machine: GangPolicy::roster())
+  // as the rendezvous leader asks it, and its round's timer.
   RosterMembership roster_membership_{io_.get_executor()};
   RunDirChoice run_dir_;  // where each generation's error and heartbeat files go
   struct MemoryPlan {     // PlanMemory
