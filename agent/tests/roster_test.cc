@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/asio/io_context.hpp>
+
+#include "../src/pod/roster_membership.h"
+
 #include <random>
 #include <string>
 
@@ -393,6 +397,49 @@ TEST(RosterReconsiderTest, APlanFormsExactlyWhenReconsideredNotBefore) {
     EXPECT_EQ(roster.Plan(row.joined, *at), row.at) << row.name;
     EXPECT_EQ(roster.ReconsiderAt(), std::nullopt) << row.name << ": decided";
   }
+}
+
+// The wiring's side (roster_membership.h), on a real event loop: the timer
+// asks the round again at the roster's ReconsiderAt (torch's last call, here
+// 50 ms), once; a round that formed, or a Cancel, stops it.
+class RosterMembershipTest : public ::testing::Test {
+ protected:
+  boost::asio::io_context io_;  // first: the adapter's timer is destroyed before its loop
+  Roster roster_;
+  RosterMembership membership_{io_.get_executor()};
+  int reconsidered_ = 0;
+  void Round() {
+    membership_.StartRound(roster_, Roster::Clock::now(),
+                           {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
+                            .timeout = 10s},
+                           [this] { ++reconsidered_; });
+  }
+  void RunFor(std::chrono::milliseconds d) {
+    io_.restart();
+    io_.run_for(d);
+  }
+};
+
+TEST_F(RosterMembershipTest, TheTimerReconsidersTheRoundOnceAtTheLastCallsEnd) {
+  Round();
+  EXPECT_FALSE(membership_.Plan({0, 1}));
+  RunFor(300ms);  // when exactly: the pure tests above (a loaded host only delays it)
+  EXPECT_EQ(reconsidered_, 1);
+  EXPECT_EQ(membership_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
+  EXPECT_TRUE(membership_.AssignFirst(1)) << "forwarded: every pod of the first generation";
+}
+
+TEST_F(RosterMembershipTest, CancelOrAFormedRoundStopsTheTimer) {
+  Round();
+  EXPECT_FALSE(membership_.Plan({0, 1}));
+  membership_.Cancel();
+  RunFor(150ms);
+  EXPECT_EQ(reconsidered_, 0) << "cancelled";
+  Round();
+  EXPECT_FALSE(membership_.Plan({0, 1}));
+  EXPECT_TRUE(membership_.Plan({0, 1, 2})) << "the gang is whole";
+  RunFor(150ms);
+  EXPECT_EQ(reconsidered_, 0) << "formed: nothing to reconsider";
 }
 
 }  // namespace
