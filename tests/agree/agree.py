@@ -41,18 +41,24 @@ SKIPPED = 77
 
 
 def parse_schedule(path):
-    """The schedule's config (dict of ints) and faults [(t_ms, kind, pod, arg)]."""
-    cfg, faults = {}, []
+    """The schedule's config (dict of ints), faults [(t_ms, kind, pod, arg)] and the real
+    side's options ("# agree: slow_stop" lines; the simulator reads them as comments)."""
+    cfg, faults, opts = {}, [], set()
     with open(path) as f:
         for line in f:
             words = line.split()
+            if words[:2] == ["#", "agree:"]:
+                opts.update(words[2:])
             if not words or words[0].startswith("#"):
                 continue
             if words[0] == "config":
                 cfg.update((k, int(v)) for k, v in (w.split("=", 1) for w in words[1:]))
             elif words[0] == "fault":
                 faults.append((int(words[1]), words[2], int(words[3]), int(words[4])))
-    return cfg, sorted(faults)
+    unknown = opts - {"slow_stop"}
+    if unknown:
+        raise ValueError(f"{path}: unknown agree option {sorted(unknown)[0]}")
+    return cfg, sorted(faults), opts
 
 
 # ---- the simulator's side ----------------------------------------------------------------
@@ -92,8 +98,9 @@ class RealRun:
     once the gang ended (a 76, or the leader's exit other than 0 or 137) every pod still
     running SIGTERMed END_DELAY s later; at `limit` every pod SIGTERMed (the Job's deadline)."""
 
-    def __init__(self, args, cfg, faults, workdir):
+    def __init__(self, args, cfg, faults, opts, workdir):
         self.args, self.cfg, self.faults = args, cfg, list(faults)
+        self.slow_stop = args.slow_stop or "slow_stop" in opts
         self.npods = cfg["max"] + cfg.get("spares", 0)
         self.nproc = cfg.get("workers", 1)
         self.c = podsim.Cluster(pods=self.npods, workdir=workdir, keep=True)
@@ -134,6 +141,9 @@ class RealRun:
     def start(self, i):
         self.inc[i] = self.inc.get(i, 0) + 1
         os.makedirs(self.ctl(i, self.inc[i]), exist_ok=True)
+        if self.slow_stop:  # the worker's TERM trap takes soak.SLOW_STOP s (soak.WORKER)
+            for gen in range(self.cfg.get("max_restarts", 0) + 8):
+                open(os.path.join(self.ctl(i, self.inc[i]), f"g{gen}.slow"), "w").close()
         self.insts.setdefault(i, []).append({"gens": [], "exit": None})
         self.c.start_pod(i, self.argv(i))
         self.record("start", i)
@@ -195,7 +205,7 @@ class RealRun:
         self.c.event(f"agree: fault {kind} pod {i} arg {arg}")
         if not self.running(i):
             return
-        counted = {"worker_fail": "fail", "kill": "kill", "freeze": "freeze"}
+        counted = {"worker_fail": "fail", "kill": "kill", "freeze": "freeze", "partition": "cut"}
         if kind in counted:
             self.record("fault", i, what=counted[kind])
         elif kind == "evict":
@@ -215,6 +225,9 @@ class RealRun:
         elif kind == "freeze":
             pod.signal(signal.SIGSTOP)
             self.timers.append((now + arg / 1000, "cont", i))
+        elif kind == "partition" and i != 0:  # the pod's link down: no FIN, no RST
+            self.c.cut_link(i)
+            self.timers.append((now + arg / 1000, "heal", i))
         else:
             raise RuntimeError(f"fault kind {kind}: not run on real pods by this harness")
 
@@ -235,6 +248,8 @@ class RealRun:
     def fire(self, what, i, now):
         if what == "cont":
             self.c.pods[i].signal(signal.SIGCONT)
+        elif what == "heal":
+            self.c.restore_link(i)
         elif what == "kubelet_kill" and self.running(i):
             self.c.pods[i].signal(signal.SIGKILL)
         elif what == "recreate":
@@ -278,7 +293,7 @@ class RealRun:
             if (i, self.inc[i]) not in self.exited and not pod.running():
                 self.exited.add((i, self.inc[i]))
                 self.on_exit(i, pod.wait(5), now)
-        return bool(self.faults or any(w in ("recreate", "cont") for _, w, _ in self.timers) or
+        return bool(self.faults or any(w in ("recreate", "cont", "heal") for _, w, _ in self.timers) or
                     any(self.running(i) for i in self.inc))
 
     def run(self):
@@ -296,7 +311,7 @@ class RealRun:
                 time.sleep(POLL)
             else:
                 raise RuntimeError("pods still running past the scenario's limit")
-            self.timers = [t for t in self.timers if t[1] == "cont"]
+            self.timers = [t for t in self.timers if t[1] in ("cont", "heal")]
             self.step(t0, float("inf"))  # the last SIGCONT, so that nothing stays stopped
         finally:
             self.c.teardown()
@@ -321,6 +336,8 @@ def main():
                    "disagreeing one's)")
     p.add_argument("--check-trace", metavar="BIN", help="the real run's trace through this "
                    "trainlet-check-trace too (the simulator checks its own)")
+    p.add_argument("--slow-stop", action="store_true", help="every worker takes 1.5 s to stop "
+                   "(the simulator draws each pod's stop time, up to 3 s)")
     p.add_argument("--verbose", action="store_true", help="print both outcomes of every scenario")
     p.add_argument("scenarios", nargs="+", help=".sched files")
     args = p.parse_args()
@@ -333,12 +350,12 @@ def main():
     failed = 0
     for path in args.scenarios:
         name = os.path.splitext(os.path.basename(path))[0]
-        cfg, faults = parse_schedule(path)
+        cfg, faults, opts = parse_schedule(path)
         sim, rc, verdict = sim_outcome(args.sim, path)
         workdir = tempfile.mkdtemp(prefix=f"agree-{name}-")
         t = time.monotonic()
         try:
-            run = RealRun(args, cfg, faults, workdir)
+            run = RealRun(args, cfg, faults, opts, workdir)
             real = run.run()
             with open(os.path.join(workdir, "trace.jsonl"), "w") as f:
                 f.write(run.trace())
