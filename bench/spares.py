@@ -37,6 +37,7 @@ echo "START $TORCHELASTIC_RESTART_COUNT $RANK $$ $(date +%s%N)"
 trap 'echo "TERM $RANK $(date +%s%N)"; exit 0' TERM
 while :; do sleep 1 & wait $!; done
 '''
+HEARTBEAT_INTERVAL_MS = 400  # rendezvous/include/trainlet/rendezvous/tunables.h kHeartbeatInterval
 HEARTBEAT_TIMEOUT_MS = 2400  # rendezvous/include/trainlet/rendezvous/tunables.h: 6 x 0.4 s
 START = re.compile(r"START (\d+) (\d+) (\d+) (\d+)")
 TERM = re.compile(r"TERM (\d+) (\d+)")
@@ -109,6 +110,14 @@ def once(binary, pods, spare, fault, logs=None, detail=None):
                 o = read(out)
                 detail["started_before"] = sum(
                     1 for c, r, _, x in START.findall(o) if c == "1" and r != "1" and int(x) < t)
+                # The frozen pod's own worker START: its control channel opens right
+                # after (pod_workers.cc), with a heartbeat at once; frozen before its next
+                # one (kHeartbeatInterval later), that is its last frame, so the spare's
+                # START minus it is detection + restart without the harness's own lag
+                # between the gang's START lines and the fault (poll, load).
+                own = [int(x) for c, r, _, x in START.findall(o) if c == "0" and r == "1"]
+                if own and t0 - own[0] < HEARTBEAT_INTERVAL_MS * 1e6:
+                    detail["since_last_frame"] = (t - own[0]) / 1e6
                 terms = [int(x) for r, x in TERM.findall(o) if r != "1"]
                 if terms:
                     detail["first_term"] = (min(terms) - t0) / 1e6

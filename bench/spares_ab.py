@@ -10,7 +10,10 @@ the same machine load (other sessions share its 2 cores).
 Prints one JSON object: per binary the stats (ms) of each figure, and of "restart": the
 spare's worker running minus the first worker's SIGTERM trap in the same run (the leader's
 Stop arriving), which leaves out the detection's spread (where the fault fell between the
-lost pod's heartbeats); "started_before": how many of the next generation's other
+lost pod's heartbeats); "since_last_frame": the spare's worker running minus the lost pod's own worker START, right
+before its channel's first (and, frozen within one heartbeat interval, last) frame: detection
+plus restart without the harness's lag between the gang's forming and the fault;
+"started_before": how many of the next generation's other
 workers had started before the spare's (the order of the leader's assignment writes).
 """
 import argparse
@@ -34,7 +37,7 @@ def main():
     a = ap.parse_args()
     bins = {"a": os.path.abspath(a.a), "b": os.path.abspath(a.b)}
     kinds = [("spare", True)] + ([("survivors", False)] if a.survivors else [])
-    names = [name for name, _ in kinds] + ["restart", "started_before"]
+    names = [name for name, _ in kinds] + ["restart", "since_last_frame", "started_before"]
     got = {k: {name: [] for name in names} for k in bins}
     for i in range(a.runs):
         for name, spare in kinds:
@@ -47,6 +50,9 @@ def main():
                     got[k]["restart"].append(ms - d["first_term"])
                     extra = (f" (first SIGTERM {d['first_term']:.1f} ms, restart "
                              f"{ms - d['first_term']:.1f} ms)")
+                if "since_last_frame" in d:
+                    got[k]["since_last_frame"].append(d["since_last_frame"])
+                    extra += f"; {d['since_last_frame']:.1f} ms after the lost pod's last frame"
                 if "started_before" in d:
                     got[k]["started_before"].append(d["started_before"])
                     extra += f"; {d['started_before']} worker(s) of the gang started before"
