@@ -55,20 +55,61 @@ wire::Hello HelloOf(std::uint32_t index, std::uint32_t nnodes, std::uint8_t arg,
   return h;
 }
 
+// Hot spares and elastic sizes (leader_options.h LeaderMembership): the first
+// `active` pods joined get node ranks once `ready` (the input decides when),
+// the rest wait as spares; leaves, replacements and losses as the input says.
+class FuzzMembership : public LeaderMembership {
+ public:
+  std::optional<std::map<std::uint32_t, std::uint32_t>> Plan(
+      const std::vector<std::uint32_t>& joined) override {
+    if (!ready || joined.empty()) return std::nullopt;
+    std::map<std::uint32_t, std::uint32_t> ranks;
+    for (std::uint32_t i = 0; i < joined.size() && i < active; ++i) ranks[joined[i]] = i;
+    return ranks;
+  }
+  bool AssignFirst(std::uint32_t index) override { return index % 2 == 1; }
+  std::optional<wire::Replaced> ReplacedOf(std::uint32_t index) const override {
+    if (index != replaced) return std::nullopt;
+    return wire::Replaced{.spare = index + 1, .node_rank = 1, .generation = 1};
+  }
+  std::optional<std::uint32_t> LeftOf(std::uint32_t index) const override {
+    return index == left ? std::optional<std::uint32_t>(1) : std::nullopt;
+  }
+  std::optional<std::uint32_t> LostSpareOf(std::uint32_t) const override { return std::nullopt; }
+  void OnLeave(std::uint32_t index) override { leaves.push_back(index); }
+  bool ready = false;
+  std::uint32_t active = 2, replaced = 99, left = 99;
+  std::vector<std::uint32_t> leaves;
+};
+
 class Driver {
  public:
-  Driver(std::uint32_t nnodes, bool token, std::chrono::steady_clock::time_point t0)
-      : now(t0), nnodes_(nnodes), token_(token), core_(Options(nnodes, token), [this] {
+  Driver(std::uint32_t nnodes, bool token, std::shared_ptr<FuzzMembership> membership,
+         std::chrono::steady_clock::time_point t0)
+      : now(t0), nnodes_(nnodes), token_(token), membership_(membership),
+        core_(Options(nnodes, token, membership), [this] {
           return std::string(kNonceBytes, static_cast<char>('a' + (nonces_++ % 26)));
         }) {}
 
-  static LeaderOptions Options(std::uint32_t nnodes, bool token) {
+  // With a membership: elastic sizes or spares, late pods admitted while the
+  // generation runs, survivors' ids kept (leader_options.h).
+  static LeaderOptions Options(std::uint32_t nnodes, bool token,
+                               std::shared_ptr<FuzzMembership> membership) {
     LeaderOptions o;
     o.nnodes = nnodes;
     o.run_id = kJob;
     o.max_pending_handshakes = kMaxPending;
     o.max_generation = 1;
     if (token) o.token = kToken;
+    if (membership) {
+      o.membership = membership;
+      o.admit_late = true;
+      o.max_generation = std::nullopt;
+      o.restarts = 1;
+      o.kept_ids = {{1, std::string(wire::kInstanceIdBytes, 'i')}};
+      o.keep_until = std::chrono::steady_clock::time_point{} + std::chrono::hours(1) +
+                     std::chrono::seconds(5);
+    }
     return o;
   }
 
@@ -174,6 +215,7 @@ class Driver {
   std::chrono::steady_clock::time_point now;
   std::uint32_t nnodes_;
   bool token_;
+  std::shared_ptr<FuzzMembership> membership_;
   int nonces_ = 0;
   LeaderCore core_;
   std::set<ConnId> known_;
@@ -228,7 +270,12 @@ void Step(Driver& d, std::uint8_t op, std::uint8_t arg, const std::uint8_t* rest
       }
       break;
     default:
-      if (arg % 16 == 0 && !d.closed_core_) {
+      if (d.membership_ && arg % 16 >= 2 && arg % 16 < 8) {  // the membership changes its mind
+        d.membership_->ready = (arg & 0x10) != 0 || arg % 16 == 2;
+        d.membership_->active = 1 + arg % 3;
+        if (arg % 16 == 5) d.membership_->replaced = 1 + (arg >> 5) % 3;
+        if (arg % 16 == 6) d.membership_->left = 1 + (arg >> 5) % 3;
+      } else if (arg % 16 == 0 && !d.closed_core_) {
         d.core_.Close();
         d.closed_core_ = true;
         d.Take();
@@ -252,7 +299,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 1) return 0;
   const std::uint32_t nnodes = 1 + data[0] % 4;
   const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
-  Driver d(nnodes, (data[0] & 0x10) != 0, t0);
+  auto membership = (data[0] & 0x40) ? std::make_shared<FuzzMembership>() : nullptr;
+  Driver d(nnodes, (data[0] & 0x10) != 0, membership, t0);
   d.core_.Start(HelloOf(0, nnodes, 0, d.token_), d.now);
   d.Take();
   if ((data[0] & 0x20) == 0) {
