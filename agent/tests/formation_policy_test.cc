@@ -37,6 +37,19 @@ struct Row {
   milliseconds recheck;  // kWait only
 };
 
+// Each row's decision, and its recheck for a wait.
+template <std::size_t N>
+void ExpectRows(const Row (&rows)[N]) {
+  for (const Row& row : rows) {
+    FormationDecision d = DecideFormation(row.round, row.config);
+    EXPECT_EQ(d.kind, row.kind) << row.name << ": " << d.why;
+    EXPECT_FALSE(d.why.empty()) << row.name;
+    if (row.kind == Kind::kWait) {
+      EXPECT_EQ(d.recheck_after, row.recheck) << row.name;
+    }
+  }
+}
+
 TEST(FormationPolicy, Table) {
   const std::optional<milliseconds> none;
   const Row rows[] = {
@@ -107,20 +120,77 @@ TEST(FormationPolicy, Table) {
        kTimeout - kLastCall},
       {"spares: N in at the deadline forms", Elastic(2, 2, 1),
        {.joined = 2, .since_min = kLastCall, .since_start = kTimeout}, Kind::kForm, {}},
-      {"spares: a later round takes the last call", Elastic(2, 2, 1),
-       {.joined = 2, .first = false, .alive = 3, .alive_back = 2, .since_min = kLastCall},
+      {"spares: a later round takes the last call once the survivors' hold is over",
+       Elastic(2, 2, 1),
+       {.joined = 2, .first = false, .alive = 3, .alive_back = 2, .since_min = kLastCall,
+        .since_start = kLastCall},
        Kind::kForm, {}},
       {"a single pod", Elastic(1, 1), {.joined = 1, .since_min = milliseconds(0)}, Kind::kForm,
        {}},
   };
-  for (const Row& row : rows) {
-    FormationDecision d = DecideFormation(row.round, row.config);
-    EXPECT_EQ(d.kind, row.kind) << row.name << ": " << d.why;
-    EXPECT_FALSE(d.why.empty()) << row.name;
-    if (row.kind == Kind::kWait) {
-      EXPECT_EQ(d.recheck_after, row.recheck) << row.name;
-    }
-  }
+  ExpectRows(rows);
+}
+
+// A survivor the leader counts alive (not lost, not leaving) may take the
+// whole grace period to stop its workers (a checkpoint on SIGTERM) before it
+// rejoins: a later round waits for it survivor_hold after its start
+// (SurvivorHold: grace + the diagnostics delay + the heartbeat timeout), past
+// a shorter last call,
+// but never past the deadline's forming; the first round and a round whose
+// survivors are all back keep torch's rules.
+TEST(FormationPolicy, ASurvivorStillStoppingItsWorkersHoldsALaterRoundPastTheLastCall) {
+  using std::chrono::seconds;
+  // --nnodes 7:13 --rdzv-conf last_call_timeout=5 --grace-period 25 (the finding's).
+  FormationConfig c = Elastic(7, 13);
+  c.last_call = seconds(5);
+  c.survivor_hold = SurvivorHold(seconds(25));
+  const milliseconds hold = c.survivor_hold;
+  ASSERT_EQ(hold, seconds(25) + milliseconds(2000) + milliseconds(2400));
+  ASSERT_EQ(FormationConfig{}.survivor_hold, hold) << "the default grace period's";
+  FormationConfig near = c;  // a deadline inside the hold
+  near.timeout = seconds(20);
+  const Row rows[] = {
+      {"the last call ended, a survivor still stopping: waits out the hold", c,
+       {.joined = 8, .first = false, .alive = 9, .alive_back = 8, .since_min = seconds(6),
+        .since_start = seconds(6)},
+       Kind::kWait, hold - seconds(6)},
+      {"the hold over: forms without the survivor", c,
+       {.joined = 8, .first = false, .alive = 9, .alive_back = 8, .since_min = hold,
+        .since_start = hold},
+       Kind::kForm, {}},
+      {"the survivor back: forms at once", c,
+       {.joined = 9, .first = false, .alive = 9, .alive_back = 9, .since_min = seconds(6),
+        .since_start = seconds(6)},
+       Kind::kForm, {}},
+      {"a newcomer does not end the hold", c,
+       {.joined = 9, .first = false, .alive = 9, .alive_back = 8, .since_min = seconds(6),
+        .since_start = seconds(6)},
+       Kind::kWait, hold - seconds(6)},
+      {"the whole gang forms at once, hold or not", c,
+       {.joined = 13, .first = false, .alive = 13, .alive_back = 12, .since_min = seconds(1),
+        .since_start = seconds(1)},
+       Kind::kForm, {}},
+      {"a last call longer than the hold is waited out as before", Elastic(2, 3),
+       {.joined = 2, .first = false, .alive = 3, .alive_back = 2, .since_min = hold,
+        .since_start = hold},
+       Kind::kWait, kLastCall - hold},
+      {"the first round has no survivors to hold it", c,
+       {.joined = 8, .first = true, .alive = 0, .alive_back = 0, .since_min = seconds(5),
+        .since_start = seconds(6)},
+       Kind::kForm, {}},
+      {"the deadline near: forms inside the hold", near,
+       {.joined = 8, .first = false, .alive = 9, .alive_back = 8, .since_min = seconds(19),
+        .since_start = seconds(19)},
+       Kind::kForm, {}},
+      {"the deadline bounds the hold's wait", near,
+       {.joined = 8, .first = false, .alive = 9, .alive_back = 8, .since_min = seconds(6),
+        .since_start = seconds(6)},
+       Kind::kWait, seconds(13)},
+  };
+  ExpectRows(rows);
+  const FormationDecision d = DecideFormation(rows[0].round, c);
+  EXPECT_EQ(d.why, "waiting up to 23400 ms for 1 survivor(s) still stopping their workers "
+                   "(8 joined)");
 }
 
 TEST(FormationPolicy, GiveUpSaysWhatIsMissing) {
@@ -144,11 +214,13 @@ TEST(FormationPolicyProperty, RandomRounds) {
   for (int i = 0; i < 20000; ++i) {
     const std::uint32_t lo = 1 + rng() % 5, hi = lo + rng() % 4, spares = rng() % 3;
     FormationConfig c{.min_nodes = lo, .max_nodes = hi, .spares = spares,
-                      .last_call = milliseconds(rng() % 50), .timeout = milliseconds(rng() % 200)};
+                      .last_call = milliseconds(rng() % 5000),
+                      .timeout = milliseconds(rng() % 20000),
+                      .survivor_hold = milliseconds(rng() % 10000)};
     RoundState r{.joined = static_cast<std::uint32_t>(rng() % (hi + spares + 2)),
                  .first = rng() % 2 == 0,
                  .alive = static_cast<std::uint32_t>(rng() % (hi + spares + 1)),
-                 .since_start = milliseconds(rng() % 250)};
+                 .since_start = milliseconds(rng() % 25000)};
     r.alive_back = static_cast<std::uint32_t>(rng() % (std::min(r.alive, r.joined) + 1));
     if (r.joined >= lo) r.since_min = milliseconds(rng() % (r.since_start.count() + 1));
     const FormationDecision d = DecideFormation(r, c);
@@ -156,9 +228,11 @@ TEST(FormationPolicyProperty, RandomRounds) {
     if (d.kind == Kind::kForm) {
       EXPECT_GE(r.joined, lo) << ctx;
     }
-    // Before the last call and the deadline, a later round below the whole gang
-    // forms only with every pod still alive back, whoever else joined.
-    const bool early = !r.since_min.has_value() || *r.since_min < c.last_call;
+    // Before the last call (and a survivor's hold) and the deadline, a later
+    // round below the whole gang forms only with every pod still alive back,
+    // whoever else joined.
+    const bool in_hold = !r.first && r.since_start < c.survivor_hold;
+    const bool early = !r.since_min.has_value() || *r.since_min < c.last_call || in_hold;
     const milliseconds form_by = c.timeout - std::min(kFormBeforeDeadline, c.timeout / 10);
     if (!r.first && r.joined < hi + spares && r.alive_back < r.alive && early &&
         r.since_start < form_by) {
@@ -174,8 +248,11 @@ TEST(FormationPolicyProperty, RandomRounds) {
     if (d.kind != Kind::kWait) continue;
     EXPECT_GT(d.recheck_after, milliseconds(0)) << ctx;
     EXPECT_LE(r.since_start + d.recheck_after, c.timeout) << ctx;
-    if (r.since_min) {  // every round takes the last call
-      EXPECT_LE(*r.since_min + d.recheck_after, c.last_call) << ctx;
+    if (r.since_min) {  // every round takes the last call, a later one the hold too
+      const milliseconds hold_left = r.first || r.alive_back >= r.alive
+                                         ? milliseconds(0)
+                                         : c.survivor_hold - r.since_start;
+      EXPECT_LE(d.recheck_after, std::max(c.last_call - *r.since_min, hold_left)) << ctx;
     }
   }
 }

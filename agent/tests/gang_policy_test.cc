@@ -454,8 +454,57 @@ TEST(MemberPolicyTest, LocalFailureAfterAPeerStopIsCollateral) {
 
 TEST(MemberPolicyTest, EventsBeforeTheWorkersStartChangeNothing) {
   GangPolicy p({.index = 1, .nnodes = 3});
-  EXPECT_EQ(p.On(gang::OwnStall{"slow start"}), GangActions{});
+  EXPECT_EQ(p.On(gang::Lost{0, "closed"}), GangActions{});
+  EXPECT_EQ(p.On(Worker()), GangActions{});
   EXPECT_EQ(KindOf(p.On(gang::StopSignal{SIGINT})), Kind::kTerminated);
+}
+
+// G3 from the hello on: a pod stopped (SIGSTOP, a frozen node) past the
+// heartbeat timeout while it waits in a round may have been given up by a
+// gang that formed meanwhile. Whatever its role, round or budget, it leaves
+// as the culprit (infra, 75) before any worker starts: no restart, no report
+// (its connection closes; the leader has lost it or drops it from the round),
+// and the assignment it then reads changes nothing.
+TEST(GangPolicyTest, APodStalledWhileItJoinsLeavesAsTheCulpritBeforeItsWorkersStart) {
+  struct Case {
+    const char* what;
+    std::uint32_t index;
+    std::uint32_t max_restarts;
+    bool after_a_restart;  // the stall came in the round of a restart, not the first
+  };
+  const Case cases[] = {
+      {"a member in the first round", 2, 0, false},
+      {"a member in the first round, with restarts left", 2, 3, false},
+      {"a member in a restart's round", 1, 3, true},
+      {"the leader in the first round", 0, 0, false},
+      {"the leader in a restart's round", 0, 3, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    GangPolicy p({.index = c.index, .nnodes = 3, .max_restarts = c.max_restarts,
+                  .hang_signal = kHang});
+    if (c.after_a_restart) {
+      p.On(gang::Assigned{0});
+      if (c.index == 0) {
+        p.On(Failed(2, FailureClass::kWorker));
+      } else {
+        p.On(gang::Stop{RestartStop(2)});
+      }
+      ASSERT_TRUE(p.On(gang::WorkersDone{false}).restart);
+      ASSERT_FALSE(p.role().gen().running());
+    }
+    GangActions a = p.On(gang::OwnStall{"this pod's event loop did not run for 6.5 s"});
+    ASSERT_TRUE(a.conclude);
+    EXPECT_EQ(a.conclude->kind, Kind::kStall);
+    EXPECT_EQ(a.conclude->failure_class, FailureClass::kInfra);
+    EXPECT_EQ(a.conclude->reason, "this pod's event loop did not run for 6.5 s");
+    EXPECT_FALSE(a.restart);
+    EXPECT_FALSE(a.report);
+    EXPECT_FALSE(a.broadcast);
+    EXPECT_FALSE(a.stop_workers);
+    EXPECT_TRUE(p.role().concluded());
+    EXPECT_EQ(p.On(gang::Assigned{c.after_a_restart ? 1u : 0u}), GangActions{});
+  }
 }
 
 

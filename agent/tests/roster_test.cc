@@ -19,11 +19,12 @@ class RosterTest : public ::testing::Test {
   boost::asio::io_context io_;  // first: the roster's timer runs on it
   Roster roster_;
   int reconsidered_ = 0;
-  // A round of --nnodes 2 --spares 1 with a 50 ms last call.
+  // A round of --nnodes 2 --spares 1 with a 50 ms last call and a 100 ms hold
+  // for the survivors (formation_policy.h).
   void Round() {
     roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
                        {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
-                        .timeout = 10s},
+                        .timeout = 10s, .survivor_hold = 100ms},
                        [this] { ++reconsidered_; });
   }
   void RunFor(std::chrono::milliseconds d) {
@@ -62,7 +63,8 @@ TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
 TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
   auto round = [this] {
     roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
-                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s},
+                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
+                        .survivor_hold = 100ms},
                        [this] { ++reconsidered_; });
   };
   round();
@@ -97,7 +99,8 @@ TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
 TEST_F(RosterTest, ElasticLossIsRecordedAsLeftUntilThePodIsActiveAgain) {
   auto round = [this] {
     roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
-                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s},
+                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
+                        .survivor_hold = 100ms},
                        [this] { ++reconsidered_; });
   };
   round();
@@ -157,13 +160,17 @@ TEST_F(RosterTest, ALostWaitingSpareIsRecordedUntilItsIndexIsAdmittedAgain) {
 }
 
 // A pod gone while the gang restarted (never declared lost: every connection
-// closes to rejoin) is not waited for past the last call: the spare takes its rank.
-TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheLastCall) {
+// closes to rejoin) may be a survivor still stopping its workers: it holds
+// the round past the last call (50 ms) until the survivors' hold (100 ms)
+// ends, then the spare takes its rank.
+TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheSurvivorsHold) {
   Round();
   ASSERT_TRUE(roster_.Plan({0, 1, 2}));
   roster_.Adopt(0);
   Round();
   EXPECT_FALSE(roster_.Plan({0, 2})) << "formed before its last call";
+  RunFor(70ms);
+  EXPECT_FALSE(roster_.Plan({0, 2})) << "formed after the last call, within the hold";
   RunFor(200ms);
   EXPECT_EQ(reconsidered_, 1);
   EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));

@@ -10,6 +10,10 @@ run until the test writes CTL/done (then exit 0).
   pod 2 joins -> every pod runs again with WORLD_SIZE 3, ranks in index order, and the join
   is no restart (TORCHELASTIC_RESTART_COUNT stays 0); pod 2 SIGKILLed -> pods 0 and 1 run
   again with WORLD_SIZE 2 and restart count 1 (a loss counts); all exit 0.
+- test_a_survivor_slow_to_stop_holds_the_round_past_the_last_call: `--grace-period 5`, pod
+  1's worker ignores SIGTERM when pod 2's join grows the gang: the next round waits for pod 1
+  past the 1 s last call (it is alive, stopping its workers) and forms WORLD_SIZE 3; all
+  exit 0 (before: formed without it, and pod 1 was refused and exited 75).
 - test_ranks_follow_indices_not_join_order: pods 0 and 2 form WORLD_SIZE 2 (pod 2 on
   RANK 1); pod 1 joins -> pod 1 takes RANK 1 and pod 2 RANK 2: index order, not join order.
 - test_join_at_max_waits_as_a_spare: `--nnodes 2:3 --spares 1`, pods 0-2 form WORLD_SIZE 3
@@ -50,10 +54,14 @@ from harness import BIN, PodsimTestCase
 GRACE = 2
 
 WORKER = r"""
-marks=$1 ctl=$2
+marks=$1 ctl=$2 slow=$3
 echo "start $TORCHELASTIC_RESTART_COUNT $RANK $WORLD_SIZE $(date +%s.%N)" >> "$marks"
 echo "rank $RANK of $WORLD_SIZE started (restarts $TORCHELASTIC_RESTART_COUNT)"
-trap 'exit 143' TERM
+if [ -n "$slow" ] && [ -e "$slow" ]; then
+  rm -f "$slow"; trap '' TERM  # this start ignores SIGTERM: the grace period's SIGKILL ends it
+else
+  trap 'exit 143' TERM
+fi
 while [ ! -e "$ctl/done" ]; do sleep 0.1; done
 exit 0
 """
@@ -93,16 +101,18 @@ class ElasticTest(PodsimTestCase):
         except FileNotFoundError:
             return []
 
-    def start(self, c, i, rdzv_timeout=30, spares=0, arrival=False, last_call=1):
-        """Starts pod i; `arrival`: no index, pod 0's address as the c10d endpoint."""
-        cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), self.ctl(c)]
+    def start(self, c, i, rdzv_timeout=30, spares=0, arrival=False, last_call=1, grace=GRACE,
+              slow=""):
+        """Starts pod i; `arrival`: no index, pod 0's address as the c10d endpoint; `slow`:
+        a file whose presence makes the pod's next worker start ignore SIGTERM."""
+        cmd = ["sh", "-c", WORKER, "trainer", self.marks(c, i), self.ctl(c), slow]
         flags = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{c.pod_ip(0)}:29400",
                  "--rdzv-id", "42"] if arrival else []
         c.start_pod(i, self.trainlet("--termination-log", os.path.join(c.workdir, f"tlog{i}"),
                                      "--max-restarts", "2", "--rdzv-conf",
                                      f"last_call_timeout={last_call}", "--spares", str(spares),
                                      *flags,
-                                     nnodes="2:3", grace=GRACE, rdzv_timeout=rdzv_timeout,
+                                     nnodes="2:3", grace=grace, rdzv_timeout=rdzv_timeout,
                                      cmd=cmd),
                     env={"JOB_COMPLETION_INDEX": None} if arrival else None)
 
@@ -138,6 +148,35 @@ class ElasticTest(PodsimTestCase):
             for i in (0, 1):
                 self.assertExit(c.pods[i], 40, 0)
             c.pods[2].wait(10)
+            self.assertNothingLeft(c)
+
+    def test_a_survivor_slow_to_stop_holds_the_round_past_the_last_call(self):
+        """The last call (1 s) is shorter than the grace period (5 s): pod 1's worker
+        ignores SIGTERM when pod 2's join grows the gang, and stops only at the grace
+        period's SIGKILL. The next round has MIN (pods 0 and 2) after a second, but pod 1,
+        still connected and stopping its workers, holds it: it forms with all three
+        (WORLD_SIZE 3, no restart counted) and every pod exits 0. (Before: the round formed
+        at the last call without pod 1, which came back to a generation that had planned
+        it out, was refused and exited 75: a counted exit with no failure.)"""
+        grace = 5
+        with self.cluster(pods=3) as c:
+            c.publish_all()
+            slow = os.path.join(self.ctl(c), "slow1")
+            open(slow, "w").close()
+            for i in (0, 1):
+                self.start(c, i, grace=grace, slow=slow if i == 1 else "")
+            for i in (0, 1):
+                self.assertEqual(self.wait_starts(c, i, 1), (0, i, 2), f"pod {i} first")
+            t_join = time.time()
+            self.start(c, 2, grace=grace)
+            for i in range(3):
+                self.assertEqual(self.wait_starts(c, i, 2 if i < 2 else 1, timeout=grace + 20),
+                                 (0, i, 3), f"pod {i} after the join")
+            took = time.time() - t_join
+            print(f"\n    generation 1 with WORLD_SIZE 3 {took:.1f}s after pod 2 started",
+                  end=" ", flush=True)
+            self.assertTrue(c.pods[1].running(), c.pods[1].tail())
+            self.finish(c, range(3))
             self.assertNothingLeft(c)
 
     def test_ranks_follow_indices_not_join_order(self):

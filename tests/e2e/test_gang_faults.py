@@ -11,6 +11,8 @@
   * a pod frozen for a little less than the timeout (2.15 s of 2.4 s): whether its peers give it up
     depends on when its last heartbeat went out; whenever they do, it is the culprit (75)
     and they exit 76; otherwise the gang runs on (before, it exited 76 too: no culprit);
+  * a member frozen while it waits in the first round, across the round's formation: the
+    others exit 76 naming it, and resumed it exits 75 without starting its workers;
   * two members' workers fail at the same instant: exactly one of them exits with its
     own code (the one the leader heard first), every other pod 76.
 
@@ -131,25 +133,31 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
                 time.sleep(max(0.0, FREEZE - (time.time() - t_freeze)))
             finally:
                 c.pods[victim].signal(signal.SIGCONT)
-            t_resume = time.time()
-            code = c.pods[victim].wait(GRACE + 10)
-            print(f"\n    pod {victim} frozen {time.time() - t_freeze:.1f}s: others exit "
-                  + ", ".join(f"pod {i} {v[0]} after {v[1]:.2f}s" for i, v in others.items())
-                  + f"; it exits {code} {time.time() - t_resume:.2f}s after resuming",
-                  end=" ", flush=True)
-            for i, (oc, dt) in others.items():
-                self.assertEqual(oc, 76, c.pods[i].tail())
-                self.assertLess(dt, STOP_BOUND, f"pod {i} exited {dt:.2f}s after the freeze")
-                self.assertIn("TERM", self.marks(c, i), f"pod {i}'s worker got no SIGTERM")
-                who = r"\bpod %d\b" % victim if victim != 0 else r"(?i)leader"
-                self.assertClass(c, i, "peer_failed", 76, who)
-            self.assertEqual(code, 75, c.pods[victim].tail())
-            s = self.assertClass(c, victim, "infra", 75, r"event loop did not run")
-            self.assertNotRegex(s["reason"], r"\bpod [1-9]", "the resumed pod blames a peer")
-            self.assertNotIn("was lost", c.pods[victim].stderr().split("event loop did not run")[0],
-                             "the resumed pod blamed a member before seeing its own stall")
+            self.assertFrozenPodIsTheCulprit(c, victim, t_freeze, others)
             self.assertIn("TERM", self.marks(c, victim), "its own worker got no SIGTERM")
             self.assertNothingLeft(c)
+
+    def assertFrozenPodIsTheCulprit(self, c, victim, t_freeze, others, what=""):
+        """`victim`, stopped at t_freeze and just resumed: the others ({i: (exit code, s
+        from the freeze)}) exit 76 naming it within STOP_BOUND, their workers stopped; it
+        exits 75 (infra) for its own stall, blaming nobody. Prints the times."""
+        t_resume = time.time()
+        code = c.pods[victim].wait(GRACE + 10)
+        print(f"\n    pod {victim} frozen {t_resume - t_freeze:.1f}s{what}: others exit "
+              + ", ".join(f"pod {i} {v[0]} after {v[1]:.2f}s" for i, v in others.items())
+              + f"; it exits {code} {time.time() - t_resume:.2f}s after resuming",
+              end=" ", flush=True)
+        for i, (oc, dt) in others.items():
+            self.assertEqual(oc, 76, c.pods[i].tail())
+            self.assertLess(dt, STOP_BOUND, f"pod {i} exited {dt:.2f}s after the freeze")
+            self.assertIn("TERM", self.marks(c, i), f"pod {i}'s worker got no SIGTERM")
+            who = r"\bpod %d\b" % victim if victim != 0 else r"(?i)leader"
+            self.assertClass(c, i, "peer_failed", 76, who)
+        self.assertEqual(code, 75, c.pods[victim].tail())
+        s = self.assertClass(c, victim, "infra", 75, r"event loop did not run")
+        self.assertNotRegex(s["reason"], r"\bpod [1-9]", "the resumed pod blames a peer")
+        self.assertNotIn("was lost", c.pods[victim].stderr().split("event loop did not run")[0],
+                         "the resumed pod blamed a member before seeing its own stall")
 
     def short_freeze(self, victim, npods=3, trials=4):
         """Up to `trials` gangs, until one in which the peers gave the victim up."""
@@ -188,6 +196,44 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
 
     def test_frozen_leader_is_the_culprit_and_blames_no_member(self):
         self.freeze(victim=0)
+
+    def test_member_frozen_while_the_gang_forms_is_the_culprit(self):
+        """Pod 2 waits in the first round and is frozen; pod 1 arrives, the round forms
+        with pod 2 (its hello is in), the leader hears nothing from it on the control
+        channel and stops the gang (--max-restarts 0): pods 0 and 1 exit 76 naming pod 2.
+        Resumed, pod 2 finds its assignment waiting; it is the culprit of the silence
+        (its loop stalled past the heartbeat timeout while it waited in the round), so it
+        exits 75 without starting its workers. (Before: its stall watch started only at
+        the assignment, the policy dropped a stall before it, pod 2 started its workers,
+        read the closed connection as the leader's loss and exited 76: no counted exit.)"""
+        npods = 3
+        with self.cluster(pods=npods) as c:
+            c.publish_all()
+
+            def start(i):
+                worker = ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), "live", "0", "0"]
+                c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i),
+                                             "--max-restarts", "0", nnodes=npods, nproc=1,
+                                             grace=GRACE, rdzv_timeout=60, cmd=worker))
+            start(0)
+            start(2)
+            c.pods[0].wait_for_output(r"leader: pod 2 joined", 30)
+            time.sleep(1.0)  # pod 2 answered the leader's waiting heartbeats
+            t_freeze = time.time()
+            c.pods[2].signal(signal.SIGSTOP)
+            try:
+                start(1)
+                others = {}
+                for i in (0, 1):
+                    code = c.pods[i].wait(STOP_BOUND + GRACE + 10)
+                    others[i] = (code, time.time() - t_freeze)
+                time.sleep(max(0.0, FREEZE - (time.time() - t_freeze)))
+            finally:
+                c.pods[2].signal(signal.SIGCONT)
+            self.assertFrozenPodIsTheCulprit(c, 2, t_freeze, others, " across the formation")
+            self.assertNotIn("ready", self.marks(c, 2),
+                             "pod 2 started the workers of a generation it was given up in")
+            self.assertNothingLeft(c)
 
     # -- simultaneous failures: one counted exit -----------------------------------------
     def test_two_failures_at_once_count_once(self):

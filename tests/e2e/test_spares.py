@@ -228,11 +228,13 @@ class SparesTest(PodsimTestCase):
     def test_nccl_watchdog_restarts_in_place_without_a_swap(self):
         self.check_restart_in_place("watchdog")
 
-    def test_pod_lost_while_the_gang_restarts_is_replaced_after_the_last_call(self):
+    def test_pod_lost_while_the_gang_restarts_is_replaced_after_the_survivors_hold(self):
         """--nnodes 3: pod 1's worker exits 1 (a restart); pod 2's workers take 3 s to stop
         and pod 2 is SIGKILLed meanwhile (its connection had closed to rejoin, so it was
-        never declared lost): the round forms after the 2 s last call with spare 3 on
-        RANK 2 instead of waiting --rdzv-timeout (30 s) for pod 2."""
+        never declared lost, and the leader cannot tell it from a survivor still stopping):
+        the round holds for it past the 2 s last call until the survivors' hold ends
+        (--grace-period 5 + 4.4 s from the round's start, formation_policy.h), then forms
+        with spare 3 on RANK 2 instead of waiting --rdzv-timeout (30 s) for pod 2."""
         with self.cluster(pods=4) as c:
             self.start_gang(c, {1: "fail1", 2: "slowterm"}, nnodes=3,
                             flags=("--rdzv-conf", "last_call_timeout=2"))

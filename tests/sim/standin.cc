@@ -292,7 +292,8 @@ class StandInLeaderEnd final : public SimLeaderEnd {
             .max_nodes = c.max_nodes,
             .spares = c.spares,
             .last_call = std::chrono::milliseconds(c.last_call_ms),
-            .timeout = std::chrono::milliseconds(c.rdzv_timeout_ms)};
+            .timeout = std::chrono::milliseconds(c.rdzv_timeout_ms),
+            .survivor_hold = agent::SurvivorHold(std::chrono::milliseconds(c.grace_ms))};
   }
 
   // A fixed gang without spares waits for every index (no roster: pod.cc uses

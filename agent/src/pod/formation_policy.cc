@@ -30,7 +30,13 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
   if (enough && !round.first && round.alive_back >= round.alive) {
     return Form("every pod still alive is back (" + Count(round.joined, "pods") + ")");
   }
-  if (enough && round.since_min && *round.since_min >= c.last_call) {
+  // A survivor still stopping its workers holds the round (the hold), the
+  // last call's end notwithstanding.
+  const milliseconds hold_left =
+      !round.first && round.alive_back < round.alive ? c.survivor_hold - round.since_start
+                                                     : milliseconds(0);
+  if (enough && round.since_min && *round.since_min >= c.last_call &&
+      hold_left <= milliseconds(0)) {
     return Form("last call ended with " + Count(round.joined, "pods") + " (MIN " +
                 std::to_string(min_nodes) + ")");
   }
@@ -48,9 +54,15 @@ FormationDecision DecideFormation(const RoundState& round, const FormationConfig
   }
   milliseconds wait = to_deadline;
   if (enough && round.since_min) {
-    wait = std::min({wait, c.last_call - *round.since_min, form_by - round.since_start});
+    wait = std::min({wait, std::max(c.last_call - *round.since_min, hold_left),
+                     form_by - round.since_start});
   }
-  std::string why = enough ? "last call: waiting up to " +
+  const bool holding = enough && round.since_min && *round.since_min >= c.last_call;
+  std::string why = holding ? "waiting up to " + std::to_string(wait.count()) + " ms for " +
+                                  Count(round.alive - round.alive_back, "survivor(s)") +
+                                  " still stopping their workers (" +
+                                  Count(round.joined, "joined") + ")"
+                    : enough ? "last call: waiting up to " +
                                  std::to_string(wait.count()) + " ms for more pods (" +
                                  Count(round.joined, "joined") + ", MAX " +
                                  std::to_string(whole) + ")"

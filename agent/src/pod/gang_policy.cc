@@ -128,6 +128,15 @@ std::optional<GangActions> GangPolicyBase::OnCommon(const GangEvent& e) {
                                           : " before the workers started"),
                            .stop_signal = s->signo});
     }
+    if (const auto* s = std::get_if<gang::OwnStall>(&e)) {
+      // G3 while joining: the round may have formed during the stall, and
+      // the peers given this pod up on the control channel it never answered
+      // (its assignment waits unread). No worker runs yet and no generation
+      // holds this pod: it leaves as the culprit, before starting any.
+      rule_hits::G(3);
+      gen_.cause = Cause::OwnStall(s->why);
+      return ConcludeNow();
+    }
     return GangActions{};  // nothing else can concern a generation that has not started
   }
   return std::nullopt;

@@ -46,6 +46,9 @@ Status Pod::StartRendezvous() {
   // once the gang forms, every pod's work lands at the same moment.
   MakeErrorDir();
   gen_->StartRound(options_.rdzv_timeout, Guard([this] { OnRendezvousDeadline(); }));
+  // From the hello on: the round may form (and the peers start counting this
+  // pod's silence) while it is stopped (gang_policy.h G3).
+  StartStallWatch();
   rendezvous::wire::Hello hello = MakeHelloNow();
   auto on_assignment = Guard([this](Result<rendezvous::wire::Assignment> a) { OnAssignment(a); });
   if (options_.identity.is_leader()) return StartLeader(hello, on_assignment);
@@ -89,7 +92,8 @@ void Pod::OnRendezvousDeadline() {
 FormationConfig Pod::FormationNow() const {
   const PodIdentity& id = options_.identity;
   return {.min_nodes = id.min_pods(), .max_nodes = id.nnodes, .spares = id.spares,
-          .last_call = options_.rdzv_last_call, .timeout = options_.rdzv_timeout};
+          .last_call = options_.rdzv_last_call, .timeout = options_.rdzv_timeout,
+          .survivor_hold = SurvivorHold(options_.grace)};
 }
 
 rendezvous::LeaderOptions Pod::LeaderOptionsNow() {
@@ -126,7 +130,7 @@ rendezvous::LeaderOptions Pod::LeaderOptionsNow() {
     const bool expected = lo.expected.empty() || lo.expected.contains(it->first);
     it = expected ? std::next(it) : lo.kept_ids.erase(it);
   }
-  lo.keep_until = round_started + options_.grace + tun::kStallLimit;
+  lo.keep_until = round_started + SurvivorHold(options_.grace);
   // Ranks by arrival (bound at start), or listened ahead at a restart (ListenAhead).
   lo.listening_fd = std::exchange(options_.rdzv_listen_fd, -1);
   return lo;
@@ -225,6 +229,10 @@ void Pod::StartLeaderProbe(rendezvous::wire::Hello hello) {
 }
 
 void Pod::OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
+  // A pod resumed after a stop finds its assignment waiting: its own stall
+  // first (G3), before it starts the workers of a gang that gave it up.
+  CheckStall();
+  if (concluded_) return;
   PodGeneration& g = *gen_;
   if (leader_probe_) leader_probe_->Cancel();
   roster_.Cancel();
@@ -277,7 +285,6 @@ void Pod::OnSpareAssignment(const rendezvous::wire::Assignment& a) {
                Ms(Clock::now() - gen_->round_started), a.generation, a.nnodes, a.world_size);
   EnterAssigned(a);
   StartGangChannel();
-  StartStallWatch();
 }
 
 // This generation's directory for the workers' error files (TORCHELASTIC_ERROR_FILE)

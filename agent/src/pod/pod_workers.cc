@@ -134,8 +134,7 @@ void Pod::StartWorkers(const rendezvous::wire::Assignment& a,
   LogWorkersStarted(a);
   EnterAssigned(a);
   // Only now: gang events that arrived early (replayed here) can stop workers.
-  StartGangChannel();
-  StartStallWatch();
+  StartGangChannel();  // the stall watch runs since the round started (StartRendezvous)
   gen_->StartWatch();
 }
 

@@ -32,6 +32,18 @@
 //    count reached MIN (torch's last call), a fixed gang's (MIN = MAX) first
 //    round with spares too: a spare arriving after the round formed is
 //    admitted while the generation runs (membership.h M13: it waits as a spare).
+//  - But a later round waits for the survivors the leader still counts alive
+//    (not lost, not leaving) for as long as one may take to stop its workers
+//    and rejoin (FormationConfig::survivor_hold, SurvivorHold: --grace-period,
+//    a hang's diagnostics delay and the heartbeat timeout, from the round's
+//    start), also past the last
+//    call: a survivor that takes the whole grace period to stop (a checkpoint
+//    on SIGTERM) is no lost pod. Without the hold a last call shorter than the
+//    grace period planned it out, gave its node rank away, and it came back
+//    to be refused (admission.h rule 8) and exit 75: a counted exit with no
+//    failure. The leader cannot hear a survivor between its old connection's
+//    close and its rejoin, so the bound is the time the contract gives it,
+//    not its liveness; the round's deadline bounds it too (below).
 //  - Near the round's deadline (--rdzv-timeout less kFormBeforeDeadline, or
 //    a tenth of it when shorter): at least MIN pods form, the last call cut
 //    short (torch would time out when its last call outlasts join_timeout;
@@ -51,6 +63,15 @@
 
 namespace trainlet::agent {
 
+// How long after a later round's start a survivor the leader counts alive may
+// still be on its way back, given --grace-period `grace`: its workers' stop
+// (a hang's diagnostics delay, then the grace period's SIGKILL) and its
+// rejoin, with the heartbeat timeout as slack. Also how long the round keeps
+// a survivor's index for it by identity (LeaderOptions::keep_until).
+constexpr std::chrono::milliseconds SurvivorHold(std::chrono::milliseconds grace) {
+  return grace + rendezvous::tunables::kDiagnosticsDelay + rendezvous::tunables::kStallLimit;
+}
+
 struct FormationConfig {
   std::uint32_t min_nodes = 1;  // --nnodes MIN (N for a fixed gang)
   std::uint32_t max_nodes = 1;  // --nnodes MAX (N for a fixed gang)
@@ -59,6 +80,9 @@ struct FormationConfig {
   std::chrono::milliseconds last_call = kDefaultLastCall;
   // --rdzv-timeout: how long one round may wait.
   std::chrono::milliseconds timeout = kDefaultRdzvTimeout;
+  // How long a later round waits for the survivors it counts alive, from its
+  // start (the hold, above): SurvivorHold(--grace-period).
+  std::chrono::milliseconds survivor_hold = SurvivorHold(kDefaultGrace);
 };
 
 // The leader's rendezvous round as it stands.

@@ -16,6 +16,11 @@
 //  G3. A pod whose own event loop stalled past the heartbeat timeout (SIGSTOP,
 //      a frozen node) is the culprit of what its peers saw (class infra): it
 //      stops its workers and never blames a healthy peer for the silence.
+//      The stall is watched from the start of each round (the pod's hello is
+//      in, the round may form without a word from it): a stall past the
+//      limit while the pod joins ends it at once, as the culprit, before its
+//      workers start (the peers may have given it up on a control channel
+//      it never answered; no generation holds it to rejoin).
 //  G4. A stop signal (SIGTERM, SIGINT) received before the pod knew of any
 //      failure ends it as terminated (143), whatever its workers do afterwards.
 //      After a stop signal the pod never restarts, also when the signal
@@ -283,7 +288,8 @@ class GangPolicyBase {
   GangActions ConcludeNow(GangActions a = {});  // from the generation's state
   GangActions Restart(GangActions a = {});
   // What both roles do alike: nothing once concluded, the assignment, an
-  // agent failure, a stop signal while joining. nullopt: the role decides.
+  // agent failure, a stop signal or an own stall (G3) while joining.
+  // nullopt: the role decides.
   std::optional<GangActions> OnCommon(const GangEvent& e);
   // Every worker exited: the generation is done; decides alone for a
   // duplicate or a restart under way, else nullopt (the role decides).
