@@ -2,6 +2,8 @@
 // member's roles.
 #include "trainlet/agent/pod/gang_policy.h"
 
+#include "roster_form.h"
+
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -514,8 +516,8 @@ namespace spares {
 
 GangPolicy MakeWithSpare(std::uint32_t index, bool spare = false) {
   GangPolicy p({.index = index, .nnodes = 2, .max_restarts = 2, .hang_signal = kHang});
-  p.On(gang::Assigned{.generation = 0, .spare = spare, .spares = index == 0 ? std::set<std::uint32_t>{2}
-                                                                          : std::set<std::uint32_t>{}});
+  if (Roster* roster = p.roster()) roster_testing::FormRoster(*roster, {0, 1}, {2});  // the leader's
+  p.On(gang::Assigned{.generation = 0, .spare = spare});
   return p;
 }
 

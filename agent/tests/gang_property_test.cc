@@ -33,6 +33,7 @@
 // made by the one checker the simulator and the soak use too
 // (tests/invariants/invariants.h), fed as the run goes.
 #include "invariants.h"
+#include "roster_form.h"
 #include "trainlet/agent/pod/gang_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
 
@@ -513,8 +514,9 @@ struct Sim {
               .pod = static_cast<std::uint32_t>(i), .generation = g,
               .rank = p.spare ? invariants::kSpareRank : rank_of[i],
               .world = static_cast<std::uint32_t>(plan.active.size()), .restarts = restarts});
+      // The leader's waiting spares are its roster's: the plan, adopted.
+      if (i == 0) roster_testing::FormRoster(*p.policy->roster(), plan.active, waiting, g);
       Feed(i, gang::Assigned{.generation = g, .spare = p.spare,
-                             .spares = i == 0 ? waiting : std::set<std::uint32_t>{},
                              .nnodes = static_cast<std::uint32_t>(plan.active.size()),
                              .restarts = restarts});
     }

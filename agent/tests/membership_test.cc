@@ -4,6 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "roster_form.h"
+
 namespace trainlet::agent {
 namespace {
 
@@ -17,8 +23,10 @@ Membership Make(std::uint32_t min, std::uint32_t max, std::uint32_t r, std::uint
                 std::uint32_t active = 0, std::set<std::uint32_t> spares = {},
                 std::uint32_t restarts = 0) {
   Membership m({.min_nodes = min, .max_nodes = max, .max_restarts = r, .spares = k});
-  m.On(ev::Formed{.generation = 0, .active = active, .spares = std::move(spares),
-                  .restarts = restarts});
+  // The spares waiting are the roster's (the plan the wiring adopted).
+  roster_testing::FormRoster(m.roster(), roster_testing::ActiveBeside(active != 0 ? active : max, spares),
+                      spares);
+  m.On(ev::Formed{.generation = 0, .active = active, .restarts = restarts});
   return m;
 }
 
@@ -206,6 +214,56 @@ TEST(MembershipRules, M15_TheAssignmentsCountIsKeptAcrossAReplacedLeader) {
   Membership spent({.min_nodes = 2, .max_nodes = 3, .max_restarts = 3});
   spent.On(ev::Formed{.generation = 9, .active = 3, .restarts = 3});
   EXPECT_EQ(spent.On(ev::Failed{.key = 1}).end, End::kStop) << "the budget continues too";
+}
+
+// The machine holds the leader's one roster and marks it as it decides (the
+// wiring relays nothing): a lost member and a leaver are no longer expected
+// in the next round, a lost spare is recorded for the admission (rule 8), a
+// joiner is counted unranked, and the spares of a generation that forms are
+// the roster's unranked pods. Each row: the events after generation 0 formed
+// with pods 0 and 1 active and spare 2 waiting (--nnodes 2:3 --spares 1),
+// then what the roster holds.
+struct RosterRow {
+  std::string name;
+  std::vector<MembershipEvent> events;
+  std::set<std::uint32_t> expected;   // Roster::Expected
+  std::set<std::uint32_t> unranked;   // Roster::Unranked
+  std::optional<std::uint32_t> lost_spare_of_2;  // Roster::LostSpareIn(2)
+};
+
+TEST(MembershipRoster, TheMachinesWordIsMarkedOnItsRoster) {
+  const std::vector<RosterRow> rows = {
+      {"nothing happened", {}, {0, 1, 2}, {2}, std::nullopt},
+      {"a lost member", {ev::Lost{.key = 1}}, {0, 2}, {2}, std::nullopt},
+      {"a lost spare", {ev::Lost{.key = 2}}, {0, 1}, {}, 0},
+      {"a spare lost once the end is decided is a rejoin",
+       {ev::Failed{.key = 1}, ev::Lost{.key = 2}}, {0, 1, 2}, {2}, std::nullopt},
+      {"a leaver", {ev::Leaving{.key = 1}}, {0, 2}, {2}, std::nullopt},
+      {"a hardware failure with a spare waiting",
+       {ev::Failed{.key = 1, .failure_class = FailureClass::kHardware}}, {0, 2}, {2},
+       std::nullopt},
+      {"a joiner, the gang growing", {ev::Joined{.key = 3}}, {0, 1, 2, 3}, {2, 3},
+       std::nullopt},
+  };
+  for (const RosterRow& row : rows) {
+    Membership m = Make(2, 3, 1, 1, 2, {2});
+    for (const MembershipEvent& e : row.events) m.On(e);
+    EXPECT_EQ(m.roster().Expected(), row.expected) << row.name;
+    EXPECT_EQ(m.roster().Unranked(), row.unranked) << row.name;
+    EXPECT_EQ(m.roster().LostSpareIn(2), row.lost_spare_of_2) << row.name;
+  }
+}
+
+TEST(MembershipRoster, AGenerationsSparesAreTheRostersUnrankedPods) {
+  Membership m({.min_nodes = 2, .max_nodes = 2, .max_restarts = 1, .spares = 2});
+  m.roster().StartRound(Roster::TimePoint{}, {.min_nodes = 2, .max_nodes = 2, .spares = 2});
+  ASSERT_TRUE(m.roster().Plan({0, 1, 2, 3}, Roster::TimePoint{}));
+  m.roster().Adopt(0);
+  m.On(ev::Formed{.generation = 0, .active = 2});
+  EXPECT_EQ(m.spares(), (std::set<std::uint32_t>{2, 3}));
+  m.On(ev::Lost{.key = 3});
+  EXPECT_EQ(m.spares(), std::set<std::uint32_t>{2});
+  EXPECT_EQ(m.roster().Unranked(), std::set<std::uint32_t>{2}) << "one copy, the same word";
 }
 
 }  // namespace

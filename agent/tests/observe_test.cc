@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "../src/pod/roster.h"
+#include "trainlet/agent/pod/roster.h"
 #include "trainlet/agent/observe/heartbeat_watch.h"
 #include "trainlet/agent/base/log_format.h"
 #include "trainlet/agent/base/metrics.h"
@@ -323,13 +323,13 @@ TEST(HeartbeatWatchTest, AWorkerThatStopsTouchingItsFileIsHungAndTheWatchStops) 
 }
 
 TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
-  boost::asio::io_context io;  // first: the roster's timer is destroyed before its loop
   Roster roster;
+  const Roster::TimePoint t0{};
   EXPECT_TRUE(roster.Expected().empty()) << "before the first generation: all indices";
   const FormationConfig two{.min_nodes = 2, .max_nodes = 2, .spares = 1};
-  roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
-  EXPECT_FALSE(roster.Plan({0}).has_value()) << "one pod of two: wait";
-  auto ranks = roster.Plan({0, 1, 2});
+  roster.StartRound(t0, two);
+  EXPECT_FALSE(roster.Plan({0}, t0).has_value()) << "one pod of two: wait";
+  auto ranks = roster.Plan({0, 1, 2}, t0);
   ASSERT_TRUE(ranks.has_value());
   EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}}));
   roster.Adopt(0);
@@ -337,8 +337,8 @@ TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
   roster.MarkLeaving(1);
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 2}));
-  roster.StartRound(io.get_executor(), Roster::Clock::now(), two, [] {});
-  ranks = roster.Plan({0, 2});  // pod 1 left (its Job recreates it)
+  roster.StartRound(t0, two);
+  ranks = roster.Plan({0, 2}, t0);  // pod 1 left (its Job recreates it)
   ASSERT_TRUE(ranks.has_value());
   EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {2, 1}}));
   roster.Adopt(1);
@@ -355,24 +355,20 @@ TEST(RosterTest, ASpareTakesTheNodeRankOfAPodThatMustLeave) {
 // a recreated pod) must not stand in for a survivor still stopping its
 // workers: the round waits for the survivor by identity, not by count.
 TEST(RosterTest, ANewcomerDuringARestartDoesNotStandInForASurvivor) {
-  boost::asio::io_context io;
   Roster roster;
+  const Roster::TimePoint t0{};
   // Generation 0 forms with pods 0, 1 and 3 (MIN 3, no last call to wait out).
-  roster.StartRound(io.get_executor(), Roster::Clock::now(),
-                    {.min_nodes = 3, .max_nodes = 5, .last_call = std::chrono::milliseconds(0)},
-                    [] {});
-  auto ranks = roster.Plan({0, 1, 3});
+  roster.StartRound(t0, {.min_nodes = 3, .max_nodes = 5, .last_call = std::chrono::milliseconds(0)});
+  auto ranks = roster.Plan({0, 1, 3}, t0);
   ASSERT_TRUE(ranks.has_value());
   roster.Adopt(0);
   EXPECT_EQ(roster.Expected(), (std::set<std::uint32_t>{0, 1, 3}));
   // Generation 1 (a restart, torch's 30 s last call): pod 2 is new, survivor 1
   // still stops its workers.
-  roster.StartRound(io.get_executor(), Roster::Clock::now(),
-                    {.min_nodes = 3, .max_nodes = 5, .last_call = std::chrono::seconds(30)},
-                    [] {});
-  EXPECT_FALSE(roster.Plan({0, 3, 2}).has_value())
+  roster.StartRound(t0, {.min_nodes = 3, .max_nodes = 5, .last_call = std::chrono::seconds(30)});
+  EXPECT_FALSE(roster.Plan({0, 3, 2}, t0).has_value())
       << "three pods joined, but survivor 1 is not back: it must not be planned out";
-  ranks = roster.Plan({0, 3, 2, 1});
+  ranks = roster.Plan({0, 3, 2, 1}, t0);
   ASSERT_TRUE(ranks.has_value());
   EXPECT_EQ(*ranks, (std::map<std::uint32_t, std::uint32_t>{{0, 0}, {1, 1}, {2, 2}, {3, 3}}));
   roster.Adopt(1);

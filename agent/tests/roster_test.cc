@@ -1,42 +1,54 @@
-// Roster (agent/src/pod/roster.h): the leader's state between rounds over the
-// pure policies, with its last-call timer on a real event loop.
-#include "../src/pod/roster.h"
+// Roster (trainlet/agent/pod/roster.h): the leader's state between rounds over
+// the pure policies. A pure value: every test gives the time as an argument
+// (no clock, no loop), and checks when the roster asks to be reconsidered.
+#include "trainlet/agent/pod/roster.h"
 
 #include <gtest/gtest.h>
 
 #include <boost/asio/io_context.hpp>
 
+#include "../src/pod/roster_membership.h"
+
 #include <random>
+#include <string>
 
 namespace trainlet::agent {
 namespace {
 
 using namespace std::chrono_literals;
-using Ranks = std::map<std::uint32_t, std::uint32_t>;
+using Ranks = Roster::Ranks;
+using TimePoint = Roster::TimePoint;
+
+// Any time will do: the roster reads no clock.
+constexpr TimePoint kT0{std::chrono::hours(5)};
 
 class RosterTest : public ::testing::Test {
  protected:
-  boost::asio::io_context io_;  // first: the roster's timer runs on it
   Roster roster_;
-  int reconsidered_ = 0;
+  TimePoint now_ = kT0;
   // A round of --nnodes 2 --spares 1 with a 50 ms last call and a 100 ms hold
-  // for the survivors (formation_policy.h).
+  // for the survivors (formation_policy.h), starting now.
   void Round() {
-    roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
-                       {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
-                        .timeout = 10s, .survivor_hold = 100ms},
-                       [this] { ++reconsidered_; });
+    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
+                              .timeout = 10s, .survivor_hold = 100ms});
   }
-  void RunFor(std::chrono::milliseconds d) {
-    io_.restart();
-    io_.run_for(d);
+  // The round's pods `joined`, asked now.
+  std::optional<Ranks> Plan(const std::vector<std::uint32_t>& joined) {
+    return roster_.Plan(joined, now_);
+  }
+  // The time passes until the roster's reconsideration is due (as the
+  // wiring's timer would fire); false: none was due.
+  bool AtReconsideration() {
+    if (!roster_.ReconsiderAt()) return false;
+    now_ = *roster_.ReconsiderAt();
+    return true;
   }
 };
 
 TEST_F(RosterTest, WholeGangFormsAtOnceAndTheSpareWaits) {
   Round();
   EXPECT_EQ(roster_.Expected(), std::set<std::uint32_t>{});  // every index, first round
-  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}}));
+  EXPECT_EQ(Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}}));
   roster_.Adopt(0);
   EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{2});
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
@@ -46,10 +58,10 @@ TEST_F(RosterTest, WholeGangFormsAtOnceAndTheSpareWaits) {
 // spare arriving later is admitted while the generation runs (AddJoined).
 TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
   Round();
-  EXPECT_FALSE(roster_.Plan({0, 1})) << "formed before its last call";
-  RunFor(200ms);
-  EXPECT_EQ(reconsidered_, 1);
-  EXPECT_EQ(roster_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
+  EXPECT_FALSE(Plan({0, 1})) << "formed before its last call";
+  ASSERT_TRUE(AtReconsideration());
+  EXPECT_EQ(now_, kT0 + 50ms) << "the last call's end";
+  EXPECT_EQ(Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
   roster_.Adopt(0);
   EXPECT_TRUE(roster_.Unranked().empty());
   roster_.AddJoined(2);  // the spare, late: it waits
@@ -62,27 +74,25 @@ TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
 // the gang grows to 3, node ranks in index order; a loss then shrinks it.
 TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
   auto round = [this] {
-    roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
-                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
-                        .survivor_hold = 100ms},
-                       [this] { ++reconsidered_; });
+    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
+                              .survivor_hold = 100ms});
   };
   round();
-  EXPECT_FALSE(roster_.Plan({0, 2})) << "formed before its last call";
-  RunFor(200ms);
-  EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  EXPECT_FALSE(Plan({0, 2})) << "formed before its last call";
+  ASSERT_TRUE(AtReconsideration());
+  EXPECT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(0);
   roster_.AddJoined(1);  // joins the next generation (the membership machine's word)
   EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{1}) << "counted, with no node rank";
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
   round();
-  EXPECT_FALSE(roster_.Plan({0, 2})) << "the joiner is expected: no forming without it at once";
-  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));  // index order
+  EXPECT_FALSE(Plan({0, 2})) << "the joiner is expected: no forming without it at once";
+  EXPECT_EQ(Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));  // index order
   roster_.Adopt(1);
   roster_.AddJoined(2);  // rejoining early: keeps node rank 2
   roster_.MarkLost(1);
   round();
-  EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));  // the survivors, at once
+  EXPECT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));  // the survivors, at once
   roster_.Adopt(2);
   roster_.MarkLost(2);
   roster_.AddJoined(2);  // recreated after its loss: no rank
@@ -98,41 +108,39 @@ TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
 // (recreated, joined) is cleared.
 TEST_F(RosterTest, ElasticLossIsRecordedAsLeftUntilThePodIsActiveAgain) {
   auto round = [this] {
-    roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
-                       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
-                        .survivor_hold = 100ms},
-                       [this] { ++reconsidered_; });
+    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
+                              .survivor_hold = 100ms});
   };
   round();
-  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  ASSERT_TRUE(Plan({0, 1, 2}));
   roster_.Adopt(0);
   roster_.MarkLost(2);
   round();
-  ASSERT_EQ(roster_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
+  ASSERT_EQ(Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
   roster_.Adopt(1);
   EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1));
   EXPECT_EQ(roster_.LeftIn(1), std::nullopt);
   EXPECT_EQ(roster_.LastReplacementOf(2), std::nullopt);
   roster_.AddJoined(2);  // recreated: joins the next generation
   round();
-  ASSERT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
+  ASSERT_EQ(Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
   roster_.Adopt(2);
   EXPECT_EQ(roster_.LeftIn(2), std::nullopt) << "active again";
   round();  // pod 1 does not come back after a restart (never declared lost)
-  EXPECT_FALSE(roster_.Plan({0, 2}));
-  RunFor(200ms);
-  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  EXPECT_FALSE(Plan({0, 2}));
+  ASSERT_TRUE(AtReconsideration());
+  ASSERT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(3);
   EXPECT_EQ(roster_.LeftIn(1), std::nullopt) << "slow, not lost: it may join again";
 }
 
 TEST_F(RosterTest, ASpareTakingALostPodsRankIsNoLeaving) {
   Round();
-  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  ASSERT_TRUE(Plan({0, 1, 2}));
   roster_.Adopt(0);
   roster_.MarkLost(1);
   Round();
-  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  ASSERT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(1);
   EXPECT_EQ(roster_.LeftIn(1), std::nullopt);
   EXPECT_TRUE(roster_.LastReplacementOf(1));
@@ -144,7 +152,7 @@ TEST_F(RosterTest, ASpareTakingALostPodsRankIsNoLeaving) {
 // that counts the index.
 TEST_F(RosterTest, ALostWaitingSpareIsRecordedUntilItsIndexIsAdmittedAgain) {
   Round();
-  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  ASSERT_TRUE(Plan({0, 1, 2}));
   roster_.Adopt(0);
   roster_.MarkLost(1);  // active, not a spare: the replacement says so
   EXPECT_EQ(roster_.LostSpareIn(1), std::nullopt);
@@ -154,7 +162,7 @@ TEST_F(RosterTest, ALostWaitingSpareIsRecordedUntilItsIndexIsAdmittedAgain) {
   EXPECT_EQ(roster_.LostSpareIn(2), std::nullopt);
   roster_.MarkLost(2, /*waiting_spare=*/true);
   Round();
-  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  ASSERT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(1);
   EXPECT_EQ(roster_.LostSpareIn(2), std::nullopt) << "active in generation 1";
 }
@@ -165,15 +173,15 @@ TEST_F(RosterTest, ALostWaitingSpareIsRecordedUntilItsIndexIsAdmittedAgain) {
 // ends, then the spare takes its rank.
 TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheSurvivorsHold) {
   Round();
-  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  ASSERT_TRUE(Plan({0, 1, 2}));
   roster_.Adopt(0);
   Round();
-  EXPECT_FALSE(roster_.Plan({0, 2})) << "formed before its last call";
-  RunFor(70ms);
-  EXPECT_FALSE(roster_.Plan({0, 2})) << "formed after the last call, within the hold";
-  RunFor(200ms);
-  EXPECT_EQ(reconsidered_, 1);
-  EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  EXPECT_FALSE(Plan({0, 2})) << "formed before its last call";
+  now_ = kT0 + 70ms;
+  EXPECT_FALSE(Plan({0, 2})) << "formed after the last call, within the hold";
+  ASSERT_TRUE(AtReconsideration());
+  EXPECT_EQ(now_, kT0 + 100ms) << "the survivors' hold's end";
+  EXPECT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(1);
   EXPECT_EQ(roster_.replacements(),
             (std::vector<Replacement>{{.generation = 1, .node_rank = 1, .replaced = 1, .spare = 2}}));
@@ -182,13 +190,13 @@ TEST_F(RosterTest, PodGoneInTheRestartWindowIsReplacedAfterTheSurvivorsHold) {
 
 TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
   Round();
-  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  ASSERT_TRUE(Plan({0, 1, 2}));
   roster_.Adopt(0);
   roster_.MarkLost(1);
   Round();
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 2}));
-  EXPECT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
-  EXPECT_EQ(reconsidered_, 0);
+  EXPECT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  EXPECT_EQ(roster_.ReconsiderAt(), std::nullopt) << "formed: nothing to reconsider";
 }
 
 // The assignments of pods that start workers from nothing go out first
@@ -198,7 +206,7 @@ TEST_F(RosterTest, SurvivorsBackFormAtOnceAndALostPodIsReplaced) {
 TEST_F(RosterTest, NewlyActiveIsTheSpareTakingANodeRank) {
   Round();
   EXPECT_FALSE(roster_.NewlyActive(0)) << "no round formed yet";
-  ASSERT_TRUE(roster_.Plan({0, 1, 2}));
+  ASSERT_TRUE(Plan({0, 1, 2}));
   EXPECT_TRUE(roster_.NewlyActive(0));
   EXPECT_TRUE(roster_.NewlyActive(1));
   EXPECT_FALSE(roster_.NewlyActive(2)) << "waits as a spare";
@@ -206,7 +214,7 @@ TEST_F(RosterTest, NewlyActiveIsTheSpareTakingANodeRank) {
   EXPECT_FALSE(roster_.NewlyActive(0)) << "no round being formed";
   roster_.MarkLost(1);
   Round();
-  ASSERT_EQ(roster_.Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
+  ASSERT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
   EXPECT_FALSE(roster_.NewlyActive(0)) << "a survivor";
   EXPECT_TRUE(roster_.NewlyActive(2)) << "the spare taking node rank 1";
   EXPECT_FALSE(roster_.NewlyActive(1)) << "lost";
@@ -216,9 +224,8 @@ TEST_F(RosterTest, NewlyActiveIsTheSpareTakingANodeRank) {
 // rank: the lowest waiting index; none for a pod that keeps its rank, for a
 // waiting spare, or once no spare waits.
 TEST_F(RosterTest, PlannedReplacementIsTheLowestWaitingSpare) {
-  roster_.StartRound(io_.get_executor(), Roster::Clock::now(),
-                     {.min_nodes = 3, .max_nodes = 3, .spares = 2, .timeout = 10s}, [] {});
-  ASSERT_EQ(roster_.Plan({0, 1, 2, 3, 4}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
+  roster_.StartRound(now_, {.min_nodes = 3, .max_nodes = 3, .spares = 2, .timeout = 10s});
+  ASSERT_EQ(Plan({0, 1, 2, 3, 4}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
   roster_.Adopt(0);
   EXPECT_EQ(roster_.PlannedReplacement(2), std::nullopt) << "pod 2 has not left";
   roster_.MarkLeaving(2);
@@ -241,10 +248,10 @@ TEST_F(RosterTest, PlannedReplacementIsTheOneTheNextGenerationMakes) {
     const std::uint32_t n = 2 + rng() % 5, k = rng() % 4;
     const FormationConfig c{.min_nodes = n, .max_nodes = n, .spares = k, .timeout = 10s};
     Roster roster;
-    roster.StartRound(io_.get_executor(), Roster::Clock::now(), c, [] {});
+    roster.StartRound(kT0, c);
     std::vector<std::uint32_t> all(n + k);
     for (std::uint32_t i = 0; i < n + k; ++i) all[i] = i;
-    ASSERT_TRUE(roster.Plan(all));
+    ASSERT_TRUE(roster.Plan(all, kT0));
     roster.Adopt(0);
     std::set<std::uint32_t> gone;  // a few spares lost first, then one member leaves
     for (std::uint32_t spare = n; spare < n + k; ++spare) {
@@ -256,9 +263,9 @@ TEST_F(RosterTest, PlannedReplacementIsTheOneTheNextGenerationMakes) {
     const std::uint32_t victim = 1 + rng() % (n - 1);
     if (rng() % 2 == 0) roster.MarkLost(victim); else roster.MarkLeaving(victim);
     const std::optional<std::uint32_t> planned = roster.PlannedReplacement(victim);
-    roster.StartRound(io_.get_executor(), Roster::Clock::now(), c, [] {});
+    roster.StartRound(kT0, c);
     const std::set<std::uint32_t> back = roster.Expected();
-    const auto ranks = roster.Plan(std::vector<std::uint32_t>(back.begin(), back.end()));
+    const auto ranks = roster.Plan(std::vector<std::uint32_t>(back.begin(), back.end()), kT0);
     if (back.size() < n) {  // no spare left: the gang cannot keep its size
       EXPECT_FALSE(planned) << "round " << round;
       continue;
@@ -283,22 +290,163 @@ TEST_F(RosterTest, AReplacedLeadersFirstRoundKeepsTheSurvivorsHeldRanks) {
   spare_now_active.node_rank = 1;  // spare 2 took pod 1's rank under the old leader
   roster_.OnAdmitted(2, spare_now_active);
   roster_.OnAdmitted(1, rendezvous::wire::Hello{});  // pod 1 recreated: held none
-  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
+  EXPECT_EQ(Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
   roster_.Adopt(3);
   EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{1});
   Round();
   rendezvous::wire::Hello lying;
   lying.node_rank = 0;
   roster_.OnAdmitted(1, lying);  // the roster knows better now
-  EXPECT_EQ(roster_.Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
+  EXPECT_EQ(Plan({0, 1, 2}), (Ranks{{0, 0}, {2, 1}}));
 }
 
-TEST_F(RosterTest, CancelStopsTheTimer) {
+// A round that ended without adopting (it failed, the pod stops) wants no
+// reconsideration; nor does one that adopted its plan.
+TEST_F(RosterTest, AnEndedRoundIsNotReconsidered) {
   Round();
-  EXPECT_FALSE(roster_.Plan({0, 1}));
-  roster_.Cancel();
+  EXPECT_FALSE(Plan({0, 1}));
+  ASSERT_TRUE(roster_.ReconsiderAt());
+  roster_.EndRound();
+  EXPECT_EQ(roster_.ReconsiderAt(), std::nullopt);
+  Round();
+  EXPECT_FALSE(Plan({0, 1}));
+  ASSERT_TRUE(AtReconsideration());
+  ASSERT_TRUE(Plan({0, 1}));
+  roster_.Adopt(0);
+  EXPECT_EQ(roster_.ReconsiderAt(), std::nullopt);
+}
+
+// When the round is to be asked again without a join: torch's last call runs
+// from the moment the pod count reached MIN (a count back below MIN forgets
+// it), the gang's deadline bounds it (--rdzv-timeout less
+// kFormBeforeDeadline, or a tenth of it), and below MIN only the deadline
+// itself is due. Each row: the round's settings, the Plans asked (pods
+// joined, ms after the round's start), and when the roster wants the round
+// reconsidered after the last of them (ms after the start).
+struct ReconsiderRow {
+  std::string name;
+  FormationConfig config;
+  std::vector<std::pair<std::vector<std::uint32_t>, int>> plans;
+  int reconsider_ms = 0;
+};
+
+TEST(RosterReconsiderTest, TheRoundIsReconsideredAtTheLastCallsEndOrTheDeadline) {
+  const FormationConfig elastic{.min_nodes = 2, .max_nodes = 3, .last_call = 50ms,
+                                .timeout = 10s};
+  const FormationConfig spare{.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
+                              .timeout = 10s};
+  const FormationConfig long_call{.min_nodes = 2, .max_nodes = 3, .last_call = 30s,
+                                  .timeout = 10s};
+  const FormationConfig short_timeout{.min_nodes = 2, .max_nodes = 3, .last_call = 30s,
+                                      .timeout = 5s};
+  const std::vector<ReconsiderRow> rows = {
+      {"MIN reached at the start: the last call ends 50 ms in", elastic, {{{0, 2}, 0}}, 50},
+      {"MIN reached 10 ms in: the last call ends at 60 ms", elastic, {{{0}, 0}, {{0, 2}, 10}}, 60},
+      {"a later join keeps the last call where MIN was reached", elastic,
+       {{{0}, 0}, {{0, 2}, 10}, {{0, 2}, 30}}, 60},
+      {"a count back below MIN forgets the last call", elastic,
+       {{{0, 2}, 0}, {{0}, 20}, {{0, 1}, 40}}, 90},
+      {"a fixed gang's first round without its spare takes the last call", spare,
+       {{{0, 1}, 5}}, 55},
+      {"below MIN only the deadline is due", elastic, {{{0}, 0}, {{0}, 300}}, 10000},
+      {"a last call past the deadline ends a second before it", long_call, {{{0, 1}, 0}}, 9000},
+      {"with a short timeout, a tenth of it before the deadline", short_timeout,
+       {{{0, 1}, 0}}, 4500},
+  };
+  for (const ReconsiderRow& row : rows) {
+    Roster roster;
+    roster.StartRound(kT0, row.config);
+    for (const auto& [joined, at_ms] : row.plans) {
+      EXPECT_FALSE(roster.Plan(joined, kT0 + std::chrono::milliseconds(at_ms))) << row.name;
+    }
+    EXPECT_EQ(roster.ReconsiderAt(), kT0 + std::chrono::milliseconds(row.reconsider_ms))
+        << row.name;
+  }
+}
+
+// The round forms exactly when the roster said to reconsider it, not a
+// nanosecond before (the timer's word is never early, and asking early
+// decides nothing); a round below MIN gives up at its deadline and then
+// wants no reconsideration. Each row: the round's settings and pods, the
+// Plan asked just before ReconsiderAt, then the one at it.
+struct FormsAtRow {
+  std::string name;
+  FormationConfig config;
+  std::vector<std::uint32_t> joined;
+  std::optional<Ranks> at;  // the plan at ReconsiderAt; nullopt: gives up
+};
+
+TEST(RosterReconsiderTest, APlanFormsExactlyWhenReconsideredNotBefore) {
+  const std::vector<FormsAtRow> rows = {
+      {"the last call's end",
+       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s},
+       {0, 2},
+       Ranks{{0, 0}, {2, 1}}},
+      {"the form-before-deadline point",
+       {.min_nodes = 2, .max_nodes = 3, .last_call = 30s, .timeout = 10s},
+       {0, 1},
+       Ranks{{0, 0}, {1, 1}}},
+      {"the deadline below MIN: it gives up",
+       {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s},
+       {0},
+       std::nullopt},
+  };
+  for (const FormsAtRow& row : rows) {
+    Roster roster;
+    roster.StartRound(kT0, row.config);
+    ASSERT_FALSE(roster.Plan(row.joined, kT0)) << row.name;
+    const std::optional<TimePoint> at = roster.ReconsiderAt();
+    ASSERT_TRUE(at) << row.name;
+    EXPECT_FALSE(roster.Plan(row.joined, *at - 1ns)) << row.name << ": formed before its time";
+    const std::optional<TimePoint> again = roster.ReconsiderAt();
+    ASSERT_TRUE(again) << row.name << ": a wait names its next time";
+    EXPECT_GE(*again, *at) << row.name << ": asking early moves the time no earlier";
+    EXPECT_EQ(roster.Plan(row.joined, *at), row.at) << row.name;
+    EXPECT_EQ(roster.ReconsiderAt(), std::nullopt) << row.name << ": decided";
+  }
+}
+
+// The wiring's side (roster_membership.h), on a real event loop: the timer
+// asks the round again at the roster's ReconsiderAt (torch's last call, here
+// 50 ms), once; a round that formed, or a Cancel, stops it.
+class RosterMembershipTest : public ::testing::Test {
+ protected:
+  boost::asio::io_context io_;  // first: the adapter's timer is destroyed before its loop
+  Roster roster_;
+  RosterMembership membership_{io_.get_executor()};
+  int reconsidered_ = 0;
+  void Round() {
+    membership_.StartRound(roster_, Roster::Clock::now(),
+                           {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
+                            .timeout = 10s},
+                           [this] { ++reconsidered_; });
+  }
+  void RunFor(std::chrono::milliseconds d) {
+    io_.restart();
+    io_.run_for(d);
+  }
+};
+
+TEST_F(RosterMembershipTest, TheTimerReconsidersTheRoundOnceAtTheLastCallsEnd) {
+  Round();
+  EXPECT_FALSE(membership_.Plan({0, 1}));
+  RunFor(300ms);  // when exactly: the pure tests above (a loaded host only delays it)
+  EXPECT_EQ(reconsidered_, 1);
+  EXPECT_EQ(membership_.Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
+  EXPECT_TRUE(membership_.AssignFirst(1)) << "forwarded: every pod of the first generation";
+}
+
+TEST_F(RosterMembershipTest, CancelOrAFormedRoundStopsTheTimer) {
+  Round();
+  EXPECT_FALSE(membership_.Plan({0, 1}));
+  membership_.Cancel();
   RunFor(150ms);
-  EXPECT_EQ(reconsidered_, 0);
+  EXPECT_EQ(reconsidered_, 0) << "cancelled";
+  Round();
+  EXPECT_FALSE(membership_.Plan({0, 1}));
+  EXPECT_TRUE(membership_.Plan({0, 1, 2})) << "the gang is whole";
+  RunFor(150ms);
+  EXPECT_EQ(reconsidered_, 0) << "formed: nothing to reconsider";
 }
 
 }  // namespace

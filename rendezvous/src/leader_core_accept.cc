@@ -22,7 +22,9 @@ void LeaderCoreState::OnAccepted(ConnId id, Clock::time_point now) {
     conns.erase(id);
     return;
   }
-  if (pending >= options.max_pending_handshakes) EvictPending(now);
+  // Evicting may drop this connection itself (every other slot holds a
+  // refused one whose Reject is being written): then it is closed and gone.
+  if (pending >= options.max_pending_handshakes && !EvictPending(id, now)) return;
   ++pending;
   ++pending_by_address[c.address];
   Emit(leader_io::ArmTimer{{TimerId::Kind::kHandshake, id}, now + options.handshake_timeout});
@@ -41,26 +43,37 @@ void LeaderCoreState::HandshakeExpired(ConnId id, Clock::time_point now) {
 // slots (idle sockets, reopened as soon as they are dropped), a member that
 // sends its hello at once gets in, and one from an address of its own (every
 // pod has its own IP) keeps its slot while it sends its hello, however fast a
-// flood from other addresses reopens.
-void LeaderCoreState::EvictPending(Clock::time_point now) {
+// flood from other addresses reopens. The new connection `newest` (not yet
+// counted) is never the victim while another is; when every slot is held by
+// a refused connection whose Reject is being written, `newest` itself goes
+// (the bound holds): false then, and `newest` is closed and forgotten.
+bool LeaderCoreState::EvictPending(ConnId newest, Clock::time_point now) {
   auto most = std::max_element(pending_by_address.begin(), pending_by_address.end(),
                                [](const auto& a, const auto& b) { return a.second < b.second; });
-  if (most == pending_by_address.end()) return;
+  if (most == pending_by_address.end()) return true;
   const std::string& address = most->first;
   // Of that address, one whose hello came and who is answering the token's
   // challenge (a round trip) goes only when none that sent nothing is left.
   auto from = [&](const auto& c) {
-    return !c.second.index && !c.second.closing && c.second.address == address;
+    return c.first != newest && !c.second.index && !c.second.closing &&
+           c.second.address == address;
   };
   auto oldest = std::find_if(conns.begin(), conns.end(),
                              [&](const auto& c) { return from(c) && !c.second.auth; });
   if (oldest == conns.end()) oldest = std::find_if(conns.begin(), conns.end(), from);
   if (oldest == conns.end()) {  // all of them refused, their Reject being written
-    oldest = std::find_if(conns.begin(), conns.end(), [](const auto& c) {
-      return !c.second.index && !c.second.closing;
+    oldest = std::find_if(conns.begin(), conns.end(), [newest](const auto& c) {
+      return c.first != newest && !c.second.index && !c.second.closing;
     });
   }
-  if (oldest == conns.end()) return;
+  if (oldest == conns.end()) {
+    Warn(conns.at(newest), "leader: dropping " + conns.at(newest).peer + ": " +
+                               std::to_string(pending) +
+                               " connections are mid-handshake, each refused and closing", now);
+    Emit(leader_io::Close{newest});
+    conns.erase(newest);
+    return false;
+  }
   const ConnId victim = oldest->first;
   Warn(oldest->second,
        "leader: dropping " + oldest->second.peer + ": no valid hello yet, and " +
@@ -68,6 +81,7 @@ void LeaderCoreState::EvictPending(Clock::time_point now) {
            std::to_string(most->second) + " from " + address + "; its oldest goes)",
        now);
   Drop(victim);
+  return true;
 }
 
 void LeaderCoreState::OnHello(ConnId id, wire::Hello hello, Clock::time_point now) {

@@ -124,7 +124,7 @@ struct LeaderCoreState {
   void NotPending(const CoreConn& conn);
   // leader_core_accept.cc
   void OnAccepted(ConnId id, Clock::time_point now);
-  void EvictPending(Clock::time_point now);
+  bool EvictPending(ConnId newest, Clock::time_point now);  // false: `newest` dropped
   void OnHello(ConnId id, wire::Hello hello, Clock::time_point now);
   void OnProof(ConnId id, const wire::Proof& proof, Clock::time_point now);
   void Admit(ConnId id, wire::Hello hello, Clock::time_point now);

@@ -314,6 +314,39 @@ TEST(LeaderCoreTest, AFloodEvictsItsOwnOldestPendingConnection) {
   EXPECT_TRUE(Last<RoundDone>(sim.Take()));
 }
 
+// Every pending slot held by a refused connection whose Reject is still being
+// written: a new connection is the only one that can go. It is closed at once
+// and gets no handshake timer (found by fuzz_leader_core: the core used the
+// dropped connection after closing it), and the slots stay bounded.
+TEST(LeaderCoreTest, ANewConnectionBeyondRefusedPendingSlotsIsClosed) {
+  LeaderOptions o;
+  o.max_pending_handshakes = 2;
+  Sim sim(3, o);
+  sim.Begin(3);
+  wire::Hello stranger = HelloFor(1, 3);
+  stranger.job_id = "someone-else";
+  const ConnId r1 = sim.Connect("10.0.0.2");
+  const ConnId r2 = sim.Connect("10.0.0.3");
+  sim.Say(r1, stranger);
+  sim.Say(r2, stranger);
+  sim.Take(/*complete_writes=*/false);
+  const ConnId late = sim.Connect("10.0.0.4");
+  auto actions = sim.Take(/*complete_writes=*/false);
+  EXPECT_TRUE(Closes(actions, late));
+  for (const auto& a : actions) {
+    if (const auto* t = std::get_if<ArmTimer>(&a)) {
+      EXPECT_NE(t->id.conn, late);
+    }
+  }
+  EXPECT_LE(sim.core().pending(), 2u);
+  sim.core().Written(r1, sim.now);
+  EXPECT_TRUE(Closes(sim.Take(), r1));
+  const ConnId pod = sim.Connect("10.0.0.4");  // a slot is free again
+  EXPECT_FALSE(Closes(sim.Take(), pod));
+  sim.Say(pod, HelloFor(1, 3));
+  EXPECT_FALSE(Closes(sim.Take(), pod));
+}
+
 // Hot spares / elastic sizes: the membership's plan decides when the round
 // forms; Reconsider (torch's last call, on the caller's timer) asks it again.
 class PlanMembership : public LeaderMembership {

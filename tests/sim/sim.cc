@@ -14,21 +14,7 @@ namespace trainlet::sim {
 using exitcodes::FailureClass;
 
 namespace {
-constexpr const char* kFaultNames[] = {
-    "worker_fail", "hang",     "kill",       "node_death", "freeze",        "partition", "reset",
-    "evict",       "preempt",  "scale_up",   "scale_down", "late_listener", "stranger",
-};
-static_assert(std::size(kFaultNames) == static_cast<std::size_t>(FaultKind::kCount));
-
 std::uint64_t Below(std::mt19937_64& r, std::uint64_t n) { return n == 0 ? 0 : r() % n; }
-}  // namespace
-
-const char* FaultName(FaultKind k) {
-  const auto i = static_cast<std::size_t>(k);
-  return i < std::size(kFaultNames) ? kFaultNames[i] : "?";
-}
-
-namespace {
 
 SimConfig DrawConfig(std::mt19937_64& r) {
   SimConfig c;
@@ -119,111 +105,6 @@ Schedule DrawSchedule(std::uint64_t seed, int max_faults) {
   for (int i = 0; i < n; ++i) s.faults.push_back(DrawFault(r, s.config));
   s.world_seed = r();
   return s;
-}
-
-namespace {
-
-std::optional<Schedule> ParseScheduleOrThrow(const std::string& text, std::string* error) {
-  Schedule s;
-  std::istringstream in(text);
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream l(line);
-    std::string word;
-    l >> word;
-    if (word == "config") {
-      std::map<std::string, std::string> kv;
-      while (l >> word) {
-        const auto eq = word.find('=');
-        if (eq != std::string::npos) kv[word.substr(0, eq)] = word.substr(eq + 1);
-      }
-      SimConfig& c = s.config;
-      auto u = [&](const char* k, auto& out) {
-        if (kv.count(k)) out = static_cast<std::remove_reference_t<decltype(out)>>(std::stoll(kv[k]));
-      };
-      u("pods", c.pods), u("min", c.min_nodes), u("max", c.max_nodes), u("spares", c.spares);
-      u("workers", c.workers), u("max_restarts", c.max_restarts), u("token", c.token);
-      u("by_arrival", c.by_arrival), u("rdzv_timeout", c.rdzv_timeout_ms);
-      u("last_call", c.last_call_ms), u("grace", c.grace_ms), u("train", c.train_ms);
-      u("limit", c.limit_ms), u("refused", c.refused);
-      if (kv.count("world_seed")) s.world_seed = std::stoull(kv["world_seed"]);
-      if (c.max_nodes == 0 || c.min_nodes == 0 || c.min_nodes > c.max_nodes || c.workers == 0 ||
-          c.pods == 0 || c.pods > c.max_nodes + c.spares) {
-        if (error) *error = "line " + std::to_string(n) + ": an impossible gang";
-        return std::nullopt;
-      }
-      continue;
-    }
-    if (word == "expect") {
-      while (l >> word) {
-        if (word.rfind("codes=", 0) == 0) s.expect_codes = word.substr(6);
-        if (word.rfind("restarts=", 0) == 0) s.expect_restarts = std::stoul(word.substr(9));
-      }
-      continue;
-    }
-    if (word != "fault") {
-      if (error) *error = "line " + std::to_string(n) + ": expected config or fault";
-      return std::nullopt;
-    }
-    Fault f;
-    std::string kind;
-    if (!(l >> f.t_ms >> kind >> f.pod >> f.arg)) {
-      if (error) *error = "line " + std::to_string(n) + ": fault T KIND POD ARG";
-      return std::nullopt;
-    }
-    bool found = false;
-    for (int k = 0; k < static_cast<int>(FaultKind::kCount); ++k) {
-      if (kind == kFaultNames[k]) {
-        f.kind = static_cast<FaultKind>(k);
-        found = true;
-      }
-    }
-    if (!found) {
-      if (error) *error = "line " + std::to_string(n) + ": unknown fault " + kind;
-      return std::nullopt;
-    }
-    if (f.pod >= s.config.max_nodes + s.config.spares || f.t_ms < 0 || f.arg < 0) {
-      if (error) *error = "line " + std::to_string(n) + ": a pod index beyond MAX + spares (config first)";
-      return std::nullopt;
-    }
-    s.faults.push_back(f);
-  }
-  return s;
-}
-
-}  // namespace
-
-std::string ScheduleText(const Schedule& s) {
-  const SimConfig& c = s.config;
-  std::ostringstream o;
-  o << "config pods=" << c.pods << " min=" << c.min_nodes << " max=" << c.max_nodes
-    << " spares=" << c.spares << " workers=" << c.workers << " max_restarts=" << c.max_restarts
-    << " token=" << c.token << " by_arrival=" << c.by_arrival << " rdzv_timeout=" << c.rdzv_timeout_ms
-    << " last_call=" << c.last_call_ms << " grace=" << c.grace_ms << " train=" << c.train_ms
-    << " limit=" << c.limit_ms << (c.refused ? " refused=" + std::to_string(c.refused) : "")
-    << " world_seed=" << s.world_seed << "\n";
-  if (s.expect_codes || s.expect_restarts) {
-    o << "expect";
-    if (s.expect_codes) o << " codes=" << *s.expect_codes;
-    if (s.expect_restarts) o << " restarts=" << *s.expect_restarts;
-    o << "\n";
-  }
-  for (const Fault& f : s.faults) {
-    o << "fault " << f.t_ms << " " << FaultName(f.kind) << " " << f.pod << " " << f.arg << "\n";
-  }
-  return o.str();
-}
-
-std::optional<Schedule> ParseSchedule(const std::string& text, std::string* error) {
-  try {
-    return ParseScheduleOrThrow(text, error);
-  } catch (const std::exception& e) {  // std::stoll's out_of_range, invalid_argument
-    if (error) *error = std::string("a number out of range or malformed (") + e.what() + ")";
-    return std::nullopt;
-  }
 }
 
 std::vector<std::string> RefusedArgv(const SimConfig& c) {

@@ -80,10 +80,18 @@ struct Schedule {
 
 // Draws a configuration and up to `max_faults` faults from `seed`.
 Schedule DrawSchedule(std::uint64_t seed, int max_faults = 4);
-// The text form (tests/sim/regressions/*.sched): "config k=v ...", "fault t kind pod arg".
+// The text form (tests/sim/regressions/*.sched): "config k=v ...", "expect codes=... restarts=N",
+// "fault t kind pod arg"; '#' lines are comments (schedule.cc).
 std::string ScheduleText(const Schedule& s);
-// Parses ScheduleText's form; nullopt and `error` on a bad line.
+// Parses ScheduleText's form; nullopt and a one-line `error` ("line N: what") on a bad line: an
+// unknown word or key, a number out of its field's range or with trailing characters, a gang
+// that cannot be (MIN > MAX, more pods than MAX + spares, beyond the bounds below), a fault on
+// a pod beyond MAX + spares (checked after every line, whatever their order). What parses
+// prints back (ScheduleText) to text that parses to the same schedule (tests/fuzz/fuzz_schedule.cc).
 std::optional<Schedule> ParseSchedule(const std::string& text, std::string* error);
+// ParseSchedule's bounds: a run's memory grows with pods and workers.
+inline constexpr std::uint32_t kMaxSchedulePods = 1024;    // MAX, and spares
+inline constexpr std::uint32_t kMaxScheduleWorkers = 64;   // --nproc-per-node
 
 struct RunResult {
   std::vector<std::string> violations;

@@ -5,6 +5,7 @@
 
 #include "trainlet/agent/pod/formation_policy.h"
 #include "trainlet/agent/pod/membership_policy.h"
+#include "roster_form.h"
 #include "trainlet/exitcodes/exit_code.h"
 #include "trainlet/rendezvous/admission.h"
 #include "trainlet/rendezvous/auth.h"
@@ -569,8 +570,11 @@ class StandInLeaderEnd final : public SimLeaderEnd {
     ++me.timer_epoch;
     w_.Record({.kind = Record::Kind::kGen, .inst = id_, .pod = 0, .generation = g, .rank = 0,
                .world = nnodes, .restarts = restarts});
-    w_.Feed(id_, gang::Assigned{.generation = g, .spare = false, .spares = waiting, .nnodes = nnodes,
-                                .restarts = restarts});
+    // The real leader adopts the plan on the roster its membership machine
+    // holds, before Formed takes the waiting spares from there (membership.h);
+    // the stand-in plans on its own roster_ and gives the machine's the same state.
+    if (agent::Roster* r = me.gang->roster()) agent::roster_testing::FormRoster(*r, plan.active, waiting, g);
+    w_.Feed(id_, gang::Assigned{.generation = g, .spare = false, .nnodes = nnodes, .restarts = restarts});
     if (me.alive && !me.gang->role().concluded()) w_.StartWorkers(id_);
     return true;
   }

@@ -419,10 +419,8 @@ GangActions LeaderPolicy::OnJoined(const gang::Joined& j) {
 GangActions LeaderPolicy::On(const GangEvent& e) {
   if (auto common = OnCommon(e)) {
     if (const auto* a = std::get_if<gang::Assigned>(&e); a && !concluded_) {
-      membership_.On(member_event::Formed{.generation = a->generation,
-                                          .active = a->nnodes,
-                                          .spares = a->spares,
-                                          .restarts = restarts_});
+      membership_.On(member_event::Formed{
+          .generation = a->generation, .active = a->nnodes, .restarts = restarts_});
     }
     return *common;
   }
@@ -656,6 +654,16 @@ void GangPolicy::AdoptIndex(std::uint32_t index) {
 const Membership* GangPolicy::membership() const {
   const auto* leader = std::get_if<LeaderPolicy>(&role_);
   return leader != nullptr ? &leader->membership() : nullptr;
+}
+
+Roster* GangPolicy::roster() {
+  auto* leader = std::get_if<LeaderPolicy>(&role_);
+  return leader != nullptr ? &leader->roster() : nullptr;
+}
+
+const Roster* GangPolicy::roster() const {
+  const Membership* m = membership();
+  return m != nullptr ? &m->roster() : nullptr;
 }
 
 const GangPolicyBase& GangPolicy::role() const {

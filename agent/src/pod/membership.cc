@@ -44,6 +44,7 @@ MembershipActions Membership::OnFailed(const member_event::Failed& f) {
   if (f.failure_class == FailureClass::kHardware && f.key != settings_.leader && spare_waits &&
       !f.stopped && restarts_ < settings_.max_restarts && !f.succeeded) {
     a.leaving.push_back(f.key);  // M4: a spare takes its node rank
+    roster_.MarkLeaving(f.key);
     a.why = Pod(f.key) + " leaves (its node is at fault); a spare takes its node rank";
     rule_hits::M(4);
     return Decide(std::move(a), End::kRestart);
@@ -63,6 +64,7 @@ MembershipActions Membership::OnLost(const member_event::Lost& l) {
     if (end_ == End::kNone) {
       a.lost.push_back(l.key);
       a.lost_spares.push_back(l.key);
+      roster_.MarkLost(l.key, /*waiting_spare=*/true);
     }
     return a;
   }
@@ -72,12 +74,14 @@ MembershipActions Membership::OnLost(const member_event::Lost& l) {
     return a;
   }
   a.lost.push_back(l.key);  // M3: never active again; the failure path decides the end
+  roster_.MarkLost(l.key);
   return a;
 }
 
 MembershipActions Membership::OnLeaving(const member_event::Leaving& l) {
   MembershipActions a;
   a.leaving.push_back(l.key);
+  roster_.MarkLeaving(l.key);
   if (spares_.erase(l.key) > 0 || decided()) return a;  // a spare, or the next generation decided
   leaving_.insert(l.key);
   if (!first_leaver_) first_leaver_ = l.key;
@@ -137,7 +141,9 @@ MembershipActions Membership::OnLeaderLeaving() {
   return Decide(std::move(a), End::kStop);  // M10
 }
 
+// The roster counts the joiner for the next round either way (Roster::AddJoined).
 MembershipActions Membership::OnJoined(const member_event::Joined& j) {
+  roster_.AddJoined(j.key);
   MembershipActions a;
   a.subject = j.key;
   if (active() < settings_.max_nodes && j.open && end_ == End::kNone && !settling_) {  // M13
@@ -157,7 +163,7 @@ MembershipActions Membership::On(const MembershipEvent& e) {
   if (const auto* f = std::get_if<member_event::Formed>(&e)) {
     generation_ = f->generation;
     active_ = f->active;
-    spares_ = f->spares;
+    spares_ = roster_.Unranked();
     restarts_ = f->restarts;  // M15: the assignment's count, a replaced leader's too
     rule_hits::M(15);
     leaving_.clear();

@@ -151,11 +151,9 @@ Status Pod::StartGeneration(std::uint32_t join) {
 }
 
 void Pod::EnterAssigned(const rendezvous::wire::Assignment& a) {
+  // The leader's waiting spares are its roster's, adopted already (OnAssignment).
   Feed(gang::Assigned{.generation = a.generation,
                       .spare = a.spare,
-                      // The plan's waiting spares; from now on the membership machine
-                      // alone keeps who waits (membership.h).
-                      .spares = a.spare ? std::set<std::uint32_t>{} : roster_.Unranked(),
                       .nnodes = a.nnodes,
                       .restarts = a.restarts});
 }
@@ -203,13 +201,8 @@ GangActions Pod::Feed(const GangEvent& e) {
 void Pod::Apply(const GangActions& a) {
   if (!a.log.empty()) spdlog::log(a.log_info ? spdlog::level::info : spdlog::level::warn, "{}", a.log);
   PodGeneration& g = *gen_;
-  // The membership machine's word on the roster first: the Stop names the
-  // spare that the roster then gives a leaving or lost pod's node rank.
-  for (std::uint32_t key : a.lost) {
-    roster_.MarkLost(key, std::find(a.lost_spares.begin(), a.lost_spares.end(), key) !=
-                              a.lost_spares.end());
-  }
-  for (std::uint32_t key : a.leaving) roster_.MarkLeaving(key);
+  // The membership machine marked its roster (lost, leaving) already: the
+  // Stop names the spare the roster then gives a leaving or lost pod's node rank.
   ApplyBroadcast(a);
   if (a.report && g.member) {
     if (a.report->ok) {
@@ -401,7 +394,7 @@ void Pod::OnSignal(int signo) {
 void Pod::Stop() {
   if (options_.rdzv_listen_fd >= 0) ::close(std::exchange(options_.rdzv_listen_fd, -1));
   if (leader_probe_) leader_probe_->Cancel();
-  roster_.Cancel();
+  roster_membership_.Cancel();
   if (gen_) gen_->Close();
   release_timer_.cancel();
   health_.reset();

@@ -42,14 +42,12 @@ void Pod::StartGangChannel() {
 
 // Leader: pod `index` was admitted while this generation runs. Whether the
 // gang grows for it, or it waits as a spare, the membership machine decides
-// (membership.h M13; gang_policy.h G12); the roster counts it for the next
-// round either way. True: it waits as a spare now.
+// (membership.h M13; gang_policy.h G12), and its roster counts it for the
+// next round either way. True: it waits as a spare now.
 bool Pod::OnJoin(std::uint32_t index) {
   if (concluded_ || gen_->retired()) return false;  // it joins the next round
   spdlog::info("pod {} joined while generation {} runs", index, gen_->number);
-  const bool spare = Feed(gang::Joined{.index = index}).joins_as_spare;
-  roster_.AddJoined(index);
-  return spare;
+  return Feed(gang::Joined{.index = index}).joins_as_spare;
 }
 
 // Leader: the Stop of a restart names the spare the roster gives the
@@ -57,7 +55,8 @@ bool Pod::OnJoin(std::uint32_t index) {
 // pod that leaves, the spare and the survivors can say who replaces whom.
 rendezvous::wire::Stop Pod::WithReplacement(rendezvous::wire::Stop stop) {
   if (!stop.restart) return stop;
-  stop.replacement = roster_.PlannedReplacement(stop.failed_index);
+  const Roster* roster = policy_.roster();
+  stop.replacement = roster ? roster->PlannedReplacement(stop.failed_index) : std::nullopt;
   if (stop.replacement) {
     spdlog::info("generation {}: spare pod {} is to take the node rank of pod {}",
                  stop.next_generation, *stop.replacement, stop.failed_index);

@@ -14,7 +14,7 @@ MetricsSnapshot Pod::Metrics() const {
   m.max_restarts = options_.max_restarts;
   m.restart_count = policy_.role().restarts();
   m.spares_configured = id.spares;
-  m.replacements = roster_.replacements();
+  if (const Roster* roster = policy_.roster()) m.replacements = roster->replacements();
   if (const PodGeneration* g = gen_.get()) {
     const bool joining = g->joining();
     m.generation = g->number;

@@ -143,12 +143,17 @@ void Pod::MembershipOptions(rendezvous::LeaderOptions& lo) {
   lo.max_pending_handshakes = std::max<std::size_t>(lo.max_pending_handshakes, lo.nnodes);
   lo.admit_late = true;  // as spares, or for a next generation (OnJoin)
   lo.restarts = policy_.role().restarts();
-  roster_.StartRound(io_.get_executor(), gen_->round_started, FormationNow(),
-                     [this] { if (gen_ && gen_->leader) gen_->leader->Reconsider(); });
-  lo.expected = roster_.Expected();
-  // The roster answers the leader (LeaderMembership); it outlives every
-  // generation's Leader (declared before gen_), so the pointer owns nothing.
-  lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(), &roster_);
+  Roster* roster = policy_.roster();  // the leader's (index 0: LeaderPolicy)
+  if (roster == nullptr) return;
+  roster_membership_.StartRound(*roster, gen_->round_started, FormationNow(), [this] {
+    if (gen_ && gen_->leader) gen_->leader->Reconsider();
+  });
+  lo.expected = roster->Expected();
+  // The roster answers the leader (LeaderMembership, roster_membership.h); it
+  // outlives every generation's Leader (declared before gen_), so the
+  // pointer owns nothing.
+  lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(),
+                                                                &roster_membership_);
 }
 
 Status Pod::StartLeader(const rendezvous::wire::Hello& hello, rendezvous::Leader::Done done) {
@@ -235,7 +240,7 @@ void Pod::OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
   if (concluded_) return;
   PodGeneration& g = *gen_;
   if (leader_probe_) leader_probe_->Cancel();
-  roster_.Cancel();
+  roster_membership_.Cancel();
   meters_.rendezvous_seconds = std::chrono::duration<double>(Clock::now() - g.round_started).count();
   if (name_check_ && result.ok()) name_check_->Cancel();  // the members found us
   if (!result.ok()) {
@@ -255,7 +260,8 @@ void Pod::OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
   if (a.generation == 0 && g.join == 0) phase_ms_["rendezvous"] = Ms(Clock::now() - started_);
   g.Assign(a.generation, a.rank_base, a.spare);
   SetLogGeneration(g.number);
-  if (g.leader) roster_.Adopt(a.generation);
+  // The roster is the plan, before the membership machine's Formed (EnterAssigned).
+  if (Roster* roster = policy_.roster(); g.leader && roster) roster->Adopt(a.generation);
   assigned_nnodes_ = a.nnodes;
   held_node_rank_ = a.spare ? std::nullopt : std::optional(a.node_rank.value_or(id.index));
   const bool was_spare = std::exchange(was_spare_, a.spare);

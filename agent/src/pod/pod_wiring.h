@@ -31,7 +31,7 @@
 
 #include "base/output.h"
 #include "pod/pod_generation.h"
-#include "pod/roster.h"
+#include "pod/roster_membership.h"
 #include "trainlet/agent/base/metrics.h"
 #include "trainlet/agent/observe/health.h"
 #include "trainlet/agent/pod/formation_policy.h"
@@ -171,7 +171,10 @@ class Pod {
   // Leader: the instance ids of the generation that ended by a restart, kept
   // for its survivors in the next round (LeaderOptions::kept_ids).
   std::map<std::uint32_t, std::string> kept_ids_;
-  Roster roster_;         // leader with --spares: the pods across generations (roster.h)
+  // Leader with --spares or elastic sizes: its roster (the pods across
+  // generations, held by policy_'s membership machine: GangPolicy::roster())
+  // as the rendezvous leader asks it, and its round's timer.
+  RosterMembership roster_membership_{io_.get_executor()};
   RunDirChoice run_dir_;  // where each generation's error and heartbeat files go
   struct MemoryPlan {     // PlanMemory
     std::size_t read_ahead_bytes = kReadAheadMax;

@@ -1,4 +1,4 @@
-#include "pod/roster.h"
+#include "trainlet/agent/pod/roster.h"
 
 #include <algorithm>
 
@@ -14,26 +14,18 @@ std::set<std::uint32_t> Roster::Expected() const {
   return out;
 }
 
-void Roster::StartRound(boost::asio::any_io_executor executor, Clock::time_point now,
-                        const FormationConfig& config, std::function<void()> reconsider) {
-  Cancel();
-  if (!timer_) timer_ = std::make_unique<boost::asio::steady_timer>(std::move(executor));
+void Roster::StartRound(TimePoint now, const FormationConfig& config) {
   formation_ = config;
   round_started_ = now;
   min_reached_at_.reset();
-  reconsider_ = std::move(reconsider);
+  reconsider_at_.reset();
 }
 
-void Roster::Cancel() {
-  if (timer_) timer_->cancel();
-}
-
-// Whether the round forms now (formation_policy.h); when it waits, the timer
-// asks again at the latest when its last call or deadline comes.
-bool Roster::Forms(const std::vector<std::uint32_t>& joined) {
+// Whether the round forms at `now` (formation_policy.h); when it waits, it is
+// to be asked again at the latest when its last call or deadline comes.
+bool Roster::Forms(const std::vector<std::uint32_t>& joined, TimePoint now) {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
-  const Clock::time_point now = Clock::now();
   const auto count = static_cast<std::uint32_t>(joined.size());
   min_reached_at_ = MinReachedAt(min_reached_at_, count, formation_, now);
   RoundState r{.joined = count,
@@ -46,20 +38,16 @@ bool Roster::Forms(const std::vector<std::uint32_t>& joined) {
   }
   if (min_reached_at_) r.since_min = duration_cast<milliseconds>(now - *min_reached_at_);
   const FormationDecision d = DecideFormation(r, formation_);
+  reconsider_at_.reset();
   if (d.kind == FormationDecision::Kind::kForm) return true;
   spdlog::debug("leader: {}", d.why);
-  if (d.kind == FormationDecision::Kind::kWait && timer_) {
-    timer_->expires_after(d.recheck_after);
-    timer_->async_wait([this](boost::system::error_code ec) {
-      if (!ec && reconsider_) reconsider_();
-    });
-  }
+  if (d.kind == FormationDecision::Kind::kWait) reconsider_at_ = now + d.recheck_after;
   return false;  // kGiveUp: the pod's rendezvous deadline reports it
 }
 
-std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
-    const std::vector<std::uint32_t>& joined) {
-  if (!Forms(joined)) return std::nullopt;
+std::optional<Roster::Ranks> Roster::Plan(const std::vector<std::uint32_t>& joined,
+                                          TimePoint now) {
+  if (!Forms(joined, now)) return std::nullopt;
   // No generation known here (a replaced leader's first round): the node
   // ranks the hellos say the pods held (M16); else the roster's own.
   static const std::map<std::uint32_t, std::uint32_t> kNone;
@@ -79,14 +67,14 @@ std::optional<std::map<std::uint32_t, std::uint32_t>> Roster::Plan(
   GenerationPlan plan = PlanGeneration(
       pods, {.min_nodes = formation_.min_nodes, .max_nodes = formation_.max_nodes});
   if (!plan.ready) return std::nullopt;
-  std::map<std::uint32_t, std::uint32_t> ranks;
+  Ranks ranks;
   for (std::uint32_t r = 0; r < plan.active.size(); ++r) ranks[plan.active[r]] = r;
   planned_ = std::move(plan);
   return ranks;
 }
 
 void Roster::Adopt(std::uint32_t generation) {
-  Cancel();
+  EndRound();
   if (!planned_) return;
   adopted_ = generation;
   RecordLeft(generation);

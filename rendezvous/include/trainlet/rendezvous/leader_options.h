@@ -118,7 +118,8 @@ struct LeaderOptions {
 };
 
 // What the leader asks of the caller's membership (hot spares, elastic sizes:
-// the agent's roster, agent/src/pod/roster.h, and membership machine,
+// the agent's roster, agent/include/trainlet/agent/pod/roster.h (answering
+// through agent/src/pod/roster_membership.h), and membership machine,
 // agent/include/trainlet/agent/pod/membership.h). Every method runs on the
 // leader's executor and must not block.
 class LeaderMembership {

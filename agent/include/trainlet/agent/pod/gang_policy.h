@@ -75,9 +75,8 @@ using exitcodes::FailureClass;
 struct Assigned {  // the gang formed; this pod's workers have been started (or, a spare, none)
   std::uint32_t generation = 0;
   bool spare = false;  // this pod waits as a hot spare in this generation: no workers
-  // Leader: the pods waiting as spares in this generation (the roster's plan,
-  // handed to the membership machine, which keeps the one copy).
-  std::set<std::uint32_t> spares{};
+  // (Leader: the pods waiting as spares are its roster's, adopted before this
+  // event: membership.h member_event::Formed.)
   // Active pods in this generation (WORLD_SIZE / nproc_per_node); 0: GangConfig::nnodes.
   std::uint32_t nnodes = 0;
   // Restarts counted so far (Assignment::restarts); nullopt: the generation number.
@@ -309,6 +308,7 @@ class LeaderPolicy : public GangPolicyBase {
   explicit LeaderPolicy(GangConfig config);
   GangActions On(const GangEvent& e);
   const Membership& membership() const { return membership_; }
+  Roster& roster() { return membership_.roster(); }
 
  private:
   GangActions OnReport(const gang::Report& r);
@@ -359,6 +359,11 @@ class GangPolicy {
   bool is_leader() const { return std::holds_alternative<LeaderPolicy>(role_); }
   // The leader's membership machine; nullptr for a member.
   const Membership* membership() const;
+  // The leader's roster, held by its membership machine (membership.h): the
+  // wiring runs the rendezvous rounds on it (roster.h). nullptr for a member.
+  // Valid while this policy lives.
+  Roster* roster();
+  const Roster* roster() const;
 
  private:
   std::variant<LeaderPolicy, MemberPolicy> role_;

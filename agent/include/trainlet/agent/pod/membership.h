@@ -2,9 +2,12 @@
 // the gang, and how each generation ends, as one pure state machine:
 // (state, event) -> actions. No sockets, no clocks, no processes: the leader's
 // GangPolicy (gang_policy.h) holds one Membership and feeds it the events it
-// hears; Pod (src/pod/pod_wiring.h) carries out the actions on the roster (roster.h, the
-// round's timer and PlanGeneration) and the wire. Not thread-safe; owned by
-// the one event loop.
+// hears; Pod (src/pod/pod_wiring.h) carries out the actions on the wire.
+// The machine holds the leader's one Roster (roster.h, a pure value: the pods
+// across generations, each round's formation and PlanGeneration) and applies
+// its own word to it (lost, leaving, joined); the wiring reaches it through
+// GangPolicy::roster() to run the rounds (StartRound, Plan, Adopt: the
+// round's timer is the wiring's). Not thread-safe; owned by the one event loop.
 //
 // Who is active on which node rank is PlanGeneration's (membership_policy.h);
 // when a round forms is DecideFormation's (formation_policy.h). This machine
@@ -78,6 +81,7 @@
 #include <variant>
 #include <vector>
 
+#include "trainlet/agent/pod/roster.h"
 #include "trainlet/exitcodes/status.h"
 
 namespace trainlet::agent {
@@ -100,11 +104,12 @@ bool RestartAllowed(exitcodes::FailureClass c, std::uint32_t restarts, std::uint
                     bool stopped);
 
 namespace member_event {
-// A generation formed: its active size, the spares waiting, the restarts counted.
+// A generation formed: its active size, the restarts counted. The spares
+// waiting are the roster's unranked pods (Roster::Unranked: the plan the
+// wiring adopted, and the pods admitted since).
 struct Formed {
   std::uint32_t generation = 0;
   std::uint32_t active = 0;  // 0: MembershipSettings::max_nodes
-  std::set<std::uint32_t> spares{};
   std::uint32_t restarts = 0;
 };
 // A pod's failure is the first of the generation (the leader's GangPolicy
@@ -147,14 +152,15 @@ struct MembershipActions {
   End end = End::kNone;
   // The restart count of the next generation (M2), with end != kNone/kStop.
   std::uint32_t next_restarts = 0;
-  // Pods the roster must mark: lost ones (never active again, M3/M14) and
-  // leaving ones (a hardware failure with a spare, M4; graceful leaves, M8-M10).
+  // Pods the machine marked on its roster (already done when On returns):
+  // lost ones (never active again, M3/M14) and leaving ones (a hardware
+  // failure with a spare, M4; graceful leaves, M8-M10).
   std::vector<std::uint32_t> lost;
   std::vector<std::uint32_t> leaving;
   // Of `lost`, the pods that waited as spares (M6): the roster records them
-  // (a lost spare coming back is refused for good: rendezvous admission rule
-  // 8). The machine keeps the one copy of who waits now (spares()); the
-  // roster keeps only what the next round's plan needs.
+  // (Roster::LostSpareIn: a lost spare coming back is refused for good,
+  // rendezvous admission rule 8). The machine keeps who waits now
+  // (spares()); the roster keeps what the next round's plan needs.
   std::vector<std::uint32_t> lost_spares;
   // The first leaver (the Stop names it) for leave decisions; the joiner for kResize by a join.
   std::optional<std::uint32_t> subject;
@@ -173,6 +179,8 @@ class Membership {
   std::uint32_t generation() const { return generation_; }
   // Active pods of the generation that runs (WORLD_SIZE / nproc_per_node).
   std::uint32_t active() const { return active_ != 0 ? active_ : settings_.max_nodes; }
+  // The spares waiting in this generation: the roster's unranked pods at
+  // Formed, less those lost or leaving since, plus those joined as spares (M13).
   const std::set<std::uint32_t>& spares() const { return spares_; }
   const std::set<std::uint32_t>& leaving() const { return leaving_; }
   // The next generation is decided (M14): a connection closing now is no loss.
@@ -184,6 +192,11 @@ class Membership {
   bool CanRestart(exitcodes::FailureClass c, bool stopped) const {
     return RestartAllowed(c, restarts_, settings_.max_restarts, stopped);
   }
+  // The leader's roster (roster.h), owned here. The wiring runs each round on
+  // it (StartRound, Plan, Adopt before the Formed it feeds); the machine marks
+  // it (lost, leaving, joined) as it decides.
+  const Roster& roster() const { return roster_; }
+  Roster& roster() { return roster_; }
 
  private:
   MembershipActions OnFailed(const member_event::Failed& f);
@@ -204,6 +217,7 @@ class Membership {
   bool settling_ = false;
   // How this generation ends, once decided; kStop: no loss is marked any more.
   MembershipActions::End end_ = MembershipActions::End::kNone;
+  Roster roster_;
 };
 
 }  // namespace trainlet::agent
