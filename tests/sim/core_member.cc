@@ -109,6 +109,8 @@ class CoreMemberEnd final : public SimMemberEnd {
     o.leader_host = "pod-0";
     o.hello = GangHello(w_, Key(), ran_ ? me.gang->role().generation() + 1 : 0);
     o.hello.restarts = me.gang->role().restarts();
+    // pod_rendezvous.cc MakeHelloNow: the node rank this pod held (membership.h M16).
+    if (cfg.spares > 0 || cfg.elastic()) o.hello.node_rank = held_node_rank_;
     o.hello.instance_id = "inst-" + std::to_string(id_);
     if (me.stranger && !cfg.token) o.hello.attempt = 1;
     // The round's deadline (pod_rendezvous.cc: from the round's start).
@@ -212,6 +214,7 @@ class CoreMemberEnd final : public SimMemberEnd {
     ran_ = true;
     const std::uint32_t restarts = a.restarts.value_or(a.generation);
     if (a.index) Adopt(*a.index);
+    held_node_rank_ = a.spare ? std::nullopt : std::optional(a.node_rank.value_or(Key()));
     TakeAssignment(w_, id_, a, Key(), restarts);
     if (core_ && me.alive) {
       Exec(core_->StartChannel(tun::kHeartbeatInterval, tun::kHeartbeatMisses, T(w_.now())));
@@ -240,6 +243,7 @@ class CoreMemberEnd final : public SimMemberEnd {
   bool ran_ = false;
   Ms round_start_ = 0;
   std::optional<std::uint32_t> index_;
+  std::optional<std::uint32_t> held_node_rank_;  // the last generation's, with workers
 };
 
 }  // namespace

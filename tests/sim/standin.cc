@@ -10,6 +10,7 @@
 #include "trainlet/rendezvous/admission.h"
 #include "trainlet/rendezvous/auth.h"
 #include "trainlet/rendezvous/tunables.h"
+#include "core_leader.h"
 #include "world.h"
 
 namespace trainlet::sim {
@@ -44,12 +45,16 @@ std::string ExitWhyOf(const agent::Conclusion& c) {
 }
 
 wire::Hello GangHello(const World& w, std::uint32_t index, std::uint32_t generation) {
+  // Ranks by arrival (launch.h RanksByArrival), read by the core leader (the stand-in numbers
+  // pods itself and reads no configuration).
+  wire::LaunchConfig config;
+  if (w.config().by_arrival && CoreLeads(w.config())) config.emplace_back("ranks", "arrival");
   return wire::Hello{.job_id = w.JobId(),
                      .attempt = 0,
                      .index = index,
                      .nproc_per_node = w.config().workers,
-                     .fingerprint = wire::Fingerprint({}),
-                     .config = {},
+                     .fingerprint = wire::Fingerprint(config),
+                     .config = config,
                      .nonce = "",
                      .generation = generation};
 }
