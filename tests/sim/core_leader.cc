@@ -600,8 +600,8 @@ void SetLeaderEndKind(LeaderEndKind kind) { g_kind = kind; }
 LeaderEndKind GetLeaderEndKind() { return g_kind; }
 
 bool CoreLeads(const SimConfig& c) {
-  (void)c;
-  return g_kind == LeaderEndKind::kCore;
+  if (g_kind == LeaderEndKind::kCoreRoster) return true;
+  return g_kind == LeaderEndKind::kCore && c.spares == 0 && !c.elastic();
 }
 
 std::unique_ptr<SimLeaderEnd> MakeCoreLeaderEnd(World& w, std::uint32_t inst) {

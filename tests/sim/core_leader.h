@@ -26,7 +26,10 @@ namespace trainlet::sim {
 
 class World;
 
-enum class LeaderEndKind { kCore, kStandIn };
+// kCore: fixed gangs without spares over LeaderCore, the others on the stand-in;
+// kCoreRoster: every mode over LeaderCore, --spares and MIN:MAX with the pod's
+// real Roster (open findings there: README.md); kStandIn: the stand-in everywhere.
+enum class LeaderEndKind { kCore, kCoreRoster, kStandIn };
 // Process-wide choice for the leaders spawned from now on (main.cc's flag;
 // one thread). Default: kCore. The core leader end needs the core member end
 // (it sends and checks real heartbeats; the stand-in member answers none).

@@ -13,8 +13,9 @@
 //                                          (core_member.h, the default) or standin.cc's
 //   --leader-end core|standin              the leader's protocol end: the real LeaderCore
 //                                          (core_leader.h, the default; fixed gangs without
-//                                          spares, the stand-in leads the others) or
-//                                          standin.cc's; core needs --member-end core
+//                                          spares, the stand-in leads the others), every
+//                                          mode over it with the pod's Roster (core-roster),
+//                                          or standin.cc's; core needs --member-end core
 //                                          (standin member: standin leader by default)
 // A failing run prints its seed, its violation, the replay command and its
 // shrunk schedule (--save DIR writes the schedule there). Exit 0: no
@@ -120,13 +121,15 @@ bool RunOne(const Schedule& s, const std::string& label, const Options& o, Cover
 bool SetEnds(Options& o) {
   if (o.leader_end.empty()) o.leader_end = o.member_end;
   const auto ok = [](const std::string& e) { return e == "core" || e == "standin"; };
-  if (!ok(o.member_end) || !ok(o.leader_end)) return false;
-  if (o.leader_end == "core" && o.member_end != "core") {
+  if (!ok(o.member_end) || (!ok(o.leader_end) && o.leader_end != "core-roster")) return false;
+  if (o.leader_end != "standin" && o.member_end != "core") {
     std::fprintf(stderr, "trainlet-sim: --leader-end core needs --member-end core\n");
     return false;
   }
   SetMemberEndKind(o.member_end == "core" ? MemberEndKind::kCore : MemberEndKind::kStandIn);
-  SetLeaderEndKind(o.leader_end == "core" ? LeaderEndKind::kCore : LeaderEndKind::kStandIn);
+  SetLeaderEndKind(o.leader_end == "core"          ? LeaderEndKind::kCore
+                   : o.leader_end == "core-roster" ? LeaderEndKind::kCoreRoster
+                                                   : LeaderEndKind::kStandIn);
   return true;
 }
 
@@ -193,7 +196,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: trainlet-sim [--seeds A:B | --seed N | --replay FILE | --regressions DIR]"
                  " [--trace] [--budget S] [--max-faults N] [--no-shrink] [--save DIR]"
-                 " [--member-end core|standin] [--leader-end core|standin]\n");
+                 " [--member-end core|standin] [--leader-end core|core-roster|standin]\n");
     return 78;
   }
   Coverage cov;
