@@ -370,7 +370,8 @@ void CoreLeaderEnd::MembershipOptions(rendezvous::LeaderOptions& lo) {
                                     .max_nodes = cfg.max_nodes,
                                     .spares = cfg.spares,
                                     .last_call = std::chrono::milliseconds(cfg.last_call_ms),
-                                    .timeout = std::chrono::milliseconds(cfg.rdzv_timeout_ms)});
+                                    .timeout = std::chrono::milliseconds(cfg.rdzv_timeout_ms),
+                                    .survivor_hold = agent::SurvivorHold(std::chrono::milliseconds(cfg.grace_ms))});
   lo.expected = r->Expected();
   // Owns nothing: the end outlives every core it makes.
   lo.membership = std::shared_ptr<rendezvous::LeaderMembership>(std::shared_ptr<void>(), &membership_);
