@@ -11,10 +11,13 @@
 // rendered here as a thin adapter; every decision is the core's or the pure
 // machines'.
 //
-// Fixed gangs without --spares only (production passes no membership then,
-// LeaderOptions::membership == nullptr); hot spares and MIN:MAX keep the
-// stand-in leader (standin.h) until the pod's Roster is a pure value the
-// simulator can drive. `--leader-end` picks it or the stand-in.
+// Fixed gangs without --spares: no membership (LeaderOptions::membership ==
+// nullptr, as production). Hot spares and MIN:MAX: the core asks the leader
+// pod's real Roster (trainlet/agent/pod/roster.h, its GangPolicy's) through
+// SimRosterMembership, roster_membership.h's adapter on the simulated clock;
+// `--leader-end core-roster` runs them so, while the default `core` leaves
+// them on the stand-in leader (standin.h) until the open findings the real
+// roster shows are decided (README.md). `--leader-end` picks the ends.
 #pragma once
 
 #include <memory>

@@ -2,12 +2,13 @@
 // member's end runs the real sans-IO MemberCore (core_member.h, CoreMemberEnd;
 // `--member-end standin` picks standin.cc's StandInMemberEnd instead); the
 // leader's end runs the real sans-IO LeaderCore for fixed gangs without spares
-// (core_leader.h, CoreLeaderEnd; `--leader-end standin` picks the stand-in)
-// and is still a STAND-IN with --spares or MIN:MAX (standin.cc,
+// (core_leader.h, CoreLeaderEnd; `--leader-end standin` picks the stand-in;
+// `--leader-end core-roster` every mode, with the pod's real Roster) and is
+// by default still a STAND-IN with --spares or MIN:MAX (standin.cc,
 // StandInLeaderEnd: the simulator's own version of what
 // rendezvous/src/leader.cc and agent/src/pod/pod.cc do between the wire and
-// the pure machines, with its own roster) until the pod's Roster can run on
-// the simulated clock. The world (world.cc's network, clock, workers and
+// the pure machines, with its own roster) until the real roster's open
+// findings are decided. The world (world.cc's network, clock, workers and
 // control plane) is the same under every end.
 #pragma once
 
