@@ -235,6 +235,39 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
                              "pod 2 started the workers of a generation it was given up in")
             self.assertNothingLeft(c)
 
+    def test_member_frozen_while_its_round_waits_keeps_its_place(self):
+        """Pod 2 waits in the first round and is frozen for FREEZE s while the round still
+        waits for pod 1 (no peer counts its silence yet); resumed, it goes on waiting, pod 1
+        arrives and the gang forms with it: every pod runs generation 0 and exits 0. A stall
+        no peer could have judged is no failure (gang_policy.h G3: only a member whose
+        assignment waited for it while it was stopped is the culprit)."""
+        npods = 3
+        with self.cluster(pods=npods) as c:
+            c.publish_all()
+
+            def start(i):
+                worker = ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), "fail", "20", "0"]
+                c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i),
+                                             "--max-restarts", "0", nnodes=npods, nproc=1,
+                                             grace=GRACE, rdzv_timeout=60, cmd=worker))
+            start(0)
+            start(2)
+            c.pods[0].wait_for_output(r"leader: pod 2 joined", 30)
+            time.sleep(1.0)
+            c.pods[2].signal(signal.SIGSTOP)
+            try:
+                time.sleep(FREEZE)
+            finally:
+                c.pods[2].signal(signal.SIGCONT)
+            c.pods[2].wait_for_output(r"did not run for \d+\.\d s while it waited", 10)
+            time.sleep(1.0)
+            start(1)
+            codes = {i: c.pods[i].wait(60) for i in range(npods)}
+            self.assertEqual(codes, {0: 0, 1: 0, 2: 0}, c.diagnostics())
+            for i in range(npods):
+                self.assertIn("ready", self.marks(c, i), f"pod {i} ran no worker")
+            self.assertNothingLeft(c)
+
     # -- simultaneous failures: one counted exit -----------------------------------------
     def test_two_failures_at_once_count_once(self):
         npods = 4

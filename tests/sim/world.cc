@@ -340,6 +340,23 @@ void World::Freeze(InstId i, Ms ms) {
   At(ms, Ev::kResume, i);
 }
 
+// Whether an assignment is among the frames the kernel holds for frozen `i`
+// (peeked with a copy of each connection's decoder; nothing is consumed).
+bool World::AssignmentWaits(InstId i) const {
+  for (const auto& [c, dir] : insts_[i]->deferred) {
+    if (dir != 1) continue;
+    const Conn& k = conns_[c];
+    rendezvous::wire::Decoder peek = k.decoder[dir];
+    for (const auto& bytes : k.queue[dir]) {
+      if (bytes.empty() || !peek.Feed(bytes).ok()) break;
+      for (auto next = peek.Next(); next.ok() && next->has_value(); next = peek.Next()) {
+        if (std::holds_alternative<rendezvous::wire::Assignment>(**next)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 void World::Resume(InstId i) {
   Inst& p = *insts_[i];
   if (!p.alive || !p.frozen) return;
@@ -351,8 +368,14 @@ void World::Resume(InstId i) {
     const Inst& peer = *insts_[k.member == i ? k.leader : k.member];
     if (peer.alive && !peer.frozen && !LinkCut(insts_[k.member]->key)) k.silence = 0;
   }
-  // The wiring checks its own loop's lag before anything else (gang_policy.h G3).
-  if (now_ - p.frozen_at >= tun::kStallLimit.count()) Feed(i, agent::gang::OwnStall{"event loop stalled"});
+  // The wiring checks its own loop's lag before anything else (gang_policy.h
+  // G3); while joining only a member whose assignment waited for it (the
+  // round formed meanwhile) counts it (pod_stall.cc).
+  const bool joining = !p.gang->role().gen().running();
+  if (now_ - p.frozen_at >= tun::kStallLimit.count() &&
+      (!joining || (p.leader == nullptr && AssignmentWaits(i)))) {
+    Feed(i, agent::gang::OwnStall{"event loop stalled"});
+  }
   auto later = std::move(p.deferred);
   p.deferred.clear();
   for (const auto& [c, dir] : later) Deliver(c, dir);

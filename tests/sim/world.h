@@ -130,6 +130,7 @@ class World {
   void Term(InstId i, const char* why);
   void Kill(InstId i, bool fin);
   void Freeze(InstId i, Ms ms);
+  bool AssignmentWaits(InstId i) const;
   void Resume(InstId i);
   void Silence(ConnId c);
   void Detect(ConnId c, std::uint32_t epoch);

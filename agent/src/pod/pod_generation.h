@@ -148,9 +148,12 @@ class PodGeneration : public std::enable_shared_from_this<PodGeneration> {
   boost::asio::steady_timer verdict_timer;     // member: bounded wait for the leader's Stop
   boost::asio::steady_timer settle_timer;      // leader: the leaves' settle window (membership.h M7)
 
-  // The own-stall clock: ticks while the control channel runs (pod_stall.cc).
+  // The own-stall clock: ticks from the hello on (pod_stall.cc).
   bool stall_watch = false;
   Clock::time_point last_tick{};
+  // A stall past the limit seen while joining, and when it ended: it makes
+  // the pod the culprit only if its assignment was waiting when it resumed.
+  std::optional<Clock::time_point> joining_stall_ended;
   boost::asio::steady_timer stall_timer;
 
  private:

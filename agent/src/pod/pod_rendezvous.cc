@@ -234,11 +234,11 @@ void Pod::StartLeaderProbe(rendezvous::wire::Hello hello) {
 }
 
 void Pod::OnAssignment(const Result<rendezvous::wire::Assignment>& result) {
-  // A pod resumed after a stop finds its assignment waiting: its own stall
+  // A member resumed after a stop finds its assignment waiting: its own stall
   // first (G3), before it starts the workers of a gang that gave it up.
-  CheckStall();
-  if (concluded_) return;
+  if (!options_.identity.is_leader() && result.ok() && StalledAcrossFormation()) return;
   PodGeneration& g = *gen_;
+  g.last_tick = Clock::now();  // the watch goes on from the assignment
   if (leader_probe_) leader_probe_->Cancel();
   roster_membership_.Cancel();
   meters_.rendezvous_seconds = std::chrono::duration<double>(Clock::now() - g.round_started).count();

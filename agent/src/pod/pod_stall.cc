@@ -41,6 +41,10 @@ void Pod::CheckStall() {
       gap, g.leader ? g.leader->heartbeat_silence()
                     : g.member ? g.member->heartbeat_silence() : Clock::duration{});
   if (silence <= tun::kStallLimit) return;
+  if (g.joining()) {
+    NoteJoiningStall(gap);
+    return;
+  }
   g.stall_watch = false;  // once per generation
   std::string why = fmt::format(
       "this pod's event loop did not run for {:.1f} s, {:.1f} s without a heartbeat sent "
@@ -49,6 +53,35 @@ void Pod::CheckStall() {
       std::chrono::duration<double>(tun::kStallLimit).count());
   spdlog::error("{}", why);
   Apply(policy_.On(gang::OwnStall{why}));
+}
+
+// A stall while the pod waits in a round harms nobody unless the round
+// formed during it: the leader then started counting this pod's silence on a
+// control channel it never answered. Until its assignment is read, the stall
+// is only noted (a waiting pod frozen for a few seconds keeps its place).
+void Pod::NoteJoiningStall(Clock::duration gap) {
+  gen_->joining_stall_ended = Clock::now();
+  gen_->last_tick = Clock::now();
+  spdlog::warn("this pod's event loop did not run for {:.1f} s while it waited in the rendezvous",
+               std::chrono::duration<double>(gap).count());
+}
+
+// A member's assignment read right after a stall (seen within one tick of
+// now) waited for it while it was stopped: the leader has counted its silence
+// on the control channel since the round formed, and may have given it up.
+// It is the culprit (G3) and starts no workers: true, the stall fed. The
+// leader is never in this case: it forms its rounds on its own loop.
+bool Pod::StalledAcrossFormation() {
+  CheckStall();  // a stall still in progress: noted now
+  const auto& ended = gen_->joining_stall_ended;
+  if (!ended || Clock::now() - *ended > tun::kStallTick) return false;
+  std::string why =
+      "this pod's event loop did not run past the heartbeat timeout while its round formed "
+      "(the process was stopped or starved; its peers may have given it up)";
+  spdlog::error("{}", why);
+  gen_->stall_watch = false;
+  Apply(policy_.On(gang::OwnStall{why}));
+  return true;
 }
 
 }  // namespace trainlet::agent

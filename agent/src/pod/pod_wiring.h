@@ -139,6 +139,8 @@ class Pod {
   void StartStallWatch();
   void Tick();
   void CheckStall();
+  void NoteJoiningStall(Clock::duration gap);
+  bool StalledAcrossFormation();
 
   // ---- pod_metrics.cc ----
   MetricsSnapshot Metrics() const;

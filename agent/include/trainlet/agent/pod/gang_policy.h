@@ -20,7 +20,10 @@
 //      in, the round may form without a word from it): a stall past the
 //      limit while the pod joins ends it at once, as the culprit, before its
 //      workers start (the peers may have given it up on a control channel
-//      it never answered; no generation holds it to rejoin).
+//      it never answered; no generation holds it to rejoin). The wiring
+//      feeds such a stall only when a member's assignment waited for it
+//      while it was stopped (pod_stall.cc): a pod stopped while its round
+//      still waits keeps its place, and a leader forms its rounds itself.
 //  G4. A stop signal (SIGTERM, SIGINT) received before the pod knew of any
 //      failure ends it as terminated (143), whatever its workers do afterwards.
 //      After a stop signal the pod never restarts, also when the signal
