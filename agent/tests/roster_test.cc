@@ -134,6 +134,28 @@ TEST_F(RosterTest, ElasticLossIsRecordedAsLeftUntilThePodIsActiveAgain) {
   EXPECT_EQ(roster_.LeftIn(1), std::nullopt) << "slow, not lost: it may join again";
 }
 
+// A pod declared lost while active is left in the next generation before
+// that generation forms (admission.h rule 8 refuses it coming back for the
+// restart's round: membership.h M3, M14); a recreated pod admitted since
+// (AddJoined) is not.
+TEST_F(RosterTest, APodLostWhileActiveIsLeftInTheNextGenerationBeforeItForms) {
+  auto round = [this] {
+    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
+                              .survivor_hold = 100ms});
+  };
+  round();
+  ASSERT_TRUE(Plan({0, 1, 2}));
+  roster_.Adopt(0);
+  EXPECT_EQ(roster_.LeftIn(2), std::nullopt) << "active";
+  roster_.MarkLost(2);
+  EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1)) << "lost: generation 1 goes on without it";
+  EXPECT_EQ(roster_.LeftIn(1), std::nullopt) << "a survivor";
+  round();
+  EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1)) << "while the round forms";
+  roster_.AddJoined(2);  // recreated, admitted late
+  EXPECT_EQ(roster_.LeftIn(2), std::nullopt) << "a new pod at its index";
+}
+
 TEST_F(RosterTest, ASpareTakingALostPodsRankIsNoLeaving) {
   Round();
   ASSERT_TRUE(Plan({0, 1, 2}));

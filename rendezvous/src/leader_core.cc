@@ -129,7 +129,7 @@ void LeaderCore::Written(ConnId id, Clock::time_point /*now*/) {
   if (s.phase == RoundPhase::kClosed) return;
   if (s.assignment_writes.erase(id) > 0) {
     if (s.assignment_writes.empty() && s.phase == RoundPhase::kAssigning) {
-      s.Finish((*s.assignment)(0, s.own_addr));
+      s.Finish((*s.assignment)(0, s.own_addr, false));
     }
     return;
   }

@@ -93,8 +93,9 @@ AssignmentMaker LeaderCoreState::MakeAssignment(
   return [nproc, generation = RoundGeneration(), active, ranks, membership, by_arrival,
           port = options.master_port, jax_port = options.jax_port, run_id = options.run_id,
           job_id = own->job_id, attempt = own->attempt, nccl = std::move(nccl),
-          restarts = RoundRestarts()](std::uint32_t index, std::string master_addr) {
-    auto node = ranks.find(index);
+          restarts = RoundRestarts()](std::uint32_t index, std::string master_addr, bool waits) {
+    // A node rank of a generation is held once: a pod that waits gets none.
+    auto node = waits ? ranks.end() : ranks.find(index);
     const std::uint32_t node_rank = node == ranks.end() ? 0 : node->second;
     return wire::Assignment{.generation = generation,
                             .nnodes = active,
@@ -128,10 +129,10 @@ void LeaderCoreState::MaybeAssign() {
   assignment_writes.insert(targets.begin(), targets.end());
   for (ConnId id : targets) {
     const CoreConn& c = conns.at(id);
-    Emit(leader_io::Send{id, wire::Encode((*assignment)(*c.index, MasterAddrFor(c))),
+    Emit(leader_io::Send{id, wire::Encode((*assignment)(*c.index, MasterAddrFor(c), false)),
                          /*notify=*/true});
   }
-  if (assignment_writes.empty()) Finish((*assignment)(0, own_addr));
+  if (assignment_writes.empty()) Finish((*assignment)(0, own_addr, false));
 }
 
 void LeaderCoreState::Finish(exitcodes::Result<wire::Assignment> result) {
@@ -177,7 +178,9 @@ void LeaderCoreState::AdmitLate(ConnId id, std::uint32_t index, bool by_arrival,
   c.peer_state.Heard(now);
   log->info("leader: pod {} joined from {} while the generation runs: it waits as a spare", index,
             c.peer);
-  Emit(leader_io::Send{id, wire::Encode((*assignment)(index, MasterAddrFor(c)))});
+  // A late pod waits, even where its index had a node rank in the round (a
+  // pod that left or succeeded, recreated): that rank stays the generation's.
+  Emit(leader_io::Send{id, wire::Encode((*assignment)(index, MasterAddrFor(c), true))});
 }
 
 // Admitted members waiting for the assignment get a heartbeat this often

@@ -61,7 +61,9 @@ enum class RoundPhase {
   kClosed,     // Close(): nothing more happens
 };
 
-using AssignmentMaker = std::function<wire::Assignment(std::uint32_t, std::string)>;
+// (index, MASTER_ADDR for it, whether it waits as a spare whatever its index
+// held in the round: a late pod, LeaderCoreState::AdmitLate).
+using AssignmentMaker = std::function<wire::Assignment(std::uint32_t, std::string, bool)>;
 
 struct LeaderCoreState {
   using Clock = leader_io::Clock;

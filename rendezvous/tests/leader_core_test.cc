@@ -559,6 +559,41 @@ TEST(LeaderCoreTest, LateJoins) {
   EXPECT_TRUE(Last<StopListening>(late.Take()));
 }
 
+// A node rank of a generation is held once: a pod admitted while the
+// generation runs at an index that had a node rank in the round (its pod
+// left, or succeeded; the Job recreated it) waits as a spare, with none.
+TEST(LeaderCoreTest, ALateSpareAtAnIndexThatHadANodeRankGetsASparesAssignment) {
+  LeaderOptions o;
+  o.admit_late = true;
+  auto plan = std::make_shared<PlanMembership>();
+  plan->active = 3;
+  o.membership = plan;
+  Sim sim(3, o);
+  sim.Begin(3);
+  const ConnId a = sim.Connect("10.0.0.2");
+  const ConnId b = sim.Connect("10.0.0.3");
+  sim.Say(a, HelloFor(1, 3));
+  sim.Say(b, HelloFor(2, 3));
+  plan->ready = true;
+  sim.core().Reconsider(sim.now);
+  ASSERT_TRUE(sim.core().formed());
+  auto formed = sim.Take();
+  auto to_b = LastSentTo<wire::Assignment>(formed, b);
+  ASSERT_TRUE(to_b);
+  ASSERT_EQ(to_b->node_rank, 2u);
+  sim.core().StartChannel([](std::uint32_t) { return true; }, 100ms, 3, sim.now);
+  sim.Say(b, ReportOf(2, false, "SIGTERM", /*leaving=*/true));
+  sim.core().Closed(b, "end of stream", sim.now);  // pod 2 exits 143
+  sim.Take();
+  const ConnId again = sim.Connect("10.0.0.4");
+  sim.Say(again, HelloFor(2, 3));
+  auto late = LastSentTo<wire::Assignment>(sim.Take(), again);
+  ASSERT_TRUE(late);
+  EXPECT_TRUE(late->spare);
+  EXPECT_EQ(late->rank_base, 0u);
+  EXPECT_NE(late->node_rank, std::optional<std::uint32_t>(2u)) << "pod 2's node rank held twice";
+}
+
 // Members waiting for the assignment get heartbeats on the waiting timer.
 TEST(LeaderCoreTest, WaitingMembersGetHeartbeats) {
   Sim sim(3);

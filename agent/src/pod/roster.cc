@@ -116,6 +116,11 @@ std::optional<std::uint32_t> Roster::LostSpareIn(std::uint32_t key) const {
 }
 
 std::optional<std::uint32_t> Roster::LeftIn(std::uint32_t key) const {
+  // Declared lost while active in the generation adopted last (membership.h
+  // M3): the next generation goes on without it (M14), also before it forms.
+  if (auto p = pods_.find(key); p != pods_.end() && p->second.lost && p->second.node_rank) {
+    return adopted_ + 1;
+  }
   auto it = left_.find(key);
   if (it == left_.end()) return std::nullopt;
   return it->second;

@@ -129,8 +129,9 @@ struct Admission {
 //  8. the index replaced by a spare (`replaced`) and the hello asks for a
 //     generation from 1 up to the replacement's (the replaced pod itself, come
 //     back): refuse for good, field wire::kReplacedField, naming the spare;
-//     likewise the index an elastic gang went on without (`left`): refuse for
-//     good, field wire::kLeftField; likewise a waiting spare declared lost
+//     likewise the index an elastic gang went on without, or whose pod was
+//     declared lost while active and the next generation is still to form
+//     (`left`: that generation): refuse for good, field wire::kLeftField; likewise a waiting spare declared lost
 //     while generation `lost_spare` ran, asking for a generation from 1 up to
 //     the next one (cut off or frozen, it lost the leader as the leader lost
 //     it): refuse for good, field wire::kLeftField (it exits infra, as a lost

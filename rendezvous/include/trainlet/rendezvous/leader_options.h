@@ -140,8 +140,9 @@ class LeaderMembership {
   // Hot spares: the latest replacement of `index` by a spare (admission.h,
   // rule 8: the replaced pod coming back is refused for good); nullopt: none.
   virtual std::optional<wire::Replaced> ReplacedOf(std::uint32_t index) const = 0;
-  // Elastic sizes: the latest generation that formed without `index` after
-  // the leader declared it lost (admission.h, rule 8); nullopt: none.
+  // The generation that goes on without `index` after the leader declared
+  // it lost while active: the next one while it is still to form, else (elastic
+  // sizes) the latest that formed without it (admission.h, rule 8); nullopt: none.
   virtual std::optional<std::uint32_t> LeftOf(std::uint32_t index) const = 0;
   // Hot spares: the generation that ran when the leader declared a waiting
   // spare of `index` lost (admission.h, rule 8: that spare coming back is

@@ -26,7 +26,8 @@
 //      graceful leave) and a spare taking a leaver's place keep it.
 //  M3. A member's failure with a restartable class, or its loss, while the
 //      budget allows: a restart in place, counted; a lost member is in no
-//      later generation (the roster marks it lost).
+//      later generation (the roster marks it lost; coming back, also for
+//      the restart's round, it is refused: admission.h rule 8, field left).
 //  M4. A member's hardware failure while a spare waits and the budget allows:
 //      a counted restart in which the member leaves (it exits with its own
 //      class, so the Job counts it) and a spare takes its node rank.

@@ -110,9 +110,11 @@ class Roster {
   const std::vector<Replacement>& replacements() const { return replacements_; }
   // The latest replacement of pod `key` (LeaderMembership::ReplacedOf); nullopt: none.
   std::optional<rendezvous::wire::Replaced> LastReplacementOf(std::uint32_t key) const;
-  // Elastic: the latest generation adopted without pod `key` after it was
-  // declared lost while active (the gang shrank; LeaderMembership::LeftOf);
-  // nullopt: none since it was last active.
+  // The generation that goes on without pod `key`, declared lost while
+  // active (LeaderMembership::LeftOf; admission.h rule 8 refuses it for
+  // good): the next one while that is still to form (the restart's or the
+  // resize's round), else the latest adopted without it (elastic: the gang
+  // shrank); nullopt: none since it was last active or admitted again.
   std::optional<std::uint32_t> LeftIn(std::uint32_t key) const;
   // Hot spares: the generation adopted last when pod `key`, waiting as a
   // spare, was declared lost (LeaderMembership::LostSpareOf); nullopt: none
