@@ -73,6 +73,22 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
         for i in range(npods):
             c.pods[i].wait_for_output(r"(?m)^\[rank\d+\]: rank \d+ ready: generation 0", 30)
 
+    def start_waiting(self, c, npods, mode):
+        """Pods 0 and 2 of `npods` start with worker `mode` and pod 2 waits in the first
+        round (it answered the leader's waiting heartbeats); returns start(i) for pod 1."""
+        c.publish_all()
+
+        def start(i):
+            worker = ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), *map(str, mode)]
+            c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i), "--max-restarts",
+                                         "0", nnodes=npods, nproc=1, grace=GRACE,
+                                         rdzv_timeout=60, cmd=worker))
+        start(0)
+        start(2)
+        c.pods[0].wait_for_output(r"leader: pod 2 joined", 30)
+        time.sleep(1.0)
+        return start
+
     def wait_mark(self, c, i, event, timeout):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -208,17 +224,7 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
         read the closed connection as the leader's loss and exited 76: no counted exit.)"""
         npods = 3
         with self.cluster(pods=npods) as c:
-            c.publish_all()
-
-            def start(i):
-                worker = ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), "live", "0", "0"]
-                c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i),
-                                             "--max-restarts", "0", nnodes=npods, nproc=1,
-                                             grace=GRACE, rdzv_timeout=60, cmd=worker))
-            start(0)
-            start(2)
-            c.pods[0].wait_for_output(r"leader: pod 2 joined", 30)
-            time.sleep(1.0)  # pod 2 answered the leader's waiting heartbeats
+            start = self.start_waiting(c, npods, ("live", 0, 0))
             t_freeze = time.time()
             c.pods[2].signal(signal.SIGSTOP)
             try:
@@ -243,17 +249,7 @@ class GangFaultsTest(GenerationMarks, PodsimTestCase):
         assignment waited for it while it was stopped is the culprit)."""
         npods = 3
         with self.cluster(pods=npods) as c:
-            c.publish_all()
-
-            def start(i):
-                worker = ["sh", "-c", WORKER, "trainer", self.marks_path(c, i), "fail", "20", "0"]
-                c.start_pod(i, self.trainlet("--termination-log", self.tlog(c, i),
-                                             "--max-restarts", "0", nnodes=npods, nproc=1,
-                                             grace=GRACE, rdzv_timeout=60, cmd=worker))
-            start(0)
-            start(2)
-            c.pods[0].wait_for_output(r"leader: pod 2 joined", 30)
-            time.sleep(1.0)
+            start = self.start_waiting(c, npods, ("fail", 20, 0))
             c.pods[2].signal(signal.SIGSTOP)
             try:
                 time.sleep(FREEZE)
