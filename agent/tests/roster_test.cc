@@ -32,6 +32,11 @@ class RosterTest : public ::testing::Test {
     roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 2, .spares = 1, .last_call = 50ms,
                               .timeout = 10s, .survivor_hold = 100ms});
   }
+  // An elastic round of --nnodes 2:3 with the same last call and hold.
+  void ElasticRound() {
+    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
+                              .survivor_hold = 100ms});
+  }
   // The round's pods `joined`, asked now.
   std::optional<Ranks> Plan(const std::vector<std::uint32_t>& joined) {
     return roster_.Plan(joined, now_);
@@ -73,11 +78,7 @@ TEST_F(RosterTest, FirstRoundWithoutTheSpareFormsAfterTheLastCall) {
 // waited for in the next round (no last call cuts it off once it is back) and
 // the gang grows to 3, node ranks in index order; a loss then shrinks it.
 TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
-  auto round = [this] {
-    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
-                              .survivor_hold = 100ms});
-  };
-  round();
+  ElasticRound();
   EXPECT_FALSE(Plan({0, 2})) << "formed before its last call";
   ASSERT_TRUE(AtReconsideration());
   EXPECT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
@@ -85,13 +86,13 @@ TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
   roster_.AddJoined(1);  // joins the next generation (the membership machine's word)
   EXPECT_EQ(roster_.Unranked(), std::set<std::uint32_t>{1}) << "counted, with no node rank";
   EXPECT_EQ(roster_.Expected(), (std::set<std::uint32_t>{0, 1, 2}));
-  round();
+  ElasticRound();
   EXPECT_FALSE(Plan({0, 2})) << "the joiner is expected: no forming without it at once";
   EXPECT_EQ(Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));  // index order
   roster_.Adopt(1);
   roster_.AddJoined(2);  // rejoining early: keeps node rank 2
   roster_.MarkLost(1);
-  round();
+  ElasticRound();
   EXPECT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));  // the survivors, at once
   roster_.Adopt(2);
   roster_.MarkLost(2);
@@ -107,26 +108,22 @@ TEST_F(RosterTest, ElasticJoinGrowsTheNextRoundAndALossShrinksIt) {
 // window without being declared lost is not either, and a pod active again
 // (recreated, joined) is cleared.
 TEST_F(RosterTest, ElasticLossIsRecordedAsLeftUntilThePodIsActiveAgain) {
-  auto round = [this] {
-    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
-                              .survivor_hold = 100ms});
-  };
-  round();
+  ElasticRound();
   ASSERT_TRUE(Plan({0, 1, 2}));
   roster_.Adopt(0);
   roster_.MarkLost(2);
-  round();
+  ElasticRound();
   ASSERT_EQ(Plan({0, 1}), (Ranks{{0, 0}, {1, 1}}));
   roster_.Adopt(1);
   EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1));
   EXPECT_EQ(roster_.LeftIn(1), std::nullopt);
   EXPECT_EQ(roster_.LastReplacementOf(2), std::nullopt);
   roster_.AddJoined(2);  // recreated: joins the next generation
-  round();
+  ElasticRound();
   ASSERT_EQ(Plan({0, 1, 2}), (Ranks{{0, 0}, {1, 1}, {2, 2}}));
   roster_.Adopt(2);
   EXPECT_EQ(roster_.LeftIn(2), std::nullopt) << "active again";
-  round();  // pod 1 does not come back after a restart (never declared lost)
+  ElasticRound();  // pod 1 does not come back after a restart (never declared lost)
   EXPECT_FALSE(Plan({0, 2}));
   ASSERT_TRUE(AtReconsideration());
   ASSERT_EQ(Plan({0, 2}), (Ranks{{0, 0}, {2, 1}}));
@@ -139,18 +136,14 @@ TEST_F(RosterTest, ElasticLossIsRecordedAsLeftUntilThePodIsActiveAgain) {
 // restart's round: membership.h M3, M14); a recreated pod admitted since
 // (AddJoined) is not.
 TEST_F(RosterTest, APodLostWhileActiveIsLeftInTheNextGenerationBeforeItForms) {
-  auto round = [this] {
-    roster_.StartRound(now_, {.min_nodes = 2, .max_nodes = 3, .last_call = 50ms, .timeout = 10s,
-                              .survivor_hold = 100ms});
-  };
-  round();
+  ElasticRound();
   ASSERT_TRUE(Plan({0, 1, 2}));
   roster_.Adopt(0);
   EXPECT_EQ(roster_.LeftIn(2), std::nullopt) << "active";
   roster_.MarkLost(2);
   EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1)) << "lost: generation 1 goes on without it";
   EXPECT_EQ(roster_.LeftIn(1), std::nullopt) << "a survivor";
-  round();
+  ElasticRound();
   EXPECT_EQ(roster_.LeftIn(2), std::optional<std::uint32_t>(1)) << "while the round forms";
   roster_.AddJoined(2);  // recreated, admitted late
   EXPECT_EQ(roster_.LeftIn(2), std::nullopt) << "a new pod at its index";
